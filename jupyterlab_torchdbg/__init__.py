@@ -1,0 +1,68 @@
+"""jupyterlab_torchdbg: a live debugging panel for PyTorch training in JupyterLab.
+
+This module is imported by the Jupyter server to find the lab extension, so it stays
+cheap: no torch, no kernel-side code until ``%load_ext jupyterlab_torchdbg`` or a call
+to the public API below.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from ._version import __version__
+except ImportError:  # running from a source tree that was never built
+    __version__ = "0.0.0.dev0"
+
+__all__ = [
+    "__version__",
+    "load_ipython_extension",
+    "log",
+    "unload_ipython_extension",
+    "watch",
+]
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    return [{"src": "labextension", "dest": "jupyterlab_torchdbg"}]
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext jupyterlab_torchdbg``: register the comm target and the hooks."""
+    from .kernel.extension import load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """``%unload_ext jupyterlab_torchdbg``: remove every hook, handler and comm."""
+    from .kernel.extension import unload
+
+    unload(ipython)
+
+
+def log(step: int | None = None, /, **values: Any) -> None:
+    """Record scalar series for the live chart: ``log(loss=loss, acc=acc)``.
+
+    Values may be numbers or one-element tensors on any device (device values are copied
+    to the host once per flush, not per call). Optional ``step`` sets the x value.
+    A no-op when the extension is not loaded; never raises into the training loop.
+    """
+    from .kernel.logger import log as _log
+
+    _log(step, **values)
+
+
+def watch(model: Any, optimizer: Any = None, *, stride: int | None = None) -> Any:
+    """Monitor ``model``'s gradients at each optimizer step; returns a removable handle.
+
+    Without ``watch()`` every optimizer is monitored once the extension is loaded, with
+    names taken from the models in the notebook's namespace. ``watch()`` names a model
+    explicitly and limits monitoring to the watched models; ``optimizer`` limits it to
+    that optimizer's steps; ``stride=N`` samples every N steps (default: automatic, at
+    most 1% of the step time). ``handle.remove()`` or ``with watch(model): ...`` ends it.
+    The model and optimizer are held by weakref only.
+    """
+    from .kernel.grads.api import watch as _watch
+
+    return _watch(model, optimizer, stride=stride)

@@ -1,0 +1,201 @@
+"""The comm target: handshake, the set of live comms, broadcast, action dispatch.
+
+Each panel (each browser tab, each nbclient, ...) opens its own comm to the target
+``jupyterlab_torchdbg``; the hub answers with ``hello`` and a ``snapshot`` on that comm
+only, then broadcasts the stream to every live comm (R05, R06). A comm whose protocol
+major version differs is refused with a message naming both versions (R07).
+Sending never raises: failures are counted and the comm is dropped if it is closed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .._version import __version__
+from ..protocol import COMM_TARGET, PROTOCOL_VERSION, jsonable, major
+
+if TYPE_CHECKING:
+    from .extension import Extension
+
+
+class CommHub:
+    def __init__(self, ext: Extension, comm_manager: Any) -> None:
+        self._ext = ext
+        self._manager = comm_manager
+        self._comms: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._registered = False
+        self._local = threading.local()
+        self._snapshot_parts: list[Callable[[], list[dict[str, Any]]]] = []
+
+    # --- lifecycle -----------------------------------------------------------------
+
+    def register(self) -> None:
+        self._manager.register_target(COMM_TARGET, self._on_open)
+        self._registered = True
+
+    def close(self) -> None:
+        """Unregister the target and close every comm (the panels say 'not loaded')."""
+        if self._registered:
+            try:
+                self._manager.unregister_target(COMM_TARGET, self._on_open)
+            except Exception:
+                targets = getattr(self._manager, "targets", {})
+                targets.pop(COMM_TARGET, None)
+            self._registered = False
+        with self._lock:
+            comms, self._comms = list(self._comms.values()), {}
+        for c in comms:
+            try:
+                c.close()
+            except Exception:
+                pass
+
+    @property
+    def count(self) -> int:
+        with self._lock:
+            return len(self._comms)
+
+    # --- sending -------------------------------------------------------------------
+
+    def _send(
+        self, comm: Any, data: dict[str, Any], buffers: list[memoryview] | None = None
+    ) -> None:
+        try:
+            comm.send(data=data, buffers=buffers or None)
+        except Exception:
+            self._ext.count_error("send")
+            if getattr(comm, "_closed", False):
+                self._forget(comm)
+
+    def broadcast(self, data: dict[str, Any], buffers: list[memoryview] | None = None) -> None:
+        """Send one message to every live comm. Never raises."""
+        with self._lock:
+            comms = list(self._comms.values())
+        for c in comms:
+            self._send(c, data, buffers)
+
+    def _forget(self, comm: Any) -> None:
+        with self._lock:
+            self._comms.pop(getattr(comm, "comm_id", id(comm)), None)
+
+    # --- handlers (may run on a subshell thread) -------------------------------------
+
+    def _on_open(self, comm: Any, msg: dict[str, Any]) -> None:
+        data = (msg.get("content") or {}).get("data") or {}
+        client_version = data.get("protocol_version") if isinstance(data, dict) else None
+        accepted = isinstance(client_version, str) and major(client_version) == major(
+            PROTOCOL_VERSION
+        )
+        self._send(comm, self.hello(accepted))
+        if not accepted:
+            shown = client_version[:32] if isinstance(client_version, str) else "none"
+            self._send(
+                comm,
+                {
+                    "method": "error",
+                    "request_id": None,
+                    "code": "protocol_mismatch",
+                    "message": (
+                        f"Protocol mismatch: the lab extension speaks {shown}, the kernel "
+                        f"package jupyterlab_torchdbg {__version__} speaks {PROTOCOL_VERSION}. "
+                        "Install the same version of jupyterlab_torchdbg in the kernel's "
+                        "environment and in JupyterLab's."
+                    ),
+                },
+            )
+            try:
+                comm.close()
+            except Exception:
+                pass
+            return
+        comm.on_msg(lambda m, c=comm: self._on_msg(c, m))
+        comm.on_close(lambda m, c=comm: self._forget(c))
+        with self._lock:
+            self._comms[comm.comm_id] = comm
+        self.send_snapshot(comm)
+
+    def hello(self, accepted: bool) -> dict[str, Any]:
+        return {
+            "method": "hello",
+            "protocol_version": PROTOCOL_VERSION,
+            "package_version": __version__,
+            "capabilities": self._ext.capabilities(),
+            "session_id": self._ext.session_id,
+            "accepted": accepted,
+            "actions": self._ext.actions.names(),
+        }
+
+    def send_snapshot(self, comm: Any) -> None:
+        try:
+            blocks, buffers, seq = self._ext.stream.snapshot()
+            header: dict[str, Any] = {
+                "method": "snapshot",
+                "seq": seq,
+                "blocks": blocks,
+                "stats": self._ext.stats(),
+            }
+            if self._ext.stream.ignored_series:
+                header["truncated"] = True
+        except Exception:
+            self._ext.count_error("snapshot")
+            return
+        self._send(comm, header, buffers)
+        for part in self.snapshot_parts():
+            self._send(comm, part)
+
+    # --- snapshot parts (R06) ------------------------------------------------------------
+
+    def add_snapshot_part(self, part: Callable[[], list[dict[str, Any]]]) -> Callable[[], None]:
+        """Register a feature's contribution to the snapshot a (re)connecting panel gets.
+
+        ``part()`` returns whole messages (e.g. the last ``exception`` with ``replay: true``)
+        sent right after ``snapshot`` on that comm only, never broadcast. Returns a
+        function that removes the part (for the feature's cleanup).
+        """
+        self._snapshot_parts.append(part)
+
+        def remove() -> None:
+            if part in self._snapshot_parts:
+                self._snapshot_parts.remove(part)
+
+        return remove
+
+    def snapshot_parts(self) -> list[dict[str, Any]]:
+        """Every registered part's messages, JSON-safe; a failing part is counted, skipped."""
+        out: list[dict[str, Any]] = []
+        for part in list(self._snapshot_parts):
+            try:
+                out.extend(jsonable(m) for m in part())
+            except Exception:
+                self._ext.count_error("snapshot_part")
+        return out
+
+    def _on_msg(self, comm: Any, msg: dict[str, Any]) -> None:
+        try:
+            data = (msg.get("content") or {}).get("data")
+            if isinstance(data, dict) and data.get("method") == "action":
+                self._local.comm = comm
+                try:
+                    reply = self._ext.actions.handle(data)
+                finally:
+                    self._local.comm = None
+            else:
+                reply = {
+                    "method": "error",
+                    "request_id": None,
+                    "code": "malformed",
+                    "message": "expected a message with method 'action'",
+                }
+            self._send(comm, jsonable(reply))
+        except Exception:
+            self._ext.count_error("dispatch")
+
+    def requester(self) -> Callable[[dict[str, Any], list[memoryview] | None], None] | None:
+        """During an action handler: a function that sends to the requesting comm only."""
+        comm = getattr(self._local, "comm", None)
+        if comm is None:
+            return None
+        return lambda data, buffers=None: self._send(comm, data, buffers)

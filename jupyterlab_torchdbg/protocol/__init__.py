@@ -1,0 +1,87 @@
+"""The comm protocol shared by the kernel side and the lab extension.
+
+The single source of truth is ``messages.schema.json`` beside this file (documented in
+``PROTOCOL.md``). This module holds the version constant, which tests check against the
+schema, and the JSON encoding rules (NaN/Infinity as strings, numpy/torch scalars as
+plain numbers). It must stay importable without torch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+PROTOCOL_VERSION = "1.0"
+COMM_TARGET = "jupyterlab_torchdbg"
+SCHEMA_PATH = Path(__file__).with_name("messages.schema.json")
+
+#: Nesting deeper than this in a panel message is rejected as malformed (R14).
+MAX_JSON_DEPTH = 16
+
+
+@cache
+def load_schema() -> dict[str, Any]:
+    """Return the protocol JSON Schema (read once)."""
+    with SCHEMA_PATH.open(encoding="utf-8") as f:
+        schema: dict[str, Any] = json.load(f)
+    return schema
+
+
+def major(version: str) -> int | None:
+    """Return the major part of ``MAJOR.MINOR``, or None when it is not of that form."""
+    head, sep, tail = version.partition(".")
+    if not sep or not head.isdigit() or not tail.isdigit():
+        return None
+    return int(head)
+
+
+def encode_float(value: float) -> float | str:
+    """Encode a float for JSON: finite numbers as themselves, the rest as strings."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return value
+
+
+def jsonable(value: Any, _depth: int = 0) -> Any:
+    """Make ``value`` safe for a comm message (R10).
+
+    NaN and infinities become strings, numpy and torch scalars become Python numbers,
+    tuples become lists, and anything unknown becomes its type name. Never calls
+    ``repr``/``str`` on user objects.
+    """
+    if _depth > MAX_JSON_DEPTH:
+        return None
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return encode_float(value)
+    if isinstance(value, dict):
+        return {str(k): jsonable(v, _depth + 1) for k, v in value.items() if isinstance(k, str)}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v, _depth + 1) for v in value]
+    item = getattr(type(value), "item", None)
+    if item is not None and getattr(value, "ndim", None) == 0:
+        # numpy / torch 0-d values (CPU only: callers never pass device tensors here).
+        try:
+            return jsonable(value.item(), _depth + 1)
+        except Exception:
+            return None
+    return f"<{type(value).__name__}>"
+
+
+def json_depth(value: Any, _depth: int = 0) -> int:
+    """Nesting depth of a decoded JSON value (stops counting past MAX_JSON_DEPTH + 1)."""
+    if _depth > MAX_JSON_DEPTH:
+        return _depth
+    if isinstance(value, dict):
+        return max((json_depth(v, _depth + 1) for v in value.values()), default=_depth + 1)
+    if isinstance(value, list):
+        return max((json_depth(v, _depth + 1) for v in value), default=_depth + 1)
+    return _depth

@@ -1,0 +1,216 @@
+import { TorchDbgConnection, LOAD_CODE } from '../connection/connection';
+import { encodeBlock, FakeComm, FakeKernel, flush, hello } from './fakeKernel';
+
+/** Play a kernel that has the extension loaded: hello + empty snapshot. */
+function loadedKernel(kernel: FakeKernel, helloOverrides = {}) {
+  kernel.onOpen = (comm: FakeComm) => {
+    comm.deliver(hello(helloOverrides));
+    comm.deliver({
+      method: 'snapshot',
+      seq: 0,
+      blocks: [],
+      stats: { messages: 0, points: 0, errors: {} }
+    });
+  };
+}
+
+describe('TorchDbgConnection', () => {
+  it('opens the comm with the protocol version and becomes connected', async () => {
+    const kernel = new FakeKernel();
+    loadedKernel(kernel);
+    const conn = new TorchDbgConnection({ kernel: kernel.asKernel() });
+    await conn.connect();
+    expect(kernel.comms[0].targetName).toBe('jupyterlab_torchdbg');
+    expect(kernel.comms[0].opened).toEqual({
+      method: 'open',
+      protocol_version: '1.0',
+      client: 'jupyterlab'
+    });
+    expect(conn.model.state.kind).toBe('connected');
+    expect(conn.model.hello?.capabilities.subshells).toBe(true);
+    expect(kernel.executed).toEqual([]); // no code run when already loaded
+  });
+
+  it('autoloads silently when the target is missing, then reconnects', async () => {
+    const kernel = new FakeKernel();
+    let loaded = false;
+    kernel.onOpen = comm => {
+      if (!loaded) {
+        comm.closeFromKernel(); // ipykernel: no such comm target
+        loaded = true;
+      } else {
+        comm.deliver(hello());
+      }
+    };
+    const conn = new TorchDbgConnection({ kernel: kernel.asKernel() });
+    await conn.connect();
+    expect(kernel.executed).toEqual([{ code: LOAD_CODE, silent: true }]);
+    expect(conn.model.state.kind).toBe('connected');
+  });
+
+  it('says "not loaded" and runs nothing when autoLoad is off', async () => {
+    const kernel = new FakeKernel();
+    kernel.onOpen = comm => comm.closeFromKernel();
+    const conn = new TorchDbgConnection({
+      kernel: kernel.asKernel(),
+      autoLoad: false
+    });
+    await conn.connect();
+    expect(kernel.executed).toEqual([]);
+    expect(conn.model.state).toEqual({
+      kind: 'not_loaded',
+      reason: 'Automatic loading is off.'
+    });
+  });
+
+  it('reports a missing package with the import error', async () => {
+    const kernel = new FakeKernel();
+    kernel.onOpen = comm => comm.closeFromKernel();
+    kernel.loadBehaviour = {
+      status: 'error',
+      ename: 'ModuleNotFoundError',
+      evalue: "No module named 'jupyterlab_torchdbg'"
+    };
+    const conn = new TorchDbgConnection({ kernel: kernel.asKernel() });
+    await conn.connect();
+    expect(conn.model.state.kind).toBe('package_missing');
+  });
+
+  it('refuses a non-Python kernel without running code', async () => {
+    const kernel = new FakeKernel();
+    kernel.language = 'R';
+    const conn = new TorchDbgConnection({ kernel: kernel.asKernel() });
+    await conn.connect();
+    expect(conn.model.state).toEqual({ kind: 'not_python', language: 'R' });
+    expect(kernel.comms).toHaveLength(0);
+  });
+
+  it('R07: refuses a different major version, naming both', async () => {
+    const kernel = new FakeKernel();
+    loadedKernel(kernel, {
+      protocol_version: '2.0',
+      package_version: '9.9.9',
+      accepted: true
+    });
+    const conn = new TorchDbgConnection({ kernel: kernel.asKernel() });
+    await conn.connect();
+    const state = conn.model.state;
+    expect(state.kind).toBe('version_mismatch');
+    if (state.kind === 'version_mismatch') {
+      expect(state.message).toContain('1.0');
+      expect(state.message).toContain('2.0');
+      expect(state.message).toContain('9.9.9');
+    }
+    expect(kernel.comms[0].closed).toBe(true);
+  });
+
+  it('R04: reattaches after a kernel restart and resets the data', async () => {
+    const kernel = new FakeKernel();
+    loadedKernel(kernel);
+    const conn = new TorchDbgConnection({ kernel: kernel.asKernel() });
+    await conn.connect();
+    const { x, y } = encodeBlock([0, 1], [[1, 2]]);
+    kernel.comms[0].deliver(
+      { method: 'series', seq: 1, blocks: [{ names: ['loss'], count: 2 }] },
+      [x, y]
+    );
+    expect(conn.model.series.get('loss')?.length).toBe(2);
+    kernel.setStatus('restarting');
+    expect(conn.model.state.kind).toBe('restarting');
+    expect(conn.model.series.size).toBe(0);
+    // the restarted kernel has no extension loaded until autoload runs
+    let opens = 0;
+    kernel.onOpen = comm => {
+      opens++;
+      if (opens === 1) {
+        comm.closeFromKernel();
+      } else {
+        comm.deliver(hello({ session_id: 's2' }));
+      }
+    };
+    kernel.setStatus('starting');
+    kernel.setStatus('idle');
+    await flush();
+    await flush();
+    expect(conn.model.state.kind).toBe('connected');
+    expect(kernel.executed.map(e => e.code)).toEqual([LOAD_CODE]);
+  });
+
+  it('R04: actions never throw "Cannot send"; they reject with the reason', async () => {
+    const kernel = new FakeKernel();
+    kernel.onOpen = comm => comm.closeFromKernel();
+    const conn = new TorchDbgConnection({
+      kernel: kernel.asKernel(),
+      autoLoad: false
+    });
+    await conn.connect();
+    await expect(conn.sendAction('snapshot', {})).rejects.toThrow(
+      'not connected (not_loaded)'
+    );
+  });
+
+  it('R13: resolves each action with its own reply by request id', async () => {
+    const kernel = new FakeKernel();
+    loadedKernel(kernel);
+    const conn = new TorchDbgConnection({ kernel: kernel.asKernel() });
+    await conn.connect();
+    const comm = kernel.comms[0];
+    const p1 = conn.sendAction('clear_history', { names: ['a'] });
+    const p2 = conn.sendAction('snapshot', {});
+    const [m1, m2] = comm.sent as { request_id: string; action: string }[];
+    expect(m1.request_id).not.toEqual(m2.request_id);
+    comm.deliver({
+      method: 'ack',
+      request_id: m2.request_id,
+      action: 'snapshot',
+      result: {}
+    });
+    comm.deliver({
+      method: 'error',
+      request_id: m1.request_id,
+      code: 'invalid_args',
+      message: 'bad'
+    });
+    await expect(p1).resolves.toMatchObject({
+      method: 'error',
+      code: 'invalid_args'
+    });
+    await expect(p2).resolves.toMatchObject({
+      method: 'ack',
+      action: 'snapshot'
+    });
+  });
+
+  it('pending actions resolve with an error when the kernel side closes', async () => {
+    const kernel = new FakeKernel();
+    loadedKernel(kernel);
+    const conn = new TorchDbgConnection({ kernel: kernel.asKernel() });
+    await conn.connect();
+    const p = conn.sendAction('snapshot', {});
+    kernel.comms[0].closeFromKernel();
+    await expect(p).resolves.toMatchObject({ method: 'error', code: 'failed' });
+    expect(conn.model.state.kind).toBe('not_loaded');
+  });
+
+  it('asks for a snapshot when a sequence gap shows a lost message', async () => {
+    const kernel = new FakeKernel();
+    loadedKernel(kernel);
+    const conn = new TorchDbgConnection({ kernel: kernel.asKernel() });
+    await conn.connect();
+    const comm = kernel.comms[0];
+    const b = encodeBlock([0], [[1]]);
+    comm.deliver(
+      { method: 'series', seq: 1, blocks: [{ names: ['a'], count: 1 }] },
+      [b.x, b.y]
+    );
+    const c = encodeBlock([5], [[1]]);
+    comm.deliver(
+      { method: 'series', seq: 3, blocks: [{ names: ['a'], count: 1 }] },
+      [c.x, c.y]
+    );
+    expect(conn.model.gaps).toBe(1);
+    expect(comm.sent).toEqual([
+      expect.objectContaining({ method: 'action', action: 'snapshot' })
+    ]);
+  });
+});

@@ -1,0 +1,450 @@
+import type { Kernel, KernelMessage } from '@jupyterlab/services';
+import { PromiseDelegate, UUID } from '@lumino/coreutils';
+import { IDisposable } from '@lumino/disposable';
+import { ISignal, Signal } from '@lumino/signaling';
+
+import {
+  ActionName,
+  IAck,
+  IActionArgs,
+  IError,
+  IHello,
+  IOpen,
+  KernelMessage as WireMessage
+} from '../protocol/messages';
+import { COMM_TARGET, majorOf, PROTOCOL_VERSION } from '../protocol/version';
+import { TorchDbgModel } from '../model/model';
+
+/** The subset of a kernel connection this module uses (a fake in jest). */
+export type IKernelLike = Pick<
+  Kernel.IKernelConnection,
+  | 'id'
+  | 'status'
+  | 'connectionStatus'
+  | 'createComm'
+  | 'requestExecute'
+  | 'statusChanged'
+  | 'connectionStatusChanged'
+  | 'disposed'
+  | 'info'
+  | 'isDisposed'
+>;
+
+/** The reply to an action: the kernel's ack or error. */
+export type ActionReply = IAck | IError;
+
+/** The command that loads the kernel side. The only code the panel runs. */
+export const LOAD_CODE = '%load_ext jupyterlab_torchdbg';
+
+/** How long to wait for `hello` before saying the kernel is busy. */
+const HELLO_PATIENCE_MS = 3000;
+
+/**
+ * One kernel's side of the wire: opens the comm, checks the handshake, loads
+ * the kernel extension when allowed, reattaches after restarts and reconnects
+ * (R04), and sends actions with one reply each (R13).
+ */
+export class TorchDbgConnection implements IDisposable {
+  constructor(options: TorchDbgConnection.IOptions) {
+    this.kernel = options.kernel;
+    this.model = options.model ?? new TorchDbgModel();
+    this._autoLoad = options.autoLoad ?? true;
+    this.kernel.statusChanged.connect(this._onStatus, this);
+    this.kernel.connectionStatusChanged.connect(this._onConnectionStatus, this);
+    this.kernel.disposed.connect(() => this.dispose());
+  }
+
+  readonly kernel: IKernelLike;
+  readonly model: TorchDbgModel;
+
+  /** Whether the kernel's side answered `hello` and accepted our version. */
+  get isConnected(): boolean {
+    return this.model.state.kind === 'connected' && this._comm !== null;
+  }
+
+  /** Kernel messages other than the stream (acks, errors, hello). */
+  get message(): ISignal<this, KernelMessageEvent> {
+    return this._message;
+  }
+
+  get isDisposed(): boolean {
+    return this._disposed;
+  }
+
+  set autoLoad(value: boolean) {
+    this._autoLoad = value;
+  }
+
+  /**
+   * Attach to the kernel: open the comm; if the target is missing and
+   * autoLoad is on, run `%load_ext` silently and retry once.
+   */
+  async connect(): Promise<void> {
+    if (this._disposed || this._connecting) {
+      return;
+    }
+    this._connecting = true;
+    try {
+      this._closeComm();
+      this.model.state = { kind: 'connecting' };
+      const language = await this._language();
+      if (this._disposed) {
+        return;
+      }
+      if (language !== null && language !== 'python') {
+        this.model.state = { kind: 'not_python', language };
+        return;
+      }
+      let outcome = await this._open();
+      if (outcome === 'no_target' && this._autoLoad) {
+        this.model.state = { kind: 'loading' };
+        const loaded = await this.load();
+        if (!loaded) {
+          return;
+        }
+        outcome = await this._open();
+      }
+      if (outcome === 'no_target') {
+        this.model.state = {
+          kind: 'not_loaded',
+          reason: this._autoLoad
+            ? 'The kernel side did not start.'
+            : 'Automatic loading is off.'
+        };
+      }
+    } finally {
+      this._connecting = false;
+    }
+  }
+
+  /**
+   * Run `%load_ext jupyterlab_torchdbg` silently. Returns false (and sets the
+   * state) when the package is missing or the load failed.
+   */
+  async load(): Promise<boolean> {
+    const future = this.kernel.requestExecute(
+      {
+        code: LOAD_CODE,
+        silent: true,
+        store_history: false,
+        allow_stdin: false,
+        stop_on_error: false
+      },
+      true
+    );
+    const reply = (await future.done) as KernelMessage.IExecuteReplyMsg;
+    const content = reply.content as KernelMessage.IExecuteReplyMsg['content'];
+    if (content.status === 'ok') {
+      return true;
+    }
+    if (content.status === 'error') {
+      const err = content as KernelMessage.IReplyErrorContent;
+      if (err.ename === 'ModuleNotFoundError' || err.ename === 'ImportError') {
+        this.model.state = {
+          kind: 'package_missing',
+          detail: `${err.ename}: ${err.evalue}`
+        };
+      } else {
+        this.model.state = {
+          kind: 'not_loaded',
+          reason: `Loading failed: ${err.ename}: ${err.evalue}`
+        };
+      }
+      return false;
+    }
+    this.model.state = {
+      kind: 'not_loaded',
+      reason: 'Loading was aborted by the kernel.'
+    };
+    return false;
+  }
+
+  /**
+   * Send an allowlisted action. Resolves with the kernel's ack or error;
+   * rejects (never throws synchronously) when the kernel side is not connected.
+   * `onPending` is called when the kernel is busy and cannot handle comm
+   * messages until the running cell ends (no subshells).
+   */
+  sendAction<K extends ActionName>(
+    action: K,
+    args: IActionArgs[K],
+    onPending?: () => void
+  ): Promise<ActionReply> {
+    const comm = this._comm;
+    if (!comm || this.model.state.kind !== 'connected') {
+      return Promise.reject(
+        new Error(
+          `The kernel side is not connected (${this.model.state.kind}).`
+        )
+      );
+    }
+    const requestId = UUID.uuid4();
+    const delegate = new PromiseDelegate<ActionReply>();
+    this._pending.set(requestId, delegate);
+    try {
+      comm.send({ method: 'action', request_id: requestId, action, args });
+    } catch (e) {
+      this._pending.delete(requestId);
+      return Promise.reject(
+        new Error(`Could not reach the kernel: ${(e as Error).message}`)
+      );
+    }
+    if (onPending && !this.model.hello?.capabilities.subshells) {
+      if (this.kernel.status === 'busy') {
+        onPending();
+      }
+    }
+    return delegate.promise;
+  }
+
+  dispose(): void {
+    if (this._disposed) {
+      return;
+    }
+    this._disposed = true;
+    this._closeComm();
+    this._rejectPending('The panel was closed.');
+    Signal.clearData(this);
+  }
+
+  // --- private -----------------------------------------------------------------
+
+  private async _language(): Promise<string | null> {
+    try {
+      const info = await this.kernel.info;
+      return info.language_info?.name ?? null;
+    } catch {
+      return null;
+    }
+  }
+
+  /**
+   * Open a comm and wait for `hello`. Resolves 'hello' once connected or
+   * refused, 'no_target' when the kernel closed the comm at once (no target).
+   */
+  private _open(): Promise<'hello' | 'no_target' | 'closed'> {
+    const result = new PromiseDelegate<'hello' | 'no_target' | 'closed'>();
+    let comm: Kernel.IComm;
+    try {
+      comm = this.kernel.createComm(COMM_TARGET);
+    } catch (e) {
+      this.model.state = {
+        kind: 'not_loaded',
+        reason: `Cannot open a comm: ${(e as Error).message}`
+      };
+      return Promise.resolve('closed');
+    }
+    let greeted = false;
+    const patience = setTimeout(() => {
+      if (!greeted && !this._disposed) {
+        this.model.state = { kind: 'busy_waiting' };
+      }
+    }, HELLO_PATIENCE_MS);
+    comm.onMsg = msg => {
+      const data = msg.content.data as unknown as KernelMessageEvent['data'];
+      const buffers = (msg.buffers ?? []) as (ArrayBuffer | ArrayBufferView)[];
+      if (data && data.method === 'hello') {
+        greeted = true;
+        clearTimeout(patience);
+        this._onHello(comm, data);
+        result.resolve('hello');
+        return;
+      }
+      this._onKernelMessage(data, buffers);
+    };
+    comm.onClose = () => {
+      clearTimeout(patience);
+      if (this._comm === comm) {
+        this._comm = null;
+        this._rejectPending('The kernel side closed the connection.');
+        if (this.model.state.kind === 'connected') {
+          this.model.state = {
+            kind: 'not_loaded',
+            reason: 'The kernel side was unloaded (%unload_ext).'
+          };
+        }
+      }
+      result.resolve(greeted ? 'closed' : 'no_target');
+    };
+    this._comm = comm;
+    const open: IOpen = {
+      method: 'open',
+      protocol_version: PROTOCOL_VERSION,
+      client: 'jupyterlab'
+    };
+    try {
+      comm.open(open as unknown as Record<string, never>);
+    } catch (e) {
+      clearTimeout(patience);
+      this._comm = null;
+      this.model.state = {
+        kind: 'not_loaded',
+        reason: `Cannot open a comm: ${(e as Error).message}`
+      };
+      return Promise.resolve('closed');
+    }
+    return result.promise;
+  }
+
+  private _onHello(comm: Kernel.IComm, hello: IHello): void {
+    this.model.hello = hello;
+    const ours = majorOf(PROTOCOL_VERSION);
+    const theirs = majorOf(hello.protocol_version);
+    if (!hello.accepted || ours !== theirs) {
+      this.model.state = {
+        kind: 'version_mismatch',
+        message:
+          `Protocol mismatch: the lab extension speaks ${PROTOCOL_VERSION}, ` +
+          `the kernel package jupyterlab_torchdbg ${hello.package_version} ` +
+          `speaks ${hello.protocol_version}. Install the same version in the ` +
+          "kernel's environment and in JupyterLab's."
+      };
+      if (this._comm === comm) {
+        this._comm = null;
+      }
+      try {
+        comm.close();
+      } catch {
+        // already closed by the kernel
+      }
+      return;
+    }
+    if (hello.session_id !== this._sessionId) {
+      this.model.reset();
+      this._sessionId = hello.session_id;
+    }
+    this.model.state = { kind: 'connected' };
+  }
+
+  private _onKernelMessage(
+    data: KernelMessageEvent['data'],
+    buffers: (ArrayBuffer | ArrayBufferView)[]
+  ): void {
+    if (!data || typeof data !== 'object') {
+      return;
+    }
+    try {
+      switch (data.method) {
+        case 'series':
+          if (!this.model.applySeries(data, buffers)) {
+            void this.sendAction('snapshot', {}).catch(() => undefined);
+          }
+          return;
+        case 'snapshot':
+          this.model.applySnapshot(data, buffers);
+          return;
+        case 'hello':
+          // capabilities changed (e.g. torch was imported after loading)
+          if (data.accepted && data.session_id === this._sessionId) {
+            this.model.hello = data;
+          }
+          break;
+        case 'ack':
+        case 'error': {
+          const reply: ActionReply = data;
+          if (reply.method === 'error' && reply.code === 'protocol_mismatch') {
+            this.model.state = {
+              kind: 'version_mismatch',
+              message: reply.message
+            };
+          }
+          const id = reply.request_id;
+          const pending = id ? this._pending.get(id) : undefined;
+          if (id && pending) {
+            this._pending.delete(id);
+            pending.resolve(reply);
+          }
+          break;
+        }
+        default:
+          break;
+      }
+      this._message.emit({ data, buffers });
+    } catch (e) {
+      console.warn('jupyterlab_torchdbg: bad message from kernel', e);
+    }
+  }
+
+  private _onStatus(_: unknown, status: Kernel.Status): void {
+    if (status === 'restarting' || status === 'autorestarting') {
+      this._restarting = true;
+      this._closeComm();
+      this._rejectPending('The kernel restarted.');
+      this.model.reset();
+      this.model.state = { kind: 'restarting' };
+    } else if (status === 'dead') {
+      this._closeComm();
+      this._rejectPending('The kernel died.');
+      this.model.state = { kind: 'dead' };
+    } else if (status === 'idle' && this._restarting) {
+      this._restarting = false;
+      void this.connect();
+    }
+  }
+
+  private _onConnectionStatus(
+    _: unknown,
+    status: Kernel.ConnectionStatus
+  ): void {
+    if (status === 'connected' && this._wasDisconnected) {
+      this._wasDisconnected = false;
+      // The websocket came back: resync (the kernel side may have restarted).
+      if (this._comm && this.model.state.kind === 'connected') {
+        void this.sendAction('snapshot', {}).catch(() => this.connect());
+      } else {
+        void this.connect();
+      }
+    } else if (status !== 'connected') {
+      this._wasDisconnected = true;
+    }
+  }
+
+  private _closeComm(): void {
+    const comm = this._comm;
+    this._comm = null;
+    if (comm && !comm.isDisposed) {
+      try {
+        comm.close();
+      } catch {
+        // the kernel is gone; nothing to close
+      }
+    }
+  }
+
+  private _rejectPending(reason: string): void {
+    for (const [id, delegate] of this._pending) {
+      delegate.resolve({
+        method: 'error',
+        request_id: id,
+        code: 'failed',
+        message: reason
+      });
+    }
+    this._pending.clear();
+  }
+
+  private _comm: Kernel.IComm | null = null;
+  private _autoLoad: boolean;
+  private _connecting = false;
+  private _disposed = false;
+  private _restarting = false;
+  private _wasDisconnected = false;
+  private _sessionId: string | null = null;
+  private _pending = new Map<string, PromiseDelegate<ActionReply>>();
+  private _message = new Signal<this, KernelMessageEvent>(this);
+}
+
+/** A kernel message as delivered to listeners. */
+export interface KernelMessageEvent {
+  data: WireMessage;
+  buffers: (ArrayBuffer | ArrayBufferView)[];
+}
+
+export namespace TorchDbgConnection {
+  export interface IOptions {
+    kernel: IKernelLike;
+    model?: TorchDbgModel;
+    /** Run `%load_ext jupyterlab_torchdbg` when the target is missing. */
+    autoLoad?: boolean;
+  }
+}

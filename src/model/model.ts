@@ -1,0 +1,172 @@
+import { ISignal, Signal } from '@lumino/signaling';
+
+import { decodeBlocks } from '../protocol/codec';
+import { IHello, ISeries, ISnapshot, IStreamStats } from '../protocol/messages';
+import { SeriesRing } from './ringbuffer';
+
+/**
+ * Why the panel shows what it shows. Every state other than `connected` is
+ * rendered as a sentence that says why there is no data (never a blank panel).
+ */
+export type ConnectionState =
+  | { kind: 'no_kernel' }
+  | { kind: 'not_python'; language: string }
+  | { kind: 'connecting' }
+  | { kind: 'busy_waiting' }
+  | { kind: 'loading' }
+  | { kind: 'not_loaded'; reason: string }
+  | { kind: 'package_missing'; detail: string }
+  | { kind: 'version_mismatch'; message: string }
+  | { kind: 'restarting' }
+  | { kind: 'dead' }
+  | { kind: 'connected' };
+
+/** Points kept per series in the browser. */
+export const SERIES_CAPACITY = 100_000;
+
+/**
+ * The state of one kernel as the panel knows it: connection state, the kernel's
+ * hello, and the streamed series. Pure data with signals; no DOM.
+ */
+export class TorchDbgModel {
+  constructor(options: TorchDbgModel.IOptions = {}) {
+    this._capacity = options.capacity ?? SERIES_CAPACITY;
+  }
+
+  /** Emitted when the connection state or hello changes. */
+  get stateChanged(): ISignal<this, ConnectionState> {
+    return this._stateChanged;
+  }
+
+  /** Emitted after new points arrived (at most once per kernel message). */
+  get dataChanged(): ISignal<this, void> {
+    return this._dataChanged;
+  }
+
+  get state(): ConnectionState {
+    return this._state;
+  }
+
+  set state(value: ConnectionState) {
+    this._state = value;
+    this._stateChanged.emit(value);
+  }
+
+  /** The kernel's hello, once connected. */
+  get hello(): IHello | null {
+    return this._hello;
+  }
+
+  set hello(value: IHello | null) {
+    this._hello = value;
+    this._stateChanged.emit(this._state);
+  }
+
+  /** Series by name, in first-seen order. */
+  get series(): ReadonlyMap<string, SeriesRing> {
+    return this._series;
+  }
+
+  /** Sequence gaps seen (a lost message triggers a resync). */
+  get gaps(): number {
+    return this._gaps;
+  }
+
+  /** Points dropped kernel-side because the pending buffer overflowed. */
+  get dropped(): number {
+    return this._dropped;
+  }
+
+  get stats(): IStreamStats | null {
+    return this._stats;
+  }
+
+  get lastSeq(): number {
+    return this._lastSeq;
+  }
+
+  /** Messages received since connect (for the rate shown in the footer). */
+  get messagesReceived(): number {
+    return this._messages;
+  }
+
+  /** Replace all series with a snapshot's history. */
+  applySnapshot(
+    msg: ISnapshot,
+    buffers: ReadonlyArray<ArrayBuffer | ArrayBufferView>
+  ): void {
+    const decoded = decodeBlocks(msg.blocks, buffers);
+    this._series.clear();
+    for (const block of decoded) {
+      block.names.forEach((name, j) => {
+        this._ring(name).push(block.x, block.ys[j]);
+      });
+    }
+    this._lastSeq = msg.seq;
+    this._stats = msg.stats;
+    this._messages++;
+    this._dataChanged.emit();
+  }
+
+  /**
+   * Append a `series` batch. Returns false when `seq` shows a gap (the caller
+   * should ask for a snapshot); the points are applied either way.
+   */
+  applySeries(
+    msg: ISeries,
+    buffers: ReadonlyArray<ArrayBuffer | ArrayBufferView>
+  ): boolean {
+    const decoded = decodeBlocks(msg.blocks, buffers);
+    for (const block of decoded) {
+      this._dropped += block.dropped;
+      block.names.forEach((name, j) => {
+        this._ring(name).push(block.x, block.ys[j]);
+      });
+    }
+    const contiguous = this._lastSeq < 0 || msg.seq === this._lastSeq + 1;
+    if (!contiguous) {
+      this._gaps++;
+    }
+    this._lastSeq = msg.seq;
+    this._messages++;
+    this._dataChanged.emit();
+    return contiguous;
+  }
+
+  /** Forget the data (kernel restarted or changed). */
+  reset(): void {
+    this._series.clear();
+    this._lastSeq = -1;
+    this._stats = null;
+    this._messages = 0;
+    this._dataChanged.emit();
+  }
+
+  private _ring(name: string): SeriesRing {
+    let ring = this._series.get(name);
+    if (!ring) {
+      ring = new SeriesRing(this._capacity);
+      this._series.set(name, ring);
+    }
+    return ring;
+  }
+
+  private _capacity: number;
+  private _state: ConnectionState = { kind: 'connecting' };
+  private _hello: IHello | null = null;
+  private _series = new Map<string, SeriesRing>();
+  private _lastSeq = -1;
+  private _gaps = 0;
+  private _dropped = 0;
+  private _messages = 0;
+  private _stats: IStreamStats | null = null;
+  private _stateChanged = new Signal<this, ConnectionState>(this);
+  private _dataChanged = new Signal<this, void>(this);
+}
+
+export namespace TorchDbgModel {
+  export interface IOptions {
+    /** Points kept per series (default SERIES_CAPACITY). */
+    capacity?: number;
+  }
+}

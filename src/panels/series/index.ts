@@ -1,0 +1,1 @@
+export { SeriesPanel, formatValue } from './body';

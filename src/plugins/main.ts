@@ -1,0 +1,146 @@
+import {
+  ILabShell,
+  ILayoutRestorer,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import { ICommandPalette, Notification } from '@jupyterlab/apputils';
+import { IConsoleTracker } from '@jupyterlab/console';
+import { INotebookTracker } from '@jupyterlab/notebook';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { ITranslator, nullTranslator } from '@jupyterlab/translation';
+
+import { CommandIDs, PALETTE_CATEGORY } from '../commands';
+import { ActionReply } from '../connection/connection';
+import { ISessionWidget, KernelTracker } from '../connection/tracker';
+import { torchDbgIcon } from '../icon';
+import { TorchDbgSidebar } from '../sidebar/sidebar';
+import { ITorchDebugger } from '../tokens';
+
+const PLUGIN_ID = 'jupyterlab_torchdbg:plugin';
+
+/**
+ * Wires the tracker, the sidebar, the palette commands and the settings.
+ */
+export const mainPlugin: JupyterFrontEndPlugin<ITorchDebugger> = {
+  id: PLUGIN_ID,
+  description: 'A live debugging panel for PyTorch training.',
+  autoStart: true,
+  provides: ITorchDebugger,
+  optional: [
+    ILabShell,
+    ILayoutRestorer,
+    ICommandPalette,
+    INotebookTracker,
+    IConsoleTracker,
+    ISettingRegistry,
+    ITranslator
+  ],
+  activate: (
+    app: JupyterFrontEnd,
+    labShell: ILabShell | null,
+    restorer: ILayoutRestorer | null,
+    palette: ICommandPalette | null,
+    notebooks: INotebookTracker | null,
+    consoles: IConsoleTracker | null,
+    settingRegistry: ISettingRegistry | null,
+    translator: ITranslator | null
+  ): ITorchDebugger => {
+    const trans = (translator ?? nullTranslator).load('jupyterlab_torchdbg');
+    const tracker = new KernelTracker({ autoLoad: true });
+
+    const sidebar = new TorchDbgSidebar({ tracker, trans });
+    sidebar.title.icon = torchDbgIcon;
+    sidebar.title.caption = trans.__('Torch Debugger');
+    app.shell.add(sidebar, 'right', { rank: 600 });
+    if (restorer) {
+      restorer.add(sidebar, 'jupyterlab_torchdbg:sidebar');
+    }
+
+    // Follow the active notebook or console (the last one focused stays current
+    // while the user is in another kind of widget, e.g. the file browser).
+    const follow = (widget: unknown) => {
+      const w = widget as ISessionWidget | null;
+      if (w && (notebooks?.has(w as never) || consoles?.has(w as never))) {
+        tracker.setWidget(w);
+      }
+    };
+    notebooks?.currentChanged.connect((_, w) => follow(w));
+    consoles?.currentChanged.connect((_, w) => follow(w));
+    labShell?.currentChanged.connect((_, args) => follow(args.newValue));
+    void app.restored.then(() => {
+      follow(notebooks?.currentWidget ?? consoles?.currentWidget ?? null);
+    });
+
+    const current = () => tracker.current;
+    const report = (reply: ActionReply) => {
+      if (reply.method === 'error') {
+        Notification.error(reply.message, { autoClose: 5000 });
+      }
+    };
+    const failed = (e: Error) =>
+      Notification.warning(e.message, { autoClose: 5000 });
+
+    app.commands.addCommand(CommandIDs.open, {
+      label: trans.__('Open Panel'),
+      caption: trans.__('Show the Torch Debugger sidebar'),
+      icon: torchDbgIcon,
+      execute: () => {
+        app.shell.activateById(sidebar.id);
+      }
+    });
+    app.commands.addCommand(CommandIDs.load, {
+      label: trans.__('Load in Kernel'),
+      caption: trans.__(
+        'Run %load_ext jupyterlab_torchdbg in the current kernel'
+      ),
+      isEnabled: () => current() !== null,
+      execute: async () => {
+        const conn = current();
+        if (conn && (await conn.load())) {
+          await conn.connect();
+        }
+      }
+    });
+    app.commands.addCommand(CommandIDs.resync, {
+      label: trans.__('Resync Panel with Kernel'),
+      isEnabled: () => current()?.isConnected ?? false,
+      execute: () => current()?.sendAction('snapshot', {}).then(report, failed)
+    });
+    app.commands.addCommand(CommandIDs.clearSeries, {
+      label: trans.__('Clear Logged Series'),
+      isEnabled: () => current()?.isConnected ?? false,
+      execute: () =>
+        current()
+          ?.sendAction('clear_history', {})
+          .then(reply => {
+            report(reply);
+            if (reply.method === 'ack') {
+              current()?.model.reset();
+            }
+          }, failed)
+    });
+    if (palette) {
+      for (const command of Object.values(CommandIDs)) {
+        palette.addItem({ command, category: PALETTE_CATEGORY });
+      }
+    }
+
+    if (settingRegistry) {
+      void settingRegistry
+        .load(PLUGIN_ID)
+        .then(settings => {
+          const apply = () => {
+            tracker.autoLoad = settings.get('autoLoad').composite as boolean;
+          };
+          apply();
+          settings.changed.connect(apply);
+        })
+        .catch(reason => {
+          console.warn('jupyterlab_torchdbg: settings failed to load', reason);
+        });
+    }
+
+    return { tracker };
+  }
+};

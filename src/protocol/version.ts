@@ -1,0 +1,17 @@
+/**
+ * The protocol version and comm target. Kept equal to the schema's
+ * `x-protocol-version` and to the Python constant (checked by jest and pytest).
+ */
+export const PROTOCOL_VERSION = '1.0';
+export const COMM_TARGET = 'jupyterlab_torchdbg';
+
+/**
+ * The major part of a `MAJOR.MINOR` version string, or null.
+ */
+export function majorOf(version: unknown): number | null {
+  if (typeof version !== 'string') {
+    return null;
+  }
+  const m = /^(\d+)\.(\d+)$/.exec(version);
+  return m ? Number(m[1]) : null;
+}

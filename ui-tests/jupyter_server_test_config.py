@@ -1,0 +1,9 @@
+"""Server configuration for the Galata tests (a throwaway root, no token)."""
+
+from jupyterlab.galata import configure_jupyter_server
+
+configure_jupyter_server(c)  # noqa: F821
+
+# Never open a browser from the server; Playwright drives Chromium.
+c.ServerApp.open_browser = False  # noqa: F821
+c.ServerApp.allow_root = True  # noqa: F821  (CI runs as root)
