@@ -4,6 +4,11 @@ export namespace CommandIDs {
   export const load = 'torchdbg:load';
   export const resync = 'torchdbg:resync';
   export const clearSeries = 'torchdbg:clear-series';
+  export const exportCsv = 'torchdbg:export-grads-csv';
+  export const exportJson = 'torchdbg:export-grads-json';
+  export const goToFailingCell = 'torchdbg:go-to-failing-cell';
+  export const debugException = 'torchdbg:debug-exception';
+  export const copyReport = 'torchdbg:copy-exception-report';
 }
 
 export const PALETTE_CATEGORY = 'Torch Debugger';

@@ -6,8 +6,9 @@ callback and comm target is removed and whatever was there before is back.
 R11: ``count_error`` is how every hook reports a failure it caught.
 
 Features that need torch (gradient hooks, memory sampling) register with ``on_torch``;
-they attach when the extension loads if torch is already imported, else at the first cell
-boundary after the user imports it. Loading never imports torch itself.
+they attach when the extension loads if torch is already imported, else the moment the
+user's ``import torch`` finishes (even mid-cell; see torch_import.py). Loading never imports
+torch itself.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .capabilities import Nvml, capabilities
 from .comms import CommHub
 from .features import FEATURE_MODULES
 from .stream import Stream
+from .torch_import import TorchImportWatcher
 
 _current: Extension | None = None
 _lock = threading.Lock()
@@ -98,7 +100,15 @@ class Extension:
         self.add_cleanup(self.nvml.shutdown)
         for name in FEATURE_MODULES:
             self._attach_one(importlib.import_module(name).attach)
+        if "torch" not in sys.modules:
+            self.add_cleanup(TorchImportWatcher(self._on_torch_imported).install())
         self._maybe_attach_torch()
+
+    def _on_torch_imported(self) -> None:
+        try:
+            self._maybe_attach_torch()
+        except Exception:
+            self.count_error("attach:torch")
 
     def stop(self) -> None:
         for fn in reversed(self._cleanups):

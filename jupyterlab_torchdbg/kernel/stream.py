@@ -151,29 +151,42 @@ class BlockSeries:
         """Stack pending rows per segment and start their copies to the host."""
         import torch
 
-        start = 0
-        for end in range(1, len(rows) + 1):
-            if end < len(rows) and _same_segment(rows[start], rows[end], tfs[start], tfs[end]):
-                continue
-            seg_rows = rows[start:end]
-            if isinstance(seg_rows[0], torch.Tensor):
-                m = torch.stack([r.detach().reshape(-1) for r in seg_rows])
-            else:
-                m = torch.tensor([list(r) for r in seg_rows], dtype=torch.float64)
-            event = None
-            if m.device.type == "cuda":
-                # No host sync (R26): copy into pinned memory without blocking and send the
-                # rows once the copy's event has completed (at this or a later flush).
-                host = torch.empty(m.shape, dtype=m.dtype, pin_memory=True)
-                host.copy_(m, non_blocking=True)
-                event = torch.cuda.Event()
-                event.record(torch.cuda.current_stream(m.device))
-            elif m.device.type != "cpu":
-                host = m.cpu()
-            else:
-                host = m
-            self.inflight.append(_Segment(xs[start:end], host, event, tfs[start]))
-            start = end
+        with torch.no_grad():
+            if all(t is tfs[0] for t in tfs) and isinstance(rows[0], torch.Tensor):
+                try:
+                    # The common case: one stack for the whole flush.
+                    self._copy(xs, torch.stack(rows), tfs[0])
+                    return
+                except (RuntimeError, TypeError):
+                    pass  # rows of different widths or devices: segment them
+            start = 0
+            for end in range(1, len(rows) + 1):
+                if end < len(rows) and _same_segment(rows[start], rows[end], tfs[start], tfs[end]):
+                    continue
+                seg_rows = rows[start:end]
+                if isinstance(seg_rows[0], torch.Tensor):
+                    m = torch.stack([r.reshape(-1) for r in seg_rows])
+                else:
+                    m = torch.tensor([list(r) for r in seg_rows], dtype=torch.float64)
+                self._copy(xs[start:end], m, tfs[start])
+                start = end
+
+    def _copy(self, xs: list[float], m: Any, transform: Transform | None) -> None:
+        import torch
+
+        event = None
+        if m.device.type == "cuda":
+            # No host sync (R26): copy into pinned memory without blocking and send the
+            # rows once the copy's event has completed (at this or a later flush).
+            host = torch.empty(m.shape, dtype=m.dtype, pin_memory=True)
+            host.copy_(m, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(torch.cuda.current_stream(m.device))
+        elif m.device.type != "cpu":
+            host = m.cpu()
+        else:
+            host = m
+        self.inflight.append(_Segment(xs, host, event, transform))
 
     def _ready(self, wait: bool) -> list[tuple[list[float], Any]]:
         """Completed segments in order, transformed to ``rows x width`` float32 tensors."""
@@ -193,19 +206,27 @@ class BlockSeries:
         return out
 
     def _add_history(self, xs: list[float], m: Any) -> None:
-        keep = [i for i in range(len(xs)) if (self.seen + i) % self.keep_every == 0]
+        if self.keep_every == 1:
+            keep = None
+        else:
+            keep = [i for i in range(len(xs)) if (self.seen + i) % self.keep_every == 0]
         self.seen += len(xs)
-        if keep:
+        if keep is None:
+            self.hist_x.extend(xs)
+            self.hist_y.frombytes(_tensor_bytes(m))  # row-major
+        elif keep:
             self.hist_x.extend(xs[i] for i in keep)
-            self.hist_y.frombytes(_tensor_bytes(m[keep] if len(keep) < len(xs) else m))
+            self.hist_y.frombytes(_tensor_bytes(m[keep]))
         while len(self.hist_x) >= HISTORY_CAPACITY:
-            w = self.width
+            import torch
+
             rows = len(self.hist_x)
-            self.hist_x = self.hist_x[::2]
+            every_other = torch.frombuffer(self.hist_y, dtype=torch.float32)
+            every_other = every_other.view(rows, self.width)[::2].contiguous()
             halved = array("f")
-            for r in range(0, rows, 2):
-                halved.extend(self.hist_y[r * w : (r + 1) * w])
+            halved.frombytes(_tensor_bytes(every_other))
             self.hist_y = halved
+            self.hist_x = self.hist_x[::2]
             self.keep_every *= 2
 
     def history_series_major(self) -> array:  # type: ignore[type-arg]
@@ -230,15 +251,26 @@ def _same_segment(a: Any, b: Any, ta: Any, tb: Any) -> bool:
     return bool(a.numel() == b.numel())
 
 
-def _tensor_bytes(t: Any) -> bytes:
-    """Raw little-endian float32 bytes of a CPU tensor (numpy when present, else a list)."""
-    t = t.contiguous()
+def _tensor_bytes(t: Any, transpose: bool = False) -> memoryview:
+    """Little-endian float32 bytes of a 2-D CPU float32 tensor (of ``t.T`` if asked).
+
+    numpy (present beside torch in practice) gives a zero-copy view and the fastest
+    transpose; without it, a list round-trip.
+    """
     if sys.byteorder == "little":
         try:
-            return bytes(t.numpy().tobytes())
+            a = t.numpy()
+            if transpose:
+                import numpy as np
+
+                a = np.ascontiguousarray(a.T)
+            elif not a.flags.c_contiguous:
+                a = a.copy()
+            return memoryview(a).cast("B")
         except Exception:  # torch without numpy
             pass
-    return bytes(_le(array("f", t.reshape(-1).tolist())))
+    t = t.t() if transpose else t
+    return _le(array("f", t.contiguous().reshape(-1).tolist()))
 
 
 class Stream:
@@ -391,7 +423,7 @@ class Stream:
                     header["dropped"] = dropped
                 header_blocks.append(header)
                 buffers.append(_le(array("d", bxs)))
-                buffers.append(memoryview(_tensor_bytes(m.t())))
+                buffers.append(_tensor_bytes(m, transpose=True))  # series-major on the wire
                 self.points += len(bxs) * b.width
             self.seq += 1
             seq = self.seq
@@ -417,11 +449,12 @@ class Stream:
                 import torch
 
                 bxs = [x for seg_xs, _ in ready for x in seg_xs]
-                m = (
-                    torch.cat([m for _, m in ready])
-                    if ready
-                    else torch.empty((0, b.width), dtype=torch.float32)
-                )
+                if len(ready) == 1:
+                    m = ready[0][1]
+                elif ready:
+                    m = torch.cat([m for _, m in ready])
+                else:
+                    m = torch.empty((0, b.width), dtype=torch.float32)
                 if b.on_rows is not None and bxs:
                     b.on_rows(bxs, m)
                 out.append((b, bxs, m, dropped))

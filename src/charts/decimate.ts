@@ -87,3 +87,39 @@ export function decimateMinMax(
   }
   return { x: outX, y: outY, nonFinite };
 }
+
+/**
+ * Bucket-max decimation for several series sharing x (gradient norms: the
+ * largest value in a bucket is the one worth seeing). `positive` drops values
+ * that a log scale cannot show.
+ */
+export function decimateMax(
+  x: ArrayLike<number>,
+  ys: ArrayLike<number>[],
+  buckets: number,
+  positive = false
+): { x: number[]; ys: (number | null)[][] } {
+  const n = Math.min(x.length, ...ys.map(y => y.length));
+  const size = Math.max(1, n / Math.max(1, buckets));
+  const outX: number[] = [];
+  const outYs: (number | null)[][] = ys.map(() => []);
+  for (let lo = 0, b = 0; lo < n; b++, lo = Math.floor(b * size)) {
+    const hi = Math.min(n, Math.floor((b + 1) * size));
+    outX.push(x[lo]);
+    ys.forEach((y, k) => {
+      let best: number | null = null;
+      for (let i = lo; i < Math.max(hi, lo + 1); i++) {
+        const v = y[i];
+        if (
+          Number.isFinite(v) &&
+          (!positive || v > 0) &&
+          (best === null || v > best)
+        ) {
+          best = v;
+        }
+      }
+      outYs[k].push(best);
+    });
+  }
+  return { x: outX, ys: outYs };
+}

@@ -1,6 +1,6 @@
 import uPlot from 'uplot';
 
-import { decimateMinMax } from './decimate';
+import { decimateMax, decimateMinMax } from './decimate';
 
 /** Read a JupyterLab theme variable (falls back when unset, e.g. in tests). */
 export function themeVar(name: string, fallback: string): string {
@@ -22,10 +22,12 @@ export function seriesColor(i: number): string {
 }
 
 /**
- * A live line chart for one series, drawn with uPlot on a canvas.
+ * A live line chart drawn with uPlot on a canvas: one series (min/max
+ * decimated, spikes kept) or several sharing x (bucket-max decimated).
  *
  * `setData` only stores the arrays; the chart redraws at most once per
- * animation frame, after min/max decimation to about two points per pixel.
+ * animation frame at about two points per pixel. Optional horizontal line
+ * (a threshold) and vertical marker (a step picked from an alarm).
  */
 export class LineChart {
   constructor(options: LineChart.IOptions) {
@@ -49,11 +51,27 @@ export class LineChart {
     return this._drawn;
   }
 
-  /** Replace the data; schedules one redraw. */
-  setData(x: ArrayLike<number>, y: ArrayLike<number>): void {
+  /** Replace the data (one y array per series); schedules one redraw. */
+  setData(x: ArrayLike<number>, ...ys: ArrayLike<number>[]): void {
     this._x = x;
-    this._y = y;
+    this._ys = ys;
     this._schedule();
+  }
+
+  /** A horizontal reference line (e.g. the explosion threshold), or none. */
+  setHLine(value: number | null): void {
+    if (value !== this._hline) {
+      this._hline = value;
+      this._plot?.redraw(false, false);
+    }
+  }
+
+  /** A vertical marker at x (e.g. the step of an alarm), or none. */
+  setMarker(x: number | null): void {
+    if (x !== this._marker) {
+      this._marker = x;
+      this._plot?.redraw(false, false);
+    }
   }
 
   /** Rebuild with the current theme colours (after a theme switch). */
@@ -94,23 +112,38 @@ export class LineChart {
 
   private _draw(): void {
     const width = this.node.clientWidth;
-    if (width <= 0) {
+    if (width <= 0 || this._ys.length === 0) {
       return; // hidden; the resize observer redraws when shown
     }
     this._width = width;
-    const d = decimateMinMax(this._x, this._y, Math.max(16, Math.ceil(width)));
-    this._drawn = d.x.length;
-    const data: uPlot.AlignedData = [d.x, d.y];
-    if (!this._plot) {
-      this._plot = new uPlot(this._makeOptions(width), data, this.node);
+    const buckets = Math.max(16, Math.ceil(width));
+    let data: uPlot.AlignedData;
+    if (this._ys.length === 1 && !this._options.log) {
+      const d = decimateMinMax(this._x, this._ys[0], buckets);
+      data = [d.x, d.y];
+      this._drawn = d.x.length;
+    } else {
+      const d = decimateMax(this._x, this._ys, buckets, !!this._options.log);
+      data = [d.x, ...d.ys];
+      this._drawn = d.x.length * d.ys.length;
+    }
+    if (!this._plot || this._plot.series.length !== data.length) {
+      this._destroyPlot();
+      this._plot = new uPlot(
+        this._makeOptions(width, data.length - 1),
+        data,
+        this.node
+      );
     } else {
       this._plot.setData(data);
     }
   }
 
-  private _makeOptions(width: number): uPlot.Options {
+  private _makeOptions(width: number, count: number): uPlot.Options {
     const fg = themeVar('--jp-ui-font-color2', '#616161');
     const grid = themeVar('--jp-border-color2', '#e0e0e0');
+    const warn = themeVar('--jp-error-color1', '#d32f2f');
+    const mark = themeVar('--jp-warn-color1', '#f57c00');
     const font = `10px ${themeVar('--jp-ui-font-family', 'sans-serif')}`;
     const axis: uPlot.Axis = {
       stroke: fg,
@@ -118,6 +151,47 @@ export class LineChart {
       ticks: { stroke: grid, width: 1 },
       font,
       size: 36
+    };
+    const labels = this._options.series;
+    const series: uPlot.Series[] = [{}];
+    for (let i = 0; i < count; i++) {
+      const s = labels[i] ?? { label: String(i), color: seriesColor(i) };
+      series.push({
+        label: s.label,
+        stroke: s.color,
+        width: i === 0 ? 1.5 : 1,
+        spanGaps: false,
+        points: { show: false }
+      });
+    }
+    const drawOverlay = (u: uPlot) => {
+      const ctx = u.ctx;
+      const { left, top, width: w, height: h } = u.bbox;
+      ctx.save();
+      ctx.lineWidth = 1 * devicePixelRatio;
+      if (this._hline !== null && Number.isFinite(this._hline)) {
+        const y = u.valToPos(this._hline, 'y', true);
+        if (y >= top && y <= top + h) {
+          ctx.strokeStyle = warn;
+          ctx.setLineDash([4 * devicePixelRatio, 3 * devicePixelRatio]);
+          ctx.beginPath();
+          ctx.moveTo(left, y);
+          ctx.lineTo(left + w, y);
+          ctx.stroke();
+        }
+      }
+      if (this._marker !== null) {
+        const x = u.valToPos(this._marker, 'x', true);
+        if (x >= left && x <= left + w) {
+          ctx.strokeStyle = mark;
+          ctx.setLineDash([]);
+          ctx.beginPath();
+          ctx.moveTo(x, top);
+          ctx.lineTo(x, top + h);
+          ctx.stroke();
+        }
+      }
+      ctx.restore();
     };
     return {
       width,
@@ -129,16 +203,8 @@ export class LineChart {
         y: this._options.log ? { distr: 3 } : {}
       },
       axes: [axis, { ...axis, size: 52 }],
-      series: [
-        {},
-        {
-          label: this._options.label,
-          stroke: this._options.color,
-          width: 1.5,
-          spanGaps: false,
-          points: { show: false }
-        }
-      ]
+      series,
+      hooks: { draw: [drawOverlay] }
     };
   }
 
@@ -152,7 +218,9 @@ export class LineChart {
   private _options: LineChart.IOptions;
   private _plot: uPlot | null = null;
   private _x: ArrayLike<number> = [];
-  private _y: ArrayLike<number> = [];
+  private _ys: ArrayLike<number>[] = [];
+  private _hline: number | null = null;
+  private _marker: number | null = null;
   private _frame: number | null = null;
   private _width = 0;
   private _drawn = 0;
@@ -162,10 +230,10 @@ export class LineChart {
 
 export namespace LineChart {
   export interface IOptions {
-    /** Series label (plain text; uPlot renders it as text). */
-    label: string;
-    color: string;
+    /** Labels and colours of the series (uPlot's legend is off: nothing rendered as HTML). */
+    series: { label: string; color: string }[];
     height: number;
+    /** Log-scale y (non-positive values are not drawn). */
     log?: boolean;
   }
 }

@@ -333,6 +333,15 @@ export class TorchDbgConnection implements IDisposable {
         case 'snapshot':
           this.model.applySnapshot(data, buffers);
           return;
+        case 'grads':
+          this.model.grads.apply(data);
+          break;
+        case 'alert':
+          this.model.grads.applyAlert(data);
+          break;
+        case 'exception':
+          this.model.exception.apply(data);
+          break;
         case 'hello':
           // capabilities changed (e.g. torch was imported after loading)
           if (data.accepted && data.session_id === this._sessionId) {

@@ -1,5 +1,7 @@
 import { ISignal, Signal } from '@lumino/signaling';
 
+import { ExceptionModel } from '../panels/exception/model';
+import { GradsModel } from '../panels/grads/model';
 import { decodeBlocks } from '../protocol/codec';
 import { IHello, ISeries, ISnapshot, IStreamStats } from '../protocol/messages';
 import { SeriesRing } from './ringbuffer';
@@ -32,6 +34,12 @@ export class TorchDbgModel {
   constructor(options: TorchDbgModel.IOptions = {}) {
     this._capacity = options.capacity ?? SERIES_CAPACITY;
   }
+
+  /** The gradient monitor's status and alarms. */
+  readonly grads = new GradsModel();
+
+  /** The last unhandled exception. */
+  readonly exception = new ExceptionModel();
 
   /** Emitted when the connection state or hello changes. */
   get stateChanged(): ISignal<this, ConnectionState> {
@@ -133,12 +141,20 @@ export class TorchDbgModel {
     return contiguous;
   }
 
+  /** Forget the logged series only (after the kernel cleared its history). */
+  clearSeries(): void {
+    this._series.clear();
+    this._dataChanged.emit();
+  }
+
   /** Forget the data (kernel restarted or changed). */
   reset(): void {
     this._series.clear();
     this._lastSeq = -1;
     this._stats = null;
     this._messages = 0;
+    this.grads.reset();
+    this.exception.dismiss();
     this._dataChanged.emit();
   }
 

@@ -11,9 +11,12 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 
 import { CommandIDs, PALETTE_CATEGORY } from '../commands';
-import { ActionReply } from '../connection/connection';
+import { ActionReply, TorchDbgConnection } from '../connection/connection';
+import { IException } from '../protocol/messages';
 import { ISessionWidget, KernelTracker } from '../connection/tracker';
 import { torchDbgIcon } from '../icon';
+import { download, gradsCsv, gradsJson } from '../panels/grads';
+import { exceptionActions } from './exceptionActions';
 import { TorchDbgSidebar } from '../sidebar/sidebar';
 import { ITorchDebugger } from '../tokens';
 
@@ -49,7 +52,8 @@ export const mainPlugin: JupyterFrontEndPlugin<ITorchDebugger> = {
     const trans = (translator ?? nullTranslator).load('jupyterlab_torchdbg');
     const tracker = new KernelTracker({ autoLoad: true });
 
-    const sidebar = new TorchDbgSidebar({ tracker, trans });
+    const actions = exceptionActions(app, notebooks, tracker, trans);
+    const sidebar = new TorchDbgSidebar({ tracker, actions, trans });
     sidebar.title.icon = torchDbgIcon;
     sidebar.title.caption = trans.__('Torch Debugger');
     app.shell.add(sidebar, 'right', { rank: 600 });
@@ -72,7 +76,24 @@ export const mainPlugin: JupyterFrontEndPlugin<ITorchDebugger> = {
       follow(notebooks?.currentWidget ?? consoles?.currentWidget ?? null);
     });
 
+    // Auto-popup: a new (not replayed) exception opens the panel on its view.
+    let autoPopup = true;
+    let watched: TorchDbgConnection | null = null;
+    const onRaised = (_: unknown, exc: IException) => {
+      if (autoPopup && !exc.replay) {
+        app.shell.activateById(sidebar.id);
+        sidebar.node.scrollTop = 0;
+      }
+    };
+    const watch = (conn: TorchDbgConnection | null) => {
+      watched?.model.exception.raised.disconnect(onRaised);
+      watched = conn;
+      conn?.model.exception.raised.connect(onRaised);
+    };
+    tracker.currentChanged.connect((_, conn) => watch(conn));
+
     const current = () => tracker.current;
+    const lastException = () => current()?.model.exception.current ?? null;
     const report = (reply: ActionReply) => {
       if (reply.method === 'error') {
         Notification.error(reply.message, { autoClose: 5000 });
@@ -116,9 +137,64 @@ export const mainPlugin: JupyterFrontEndPlugin<ITorchDebugger> = {
           .then(reply => {
             report(reply);
             if (reply.method === 'ack') {
-              current()?.model.reset();
+              current()?.model.clearSeries();
             }
           }, failed)
+    });
+    app.commands.addCommand(CommandIDs.exportCsv, {
+      label: trans.__('Export Gradient Norms as CSV'),
+      isEnabled: () => !!current()?.model.grads.status,
+      execute: () => {
+        const m = current()?.model;
+        if (m) {
+          download('grad-norms.csv', gradsCsv(m), 'text/csv');
+        }
+      }
+    });
+    app.commands.addCommand(CommandIDs.exportJson, {
+      label: trans.__('Export Gradient Norms as JSON'),
+      isEnabled: () => !!current()?.model.grads.status,
+      execute: () => {
+        const m = current()?.model;
+        if (m) {
+          download('grad-norms.json', gradsJson(m), 'application/json');
+        }
+      }
+    });
+    app.commands.addCommand(CommandIDs.goToFailingCell, {
+      label: trans.__('Go to Failing Cell'),
+      isEnabled: () => lastException() !== null,
+      execute: async () => {
+        const exc = lastException();
+        const m = current()?.model;
+        if (exc && m) {
+          const frame =
+            exc.frames[m.exception.frame] ?? exc.frames[exc.focus ?? 0];
+          const note = frame ? await actions.goToFrame(exc, frame) : '';
+          if (note) {
+            Notification.info(note, { autoClose: 4000 });
+          }
+        }
+      }
+    });
+    app.commands.addCommand(CommandIDs.debugException, {
+      label: trans.__('Debug Last Exception (%debug)'),
+      isEnabled: () => lastException()?.debuggable ?? false,
+      execute: async () => {
+        const exc = lastException();
+        const note = exc ? await actions.debug(exc) : '';
+        if (note) {
+          Notification.info(note, { autoClose: 8000 });
+        }
+      }
+    });
+    app.commands.addCommand(CommandIDs.copyReport, {
+      label: trans.__('Copy Exception Report'),
+      isEnabled: () => lastException() !== null,
+      execute: () => {
+        const exc = lastException();
+        return exc ? actions.copyReport(exc) : undefined;
+      }
     });
     if (palette) {
       for (const command of Object.values(CommandIDs)) {
@@ -132,6 +208,7 @@ export const mainPlugin: JupyterFrontEndPlugin<ITorchDebugger> = {
         .then(settings => {
           const apply = () => {
             tracker.autoLoad = settings.get('autoLoad').composite as boolean;
+            autoPopup = settings.get('autoPopup').composite as boolean;
           };
           apply();
           settings.changed.connect(apply);

@@ -89,7 +89,8 @@ export interface IError {
   duplicate?: boolean;
 }
 
-export type KernelMessage = IHello | ISnapshot | ISeries | IAck | IError;
+export type KernelMessage =
+  IHello | ISnapshot | ISeries | IAck | IError | IGrads | IAlert | IException;
 
 export interface IOpen {
   method: 'open';
@@ -101,6 +102,9 @@ export interface IOpen {
 export interface IActionArgs {
   snapshot: Record<string, never>;
   clear_history: { names?: string[] };
+  set_stride: { stride: number | 'auto' | 'off' };
+  set_thresholds: Partial<IGradThresholds>;
+  clear_alerts: Record<string, never>;
 }
 
 export type ActionName = keyof IActionArgs;
@@ -127,4 +131,176 @@ export function wireNumber(v: WireNumber | null | undefined): number {
     default:
       return NaN;
   }
+}
+
+// --- gradient monitor -------------------------------------------------------
+
+export interface IGradThresholds {
+  explode_abs: number | null;
+  explode_factor: number;
+  explode_warmup: number;
+  vanish_floor: number;
+  vanish_ratio: number;
+  vanish_steps: number;
+  amp_skips: number;
+  amp_min_scale: number;
+}
+
+export interface IGradLayer {
+  name: string;
+  series: string;
+  param_series: string;
+  numel: number;
+  params: { name: string; shape: number[]; dtype: string }[];
+  more_params?: number;
+}
+
+export interface IGradStats {
+  last: WireNumber[];
+  max: (number | null)[];
+  min: (number | null)[];
+  nonfinite: number[];
+}
+
+export interface IGradTrack {
+  name: string;
+  state: 'waiting' | 'active' | 'disabled' | 'no_grads';
+  reason: string | null;
+  step: number;
+  sampled: number;
+  mode: 'auto' | 'fixed' | 'off';
+  stride: number;
+  overhead: number | null;
+  step_time_s: number | null;
+  sample_cost_s: number | null;
+  skipped_steps: number;
+  skipped_at?: number[];
+  amp_scale: WireNumber | null;
+  local_shard: boolean;
+  coarsened: boolean;
+  total_series: string;
+  scale_series: string | null;
+  layers_version: number;
+  layers?: IGradLayer[];
+  stats?: IGradStats;
+}
+
+export interface IGrads {
+  method: 'grads';
+  state: 'waiting' | 'active' | 'off';
+  reason: string | null;
+  mode: 'auto' | 'fixed' | 'off';
+  stride: number | null;
+  budget: number;
+  thresholds: IGradThresholds;
+  alerts: number;
+  tracks: IGradTrack[];
+}
+
+export interface IAlertItem {
+  id: string;
+  source: string;
+  kind:
+    | 'non_finite'
+    | 'explosion'
+    | 'vanishing'
+    | 'amp_skips'
+    | 'amp_scale_collapse';
+  severity: 'warning' | 'error';
+  step: number;
+  layer: string | null;
+  message: string;
+  remedy: string;
+  track: string;
+  value: WireNumber | null;
+  time: number;
+}
+
+export interface IAlert {
+  method: 'alert';
+  alerts: IAlertItem[];
+  replay?: boolean;
+}
+
+// --- exceptions -------------------------------------------------------------
+
+export interface ILocal {
+  name?: string;
+  kind: string;
+  type: string;
+  text: string;
+  shape?: (number | string)[] | 'n/a';
+  dtype?: string;
+  device?: string;
+  requires_grad?: boolean | string;
+  grad?: boolean | string;
+  finite?: boolean | null;
+  items?: ILocal[];
+  [key: string]: unknown;
+}
+
+export interface IExceptionFrame {
+  position: number;
+  origin: 'cell' | 'file' | 'library';
+  user: boolean;
+  function: string;
+  file: string;
+  path?: string;
+  lineno: number;
+  cell_id?: string | null;
+  execution_count?: number | null;
+  source_changed?: boolean;
+  line: string;
+  source?: { first: number; lines: string[] };
+  namespace?: boolean;
+  locals: ILocal[];
+  locals_total: number;
+  locals_truncated: boolean;
+}
+
+export interface IRelatedException {
+  relation?: 'cause' | 'context';
+  type: string;
+  module: string;
+  message: string;
+  message_truncated: boolean;
+}
+
+export interface IDiagnosis {
+  category: string;
+  title: string;
+  headline: string;
+  culprits: (ILocal & { frame?: number; role?: string; named?: boolean })[];
+  remedy: string | null;
+  hints: string[];
+  facts: { [key: string]: unknown };
+  confidence: 'certain' | 'likely';
+  links: ('memory' | 'grads')[];
+  where: number | null;
+}
+
+export interface IException {
+  method: 'exception';
+  id: string;
+  time: number;
+  replay: boolean;
+  execution_count: number | null;
+  cell_id: string | null;
+  debuggable: boolean;
+  exception: {
+    type: string;
+    module: string;
+    message: string;
+    message_truncated: boolean;
+    message_unavailable?: boolean;
+  };
+  diagnosis: IDiagnosis;
+  frames: IExceptionFrame[];
+  focus: number | null;
+  frames_total: number;
+  elided: { after: number; count: number; reason: 'repeated' | 'limit' }[];
+  chain: IRelatedException[];
+  group?: IRelatedException[];
+  truncated: boolean;
+  capture_ms?: number;
 }

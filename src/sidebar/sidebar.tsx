@@ -6,6 +6,8 @@ import { TorchDbgConnection } from '../connection/connection';
 import { KernelTracker } from '../connection/tracker';
 import { ConnectionState } from '../model/model';
 import { IHello } from '../protocol/messages';
+import { ExceptionPanel, IExceptionActions } from '../panels/exception';
+import { GradsPanel } from '../panels/grads';
 import { SeriesPanel } from '../panels/series';
 import { useSignalRender } from './hooks';
 
@@ -149,6 +151,7 @@ function Footer(props: {
   trans: TranslationBundle;
 }): JSX.Element {
   const m = props.conn.model;
+  useSignalRender(m.dataChanged);
   const errors = m.stats
     ? Object.values(m.stats.errors).reduce((a, b) => a + b, 0)
     : 0;
@@ -169,15 +172,44 @@ function Footer(props: {
   );
 }
 
+/** A collapsible section of the sidebar. */
+function Section(props: {
+  id: string;
+  title: string;
+  badge?: string;
+  open?: boolean;
+  children: React.ReactNode;
+}): JSX.Element {
+  const [open, setOpen] = React.useState(props.open ?? true);
+  return (
+    <section className="jp-TorchDbg-section" data-section={props.id}>
+      <button
+        className="jp-TorchDbg-sectionHeader"
+        aria-expanded={open}
+        onClick={() => setOpen(o => !o)}
+      >
+        <span className="jp-TorchDbg-caret">{open ? '▾' : '▸'}</span>
+        {props.title}
+        {props.badge && (
+          <span className="jp-TorchDbg-badge">{props.badge}</span>
+        )}
+      </button>
+      {open && <div className="jp-TorchDbg-sectionBody">{props.children}</div>}
+    </section>
+  );
+}
+
 function SidebarBody(props: {
   tracker: KernelTracker;
+  actions: IExceptionActions;
   trans: TranslationBundle;
 }): JSX.Element {
   const { tracker, trans } = props;
   useSignalRender(tracker.currentChanged);
   const conn = tracker.current;
   useSignalRender(conn ? conn.model.stateChanged : null);
-  useSignalRender(conn ? conn.model.dataChanged : null);
+  useSignalRender(conn ? conn.model.exception.changed : null);
+  useSignalRender(conn ? conn.model.grads.changed : null);
   if (!conn) {
     return (
       <div className="jp-TorchDbg-body">
@@ -202,7 +234,29 @@ function SidebarBody(props: {
       {state.kind === 'connected' && hello ? (
         <>
           <CapabilityChips hello={hello} trans={trans} />
-          <SeriesPanel model={conn.model} trans={trans} />
+          {conn.model.exception.current && (
+            <Section id="exception" title={trans.__('Exception')}>
+              <ExceptionPanel
+                model={conn.model}
+                actions={props.actions}
+                trans={trans}
+              />
+            </Section>
+          )}
+          <Section
+            id="grads"
+            title={trans.__('Gradients')}
+            badge={
+              conn.model.grads.alerts.length
+                ? String(conn.model.grads.alerts.length)
+                : undefined
+            }
+          >
+            <GradsPanel model={conn.model} conn={conn} trans={trans} />
+          </Section>
+          <Section id="series" title={trans.__('Logged series')}>
+            <SeriesPanel model={conn.model} trans={trans} />
+          </Section>
           <Footer conn={conn} trans={trans} />
         </>
       ) : (
@@ -228,6 +282,7 @@ export class TorchDbgSidebar extends ReactWidget {
     super();
     this._tracker = options.tracker;
     this._trans = options.trans;
+    this._actions = options.actions;
     this.id = 'jp-torchdbg-sidebar';
     this.addClass('jp-TorchDbg-sidebar');
   }
@@ -238,18 +293,24 @@ export class TorchDbgSidebar extends ReactWidget {
         <header className="jp-TorchDbg-title">
           {this._trans.__('Torch Debugger')}
         </header>
-        <SidebarBody tracker={this._tracker} trans={this._trans} />
+        <SidebarBody
+          tracker={this._tracker}
+          actions={this._actions}
+          trans={this._trans}
+        />
       </>
     );
   }
 
   private _tracker: KernelTracker;
   private _trans: TranslationBundle;
+  private _actions: IExceptionActions;
 }
 
 export namespace TorchDbgSidebar {
   export interface IOptions {
     tracker: KernelTracker;
+    actions: IExceptionActions;
     trans: TranslationBundle;
   }
 }

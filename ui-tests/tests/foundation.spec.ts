@@ -9,7 +9,7 @@ import {
   test
 } from '@jupyterlab/galata';
 
-const PANEL = '#jp-torchdbg-sidebar';
+import { PANEL, setSource } from './helpers';
 
 async function openPanelFromPalette(page: IJupyterLabPageFixture) {
   await page.keyboard.press('Control+Shift+C');
@@ -21,22 +21,6 @@ async function openPanelFromPalette(page: IJupyterLabPageFixture) {
     .first()
     .click();
   await expect(page.locator(PANEL)).toBeVisible();
-}
-
-/** Set a cell's source through the model (no auto-indent surprises). */
-async function setSource(
-  page: IJupyterLabPageFixture,
-  index: number,
-  source: string
-) {
-  await page.evaluate(
-    ({ index, source }) => {
-      const app = (window as any).jupyterapp;
-      const nb = app.shell.currentWidget.content;
-      nb.model.cells.get(index).sharedModel.setSource(source);
-    },
-    { index, source }
-  );
 }
 
 async function newNotebook(page: IJupyterLabPageFixture, name: string) {
@@ -147,6 +131,27 @@ test.describe('foundation', () => {
         `${PANEL} .jp-TorchDbg-seriesCard[data-series="after_restart"]`
       )
     ).toBeVisible();
+
+    // page reload: the panel reattaches and gets the history in one snapshot (R04, R06)
+    // (a plain browser reload: Galata's page.reload waits for a launcher tab)
+    await page.evaluate(() => window.location.reload());
+    await page.waitForSelector('.jp-Notebook', { timeout: 60000 });
+    await page.keyboard.press('Control+Shift+Y');
+    await expect(page.locator(`${PANEL} .jp-TorchDbg-body`)).toHaveAttribute(
+      'data-state',
+      'connected',
+      { timeout: 60000 }
+    );
+    // the whole history came back in one snapshot (5 points, last step 4)
+    await expect(
+      page.locator(
+        `${PANEL} .jp-TorchDbg-seriesCard[data-series="after_restart"] .jp-TorchDbg-seriesFooter`
+      )
+    ).toHaveText('step 4 · 5 points', { timeout: 30000 });
+    // the stream continues from the snapshot without a sequence gap
+    await expect(page.locator(`${PANEL} .jp-TorchDbg-footer`)).toContainText(
+      '0 gaps'
+    );
   });
 
   test('S1: kernel strings as series names render as inert text', async ({

@@ -6,6 +6,14 @@ import { TorchDbgModel } from '../../model/model';
 import { SeriesRing } from '../../model/ringbuffer';
 import { useSignalRender } from '../../sidebar/hooks';
 
+/**
+ * Names under `grad/` and `param/` belong to the gradient monitor (shown in its
+ * own section), not to `log()`.
+ */
+export function isMonitorSeries(name: string): boolean {
+  return name.startsWith('grad/') || name.startsWith('param/');
+}
+
 /** Format a value for the card header: short, and honest about NaN/Inf. */
 export function formatValue(v: number): string {
   if (Number.isNaN(v)) {
@@ -33,8 +41,7 @@ function SeriesCard(props: {
   const chart = useRef<LineChart | null>(null);
   useEffect(() => {
     const c = new LineChart({
-      label: props.name,
-      color: seriesColor(props.index),
+      series: [{ label: props.name, color: seriesColor(props.index) }],
       height: 120
     });
     chart.current = c;
@@ -83,7 +90,9 @@ export function SeriesPanel(props: {
 }): JSX.Element {
   const tick = useSignalRender(props.model.dataChanged);
   const { trans } = props;
-  const entries = [...props.model.series.entries()];
+  const entries = [...props.model.series.entries()].filter(
+    ([name]) => !isMonitorSeries(name)
+  );
   if (entries.length === 0) {
     return (
       <div className="jp-TorchDbg-empty jp-TorchDbg-seriesEmpty">

@@ -1,0 +1,227 @@
+"""Out of memory (CUDA, CPU, MPS) and sticky asynchronous CUDA errors (device-side assert).
+
+Both work from the message and the captured metadata only: an OOM handler must not
+allocate device memory (R23) and after a sticky CUDA error nothing may touch CUDA (R22).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .context import (
+    LOSS_FUNCS,
+    LOSS_TYPES,
+    Context,
+    Diagnosis,
+    Row,
+    as_culprit,
+    frame_row,
+    layer_label,
+    library_args,
+    library_frame,
+    n_classes,
+    user_name_or,
+)
+
+_UNITS = {
+    "B": 1,
+    "bytes": 1,
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+    "TiB": 2**40,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+}
+_SIZE = r"(\d+(?:\.\d+)?)\s*(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)\b"
+
+
+def _bytes(m: re.Match[str] | None, at: int = 1) -> int | None:
+    if m is None:
+        return None
+    return int(float(m.group(at)) * _UNITS[m.group(at + 1)])
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "n/a"
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        if abs(n) >= _UNITS[unit]:
+            return f"{n / _UNITS[unit]:.2f} {unit}"
+    return f"{n} bytes"
+
+
+def parse_oom(message: str, exc_type: str = "") -> dict[str, Any] | None:
+    """The numbers in an out-of-memory message, or None when it is not one.
+
+    Shared by this rule and the memory panel's OOM autopsy (``kernel/memory/autopsy.py``):
+    ``device`` ("cuda:N", "cuda", "cpu", "mps"), ``requested_bytes``, and where the message
+    has them ``total_bytes``, ``free_bytes``, ``allocated_bytes`` (by PyTorch),
+    ``reserved_unallocated_bytes`` and ``process_bytes``.
+    """
+    msg = message
+    low = msg.lower()
+    cuda = "cuda out of memory" in low or (exc_type == "OutOfMemoryError" and "cpu" not in low)
+    cpu = "can't allocate memory" in low or "defaultcpuallocator" in low
+    mps = "mps backend out of memory" in low
+    if not (cuda or cpu or mps or "out of memory" in low):
+        return None
+    facts: dict[str, Any] = {}
+    gpu = re.search(r"GPU (\d+) has a total capacity of " + _SIZE + r" of which " + _SIZE, msg)
+    device = "cpu" if cpu else "mps" if mps else "cuda"
+    if gpu is not None:
+        device = f"cuda:{gpu.group(1)}"
+        facts["total_bytes"] = _bytes(gpu, 2)
+        facts["free_bytes"] = _bytes(gpu, 4)
+    facts["device"] = device
+    req = re.search(r"Tried to allocate " + _SIZE, msg, re.I)
+    requested = _bytes(req)
+    if requested is None:
+        m = re.search(r"you tried to allocate (\d+) bytes", msg)
+        requested = int(m.group(1)) if m else None
+    facts["requested_bytes"] = requested
+    facts["allocated_bytes"] = _bytes(re.search(_SIZE + r" is allocated by PyTorch", msg))
+    unalloc = _bytes(re.search(_SIZE + r" is reserved by PyTorch but unallocated", msg))
+    facts["reserved_unallocated_bytes"] = unalloc
+    facts["process_bytes"] = _bytes(re.search(r"this process has " + _SIZE + " memory in use", msg))
+    return facts
+
+
+def out_of_memory(ctx: Context) -> Diagnosis | None:
+    facts = parse_oom(ctx.message, ctx.exc_type)
+    if facts is None:
+        return None
+    device = facts["device"]
+    requested = facts["requested_bytes"]
+    unalloc = facts["reserved_unallocated_bytes"]
+
+    largest = ctx.scan_tensors(device.split(":")[0])[:5]
+    culprits = [as_culprit(r, r.get("frame"), role="large tensor") for r in largest]
+
+    where = {"cpu": "CPU", "mps": "MPS"}.get(device, f"GPU {device.partition(':')[2] or '?'}")
+    head = f"Out of memory on {where}"
+    if requested is not None:
+        head += f": tried to allocate {fmt_bytes(requested)}"
+        if facts.get("free_bytes") is not None:
+            head += f" with {fmt_bytes(facts['free_bytes'])} free"
+            if facts.get("total_bytes") is not None:
+                head += f" (of {fmt_bytes(facts['total_bytes'])})"
+    if largest:
+        top = largest[0]
+        head += f"; largest named tensor: `{top['name']}` ({fmt_bytes(top.get('nbytes'))})"
+
+    allocated = facts.get("allocated_bytes") or 0
+    total = facts.get("total_bytes")
+    hints = [
+        "Mixed precision halves activation memory: "
+        "`with torch.autocast(device_type='cuda', dtype=torch.bfloat16): ...`",
+        "Activation checkpointing (`torch.utils.checkpoint.checkpoint`) trades compute "
+        "for memory in deep models.",
+        "Free gradients between steps: `optimizer.zero_grad(set_to_none=True)`; run "
+        "evaluation under `torch.no_grad()`.",
+        "The failed cell's frames keep their tensors alive through `sys.last_traceback` "
+        "(for `%debug`): 'Release references' frees them, then empty the cache.",
+    ]
+    if (
+        unalloc is not None
+        and requested is not None
+        and (unalloc >= requested or (allocated and unalloc > 0.2 * allocated))
+    ):
+        remedy = (
+            f"{fmt_bytes(unalloc)} is reserved but unallocated (fragmentation): set "
+            "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` before CUDA starts "
+            "(restart the kernel, set it in the first cell before importing torch)."
+        )
+        facts["fragmentation"] = True
+    elif requested is not None and total and requested > total // 2:
+        remedy = (
+            f"One allocation of {fmt_bytes(requested)} is over half the device "
+            f"({fmt_bytes(total)}): look for an unexpectedly large tensor (an accidental "
+            "broadcast or outer product, a huge batch or sequence) before tuning anything."
+        )
+    elif device == "cpu":
+        remedy = (
+            "The process ran out of host memory: reduce the batch or the data held in "
+            "memory, or free large variables (`del x`)."
+        )
+    else:
+        remedy = "Reduce the batch size (halve it), or accumulate gradients over smaller batches."
+    return {
+        "category": "out_of_memory",
+        "title": "Out of memory",
+        "headline": head,
+        "culprits": culprits,
+        "remedy": remedy,
+        "hints": hints if device != "cpu" else hints[3:],
+        "facts": facts,
+        "links": ["memory"],
+    }
+
+
+_STICKY = [
+    (r"device-side assert", "device_side_assert"),
+    (r"illegal memory access", "illegal_memory_access"),
+    (r"unspecified launch failure", "launch_failure"),
+    (r"misaligned address", "misaligned_address"),
+    (r"illegal instruction", "illegal_instruction"),
+]
+
+
+def sticky_cuda_error(message: str) -> str | None:
+    """The kind of sticky CUDA error ``message`` reports (the context is then unusable), or
+    None. Shared with the memory panel, which stops touching CUDA after one (R22)."""
+    return next((k for p, k in _STICKY if re.search(p, message)), None)
+
+
+def device_side_assert(ctx: Context) -> Diagnosis | None:
+    kind = sticky_cuda_error(ctx.message)
+    if kind is None:
+        return None
+    facts: dict[str, Any] = {"kind": kind, "sticky": True}
+    culprits: list[Row] = []
+    hints = [
+        "Checks to run on CPU after the restart: class labels in [0, n_classes), "
+        "embedding indices < num_embeddings, gather/index_select indices in range.",
+    ]
+    head = (
+        "A CUDA kernel assertion failed (device-side assert)"
+        if kind == "device_side_assert"
+        else "An asynchronous CUDA error occurred"
+    )
+    loss = library_frame(ctx, self_types=LOSS_TYPES, functions=LOSS_FUNCS)
+    emb = library_frame(ctx, self_types=("Embedding",), functions=("embedding",))
+    if loss is not None and kind == "device_side_assert":
+        n = n_classes(frame_row(ctx.frames[loss], "input"))
+        facts["n_classes"] = n
+        target = [c for c in library_args(ctx, loss) if c.get("arg") == "target"]
+        culprits = target
+        who = user_name_or(target[0] if target else None, "a")
+        head += (
+            f", reported in `{ctx.frames[loss].get('function')}`: the usual cause is {who} "
+            f"label outside [0, {n if n is not None else 'n_classes'})"
+        )
+    elif emb is not None and kind == "device_side_assert":
+        name, s = layer_label(ctx, emb)
+        facts["num_embeddings"] = s.get("num_embeddings") if s else None
+        head += f", reported in {name}: the usual cause is an index ≥ num_embeddings"
+    return {
+        "category": "device_side_assert" if kind == "device_side_assert" else "cuda_error",
+        "title": "CUDA device-side assert" if kind == "device_side_assert" else "CUDA error",
+        "headline": head,
+        "culprits": culprits,
+        "remedy": (
+            "The CUDA context is now corrupted: restart the kernel. Then get the exact "
+            "failing call: put `%env CUDA_LAUNCH_BLOCKING=1` in the first cell (before "
+            "torch uses CUDA), or run the same batch on CPU for a readable error."
+        ),
+        "hints": [
+            "CUDA reports errors asynchronously: the line shown may be a later call than "
+            "the one that failed.",
+            *hints,
+        ],
+        "facts": facts,
+        "confidence": "likely" if culprits else "certain",
+    }

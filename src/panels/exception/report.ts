@@ -1,0 +1,41 @@
+import { IException } from '../../protocol/messages';
+
+/** The diagnosis and stack as Markdown, for a bug report or a colleague. */
+export function exceptionReport(exc: IException): string {
+  const d = exc.diagnosis;
+  const fence = (s: string) => s.replace(/```/g, "'''");
+  const lines: string[] = [`### ${d.title}`, '', d.headline, ''];
+  if (d.remedy) {
+    lines.push(`**Fix:** ${d.remedy}`, '');
+  }
+  for (const h of d.hints) {
+    lines.push(`- ${h}`);
+  }
+  if (d.culprits.length) {
+    lines.push('', '**Involved:**', '');
+    for (const c of d.culprits) {
+      lines.push(`- \`${c.name ?? '?'}\`: ${c.text}`);
+    }
+  }
+  lines.push(
+    '',
+    '```text',
+    fence(`${exc.exception.type}: ${exc.exception.message}`)
+  );
+  for (const f of exc.frames) {
+    lines.push(fence(`  ${f.file}:${f.lineno} in ${f.function}`));
+    if (f.line) {
+      lines.push(fence(`    ${f.line}`));
+    }
+  }
+  lines.push('```', '');
+  const focus = exc.frames[exc.focus ?? -1];
+  if (focus && focus.locals.length) {
+    lines.push(`**Locals of \`${focus.function}\`:**`, '');
+    for (const l of focus.locals.slice(0, 50)) {
+      lines.push(`- \`${l.name ?? ''}\`: ${l.text}`);
+    }
+    lines.push('');
+  }
+  return lines.join('\n');
+}

@@ -1,0 +1,136 @@
+"""The gradient monitor on CUDA: no host sync per step (R26), norms equal torch's.
+
+Skipped without a CUDA device. Errors inside the tool's hook are caught and counted (R11),
+so "no sync" is checked both ways: nothing raises under
+``torch.cuda.set_sync_debug_mode("error")`` *and* the tool counted no error of its own.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+
+def _session(ns: dict):  # imported lazily: the module must collect on machines without CUDA
+    from grads_support import session
+
+    return session(ns)
+
+
+def make(dtype: torch.dtype = torch.float32) -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 8)
+    ).to("cuda", dtype)
+    # plain SGD: no optimizer state, so the baseline step itself is sync-free
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    return model, opt
+
+
+def step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> None:
+    opt.zero_grad(set_to_none=True)
+    model(x).float().pow(2).mean().backward()
+    opt.step()
+
+
+def test_r26_baseline_step_is_sync_free() -> None:
+    """Guards the test below: without the tool these steps raise nothing either."""
+    model, opt = make()
+    x = torch.randn(32, 64, device="cuda")
+    step(model, opt, x)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(5):
+            step(model, opt, x)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+
+
+def test_r26_monitored_steps_add_no_sync() -> None:
+    model, opt = make()
+    x = torch.randn(32, 64, device="cuda")
+    with _session({"model": model, "opt": opt}) as s:
+        s.comm.action("set_stride", {"stride": 1})
+        s.ext.stream.interval_s = 0.0  # flush at every step: the copies must not sync either
+        step(model, opt, x)  # first sample builds the plan
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(50):
+                step(model, opt, x)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        assert s.ext.errors == {}, dict(s.ext.errors)
+        s.end_cell()  # waits for the last copies (a sync at the cell's end is fine)
+        xs, total = s.comm.series()["grad/opt/total"]
+        assert xs.tolist() == list(range(1, 52))
+        assert all(math.isfinite(v) for v in total)
+
+
+def test_norms_match_on_cuda_including_low_precision() -> None:
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        model, opt = make(dtype)
+        x = torch.randn(32, 64, device="cuda", dtype=dtype)
+        refs: list[float] = []
+        layer_refs: list[float] = []
+        with _session({"model": model, "opt": opt}) as s:
+            s.comm.action("set_stride", {"stride": 1})
+            for _ in range(10):
+                opt.zero_grad(set_to_none=True)
+                model(x).float().pow(2).mean().backward()
+                grads = [p.grad.float() for p in model.parameters()]
+                refs.append(float(torch.nn.utils.get_total_norm(grads)))
+                layer_refs.append(
+                    float(torch.linalg.vector_norm(torch.cat([grads[0].flatten(), grads[1]])))
+                )
+                opt.step()
+            s.end_cell()
+            series = s.comm.series()
+            got = series["grad/opt/total"][1].tolist()
+            assert got == pytest.approx(refs, rel=1e-3 if dtype != torch.float32 else 1e-5), dtype
+            first = series["grad/opt/model.0"][1].tolist()
+            assert first == pytest.approx(layer_refs, rel=1e-3 if dtype != torch.float32 else 1e-5)
+            assert s.ext.errors == {}
+
+
+def test_r31_amp_on_cuda_unscaled_and_skip_counted() -> None:
+    model, opt = make()
+    scaler = torch.amp.GradScaler("cuda")
+    x = torch.randn(32, 64, device="cuda")
+    refs: list[float] = []
+    with _session({"model": model, "opt": opt, "scaler": scaler}) as s:
+        s.comm.action("set_stride", {"stride": 1})
+        for i in range(20):
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = model(x).float().pow(2).mean()
+            if i == 7:
+                loss = loss * math.inf
+            scaler.scale(loss).backward()
+            scale = scaler.get_scale()
+            if i != 7:
+                refs.append(
+                    float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]))
+                    / scale
+                )
+            scaler.step(opt)
+            scaler.update()
+        s.end_cell()
+        track = s.track()
+        assert track["skipped_steps"] == 1 and track["step"] == 19
+        assert s.comm.alerts() == []
+        got = s.comm.series()["grad/opt/total"][1].tolist()
+        assert got == pytest.approx(refs, rel=1e-3)
