@@ -9,6 +9,11 @@ export namespace CommandIDs {
   export const goToFailingCell = 'torchdbg:go-to-failing-cell';
   export const debugException = 'torchdbg:debug-exception';
   export const copyReport = 'torchdbg:copy-exception-report';
+  export const clip = 'torchdbg:clip';
+  export const unclip = 'torchdbg:unclip';
+  export const pause = 'torchdbg:pause';
+  export const resume = 'torchdbg:resume';
+  export const step = 'torchdbg:step';
 }
 
 export const PALETTE_CATEGORY = 'Torch Debugger';

@@ -76,7 +76,16 @@ class KernelDriver:
         self.comm: list[CommMessage] = []
         self.closed: set[str] = set()
         self.iopub: list[dict[str, Any]] = []
-        self._lock = asyncio.Lock()
+        self._replies: dict[str, dict[str, Any]] = {}
+
+    async def create_subshell(self) -> str:
+        """Create a kernel subshell (JEP 91) and return its id."""
+        msg = self.kc.session.msg("create_subshell_request", {})
+        self.kc.control_channel.send(msg)
+        while True:
+            reply = await self.kc.get_control_msg(timeout=30)
+            if reply["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
+                return str(reply["content"]["subshell_id"])
 
     # --- iopub pump ----------------------------------------------------------------
 
@@ -118,9 +127,25 @@ class KernelDriver:
 
     # --- execution -----------------------------------------------------------------
 
-    async def execute(self, code: str, timeout: float = 120.0, **kw: Any) -> ExecResult:
-        msg_id = self.kc.execute(code, **kw)
-        reply: dict[str, Any] | None = None
+    def start_execute(self, code: str, **header: Any) -> str:
+        """Send an execute_request (optionally to a subshell) without waiting."""
+        content = {
+            "code": code,
+            "silent": False,
+            "store_history": True,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": True,
+        }
+        return self.send_shell("execute_request", content, **header)
+
+    async def execute(self, code: str, timeout: float = 120.0, **header: Any) -> ExecResult:
+        return await self.wait_execute(self.start_execute(code, **header), timeout, code)
+
+    async def wait_execute(self, msg_id: str, timeout: float = 120.0, code: str = "") -> ExecResult:
+        """Wait for the reply and the idle status of an execute_request sent earlier."""
+        replies = self._replies
+        reply: dict[str, Any] | None = replies.pop(msg_id, None)
         deadline = time.monotonic() + timeout
 
         def idle() -> bool:
@@ -138,8 +163,11 @@ class KernelDriver:
             if reply is None:
                 try:
                     r = await self.kc.get_shell_msg(timeout=0.02)
-                    if r["parent_header"].get("msg_id") == msg_id:
+                    parent = r["parent_header"].get("msg_id")
+                    if parent == msg_id:
                         reply = r
+                    else:  # a reply to another request (another subshell): keep it
+                        replies[parent] = r
                 except Exception as e:
                     if type(e).__name__ not in ("Empty", "TimeoutError"):
                         raise

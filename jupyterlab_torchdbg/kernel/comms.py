@@ -28,6 +28,7 @@ class CommHub:
         self._lock = threading.Lock()
         self._registered = False
         self._local = threading.local()
+        self._routes: dict[str, str | None] = {}
         self._snapshot_parts: list[Callable[[], list[dict[str, Any]]]] = []
 
     # --- lifecycle -----------------------------------------------------------------
@@ -69,6 +70,7 @@ class CommHub:
             self._ext.count_error("send")
             if getattr(comm, "_closed", False):
                 self._forget(comm)
+        self._keep_route(comm)
 
     def broadcast(self, data: dict[str, Any], buffers: list[memoryview] | None = None) -> None:
         """Send one message to every live comm. Never raises."""
@@ -78,12 +80,35 @@ class CommHub:
             self._send(c, data, buffers)
 
     def _forget(self, comm: Any) -> None:
+        self._routes.pop(getattr(comm, "comm_id", ""), None)
         with self._lock:
             self._comms.pop(getattr(comm, "comm_id", id(comm)), None)
 
     # --- handlers (may run on a subshell thread) -------------------------------------
 
+    def _note_route(self, comm: Any, msg: dict[str, Any]) -> None:
+        """Remember the subshell this comm's panel talks to us on (None: main shell)."""
+        header = msg.get("header") or {}
+        self._routes[getattr(comm, "comm_id", "")] = header.get("subshell_id")
+
+    def _keep_route(self, comm: Any) -> None:
+        """Undo ipykernel's reply routing after a send from another thread.
+
+        ipykernel >= 7 routes a comm's *incoming* messages to the subshell that last
+        *published* on it. A broadcast from the training thread (main shell) would then
+        send the panel's next action (e.g. Resume) to the busy main shell, which cannot
+        handle it until the cell ends: a paused loop could never be resumed. Restore the
+        route the panel itself chose.
+        """
+        comm_id = getattr(comm, "comm_id", "")
+        lock = getattr(comm, "_reply_subshell_lock", None)
+        if lock is None or comm_id not in self._routes:
+            return
+        with lock:
+            comm._reply_subshell_id = self._routes[comm_id]
+
     def _on_open(self, comm: Any, msg: dict[str, Any]) -> None:
+        self._note_route(comm, msg)
         data = (msg.get("content") or {}).get("data") or {}
         client_version = data.get("protocol_version") if isinstance(data, dict) else None
         accepted = isinstance(client_version, str) and major(client_version) == major(
@@ -174,6 +199,7 @@ class CommHub:
         return out
 
     def _on_msg(self, comm: Any, msg: dict[str, Any]) -> None:
+        self._note_route(comm, msg)
         try:
             data = (msg.get("content") or {}).get("data")
             if isinstance(data, dict) and data.get("method") == "action":

@@ -10,4 +10,5 @@ from __future__ import annotations
 
 FEATURE_MODULES: list[str] = [
     "jupyterlab_torchdbg.kernel.exceptions",
+    "jupyterlab_torchdbg.kernel.control",
 ]

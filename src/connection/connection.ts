@@ -342,6 +342,9 @@ export class TorchDbgConnection implements IDisposable {
         case 'exception':
           this.model.exception.apply(data);
           break;
+        case 'control':
+          this.model.control.apply(data);
+          break;
         case 'hello':
           // capabilities changed (e.g. torch was imported after loading)
           if (data.accepted && data.session_id === this._sessionId) {

@@ -1,5 +1,6 @@
 import { ISignal, Signal } from '@lumino/signaling';
 
+import { ControlModel } from '../panels/control/model';
 import { ExceptionModel } from '../panels/exception/model';
 import { GradsModel } from '../panels/grads/model';
 import { decodeBlocks } from '../protocol/codec';
@@ -40,6 +41,9 @@ export class TorchDbgModel {
 
   /** The last unhandled exception. */
   readonly exception = new ExceptionModel();
+
+  /** Clip / pause / LR state of the training loop. */
+  readonly control = new ControlModel();
 
   /** Emitted when the connection state or hello changes. */
   get stateChanged(): ISignal<this, ConnectionState> {
@@ -155,6 +159,7 @@ export class TorchDbgModel {
     this._messages = 0;
     this.grads.reset();
     this.exception.dismiss();
+    this.control.reset();
     this._dataChanged.emit();
   }
 

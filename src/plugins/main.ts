@@ -4,7 +4,12 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette, Notification } from '@jupyterlab/apputils';
+import {
+  ICommandPalette,
+  InputDialog,
+  Notification
+} from '@jupyterlab/apputils';
+import { IStatusBar } from '@jupyterlab/statusbar';
 import { IConsoleTracker } from '@jupyterlab/console';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
@@ -12,7 +17,9 @@ import { ITranslator, nullTranslator } from '@jupyterlab/translation';
 
 import { CommandIDs, PALETTE_CATEGORY } from '../commands';
 import { ActionReply, TorchDbgConnection } from '../connection/connection';
-import { IException } from '../protocol/messages';
+import { sendControl } from '../panels/control';
+import { ActionName, IActionArgs, IException } from '../protocol/messages';
+import { TorchDbgStatus } from '../statusbar';
 import { ISessionWidget, KernelTracker } from '../connection/tracker';
 import { torchDbgIcon } from '../icon';
 import { download, gradsCsv, gradsJson } from '../panels/grads';
@@ -37,7 +44,8 @@ export const mainPlugin: JupyterFrontEndPlugin<ITorchDebugger> = {
     INotebookTracker,
     IConsoleTracker,
     ISettingRegistry,
-    ITranslator
+    ITranslator,
+    IStatusBar
   ],
   activate: (
     app: JupyterFrontEnd,
@@ -47,7 +55,8 @@ export const mainPlugin: JupyterFrontEndPlugin<ITorchDebugger> = {
     notebooks: INotebookTracker | null,
     consoles: IConsoleTracker | null,
     settingRegistry: ISettingRegistry | null,
-    translator: ITranslator | null
+    translator: ITranslator | null,
+    statusBar: IStatusBar | null
   ): ITorchDebugger => {
     const trans = (translator ?? nullTranslator).load('jupyterlab_torchdbg');
     const tracker = new KernelTracker({ autoLoad: true });
@@ -196,6 +205,72 @@ export const mainPlugin: JupyterFrontEndPlugin<ITorchDebugger> = {
         return exc ? actions.copyReport(exc) : undefined;
       }
     });
+    // Training control (also in the panel's "Training control" section).
+    const control = async <K extends ActionName>(
+      action: K,
+      args: IActionArgs[K]
+    ) => {
+      const conn = current();
+      if (!conn) {
+        Notification.warning(trans.__('No kernel: open a notebook first.'));
+        return;
+      }
+      const error = await sendControl(conn, action, args);
+      if (error) {
+        Notification.error(error, { autoClose: 6000 });
+      }
+    };
+    const connected = () => current()?.isConnected ?? false;
+    app.commands.addCommand(CommandIDs.clip, {
+      label: trans.__('Clip Gradients…'),
+      caption: trans.__(
+        'Clip the gradient norm at every optimizer step from the next one'
+      ),
+      isEnabled: connected,
+      execute: async () => {
+        const result = await InputDialog.getNumber({
+          title: trans.__('Clip gradients at max_norm'),
+          value: current()?.model.control.state?.clip ?? 1.0
+        });
+        if (result.button.accept && result.value !== null) {
+          await control('clip', { max_norm: result.value });
+        }
+      }
+    });
+    app.commands.addCommand(CommandIDs.unclip, {
+      label: trans.__('Stop Clipping'),
+      isEnabled: () =>
+        connected() && (current()?.model.control.state?.clip ?? null) !== null,
+      execute: () => control('unclip', {})
+    });
+    app.commands.addCommand(CommandIDs.pause, {
+      label: trans.__('Pause Training'),
+      isEnabled: connected,
+      execute: () => control('pause', {})
+    });
+    app.commands.addCommand(CommandIDs.resume, {
+      label: trans.__('Resume Training'),
+      isEnabled: connected,
+      execute: () => control('resume', {})
+    });
+    app.commands.addCommand(CommandIDs.step, {
+      label: trans.__('Single Step (while paused)'),
+      isEnabled: () =>
+        connected() && (current()?.model.control.state?.paused ?? false),
+      execute: () => control('step', {})
+    });
+    if (statusBar) {
+      statusBar.registerStatusItem('jupyterlab_torchdbg:status', {
+        item: new TorchDbgStatus({
+          tracker,
+          trans,
+          onClick: () => app.shell.activateById(sidebar.id)
+        }),
+        align: 'left',
+        rank: 4,
+        isActive: () => true
+      });
+    }
     if (palette) {
       for (const command of Object.values(CommandIDs)) {
         palette.addItem({ command, category: PALETTE_CATEGORY });

@@ -89,8 +89,28 @@ export interface IError {
   duplicate?: boolean;
 }
 
+/** Training control state: clip level, pause, learning-rate scale. */
+export interface IControl {
+  method: 'control';
+  clip: number | null;
+  paused: boolean;
+  paused_at: number | null;
+  step: number;
+  lr_scale: number | null;
+  optimizers: string[];
+  last_refusal: string | null;
+}
+
 export type KernelMessage =
-  IHello | ISnapshot | ISeries | IAck | IError | IGrads | IAlert | IException;
+  | IHello
+  | ISnapshot
+  | ISeries
+  | IAck
+  | IError
+  | IGrads
+  | IAlert
+  | IException
+  | IControl;
 
 export interface IOpen {
   method: 'open';
@@ -105,6 +125,13 @@ export interface IActionArgs {
   set_stride: { stride: number | 'auto' | 'off' };
   set_thresholds: Partial<IGradThresholds>;
   clear_alerts: Record<string, never>;
+  clip: { max_norm: number };
+  unclip: Record<string, never>;
+  pause: Record<string, never>;
+  resume: Record<string, never>;
+  step: Record<string, never>;
+  scale_lr: { factor: number };
+  reset_lr: Record<string, never>;
 }
 
 export type ActionName = keyof IActionArgs;

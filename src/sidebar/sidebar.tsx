@@ -6,6 +6,7 @@ import { TorchDbgConnection } from '../connection/connection';
 import { KernelTracker } from '../connection/tracker';
 import { ConnectionState } from '../model/model';
 import { IHello } from '../protocol/messages';
+import { ControlPanel } from '../panels/control';
 import { ExceptionPanel, IExceptionActions } from '../panels/exception';
 import { GradsPanel } from '../panels/grads';
 import { SeriesPanel } from '../panels/series';
@@ -243,6 +244,9 @@ function SidebarBody(props: {
               />
             </Section>
           )}
+          <Section id="control" title={trans.__('Training control')}>
+            <ControlPanel conn={conn} trans={trans} />
+          </Section>
           <Section
             id="grads"
             title={trans.__('Gradients')}

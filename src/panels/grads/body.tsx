@@ -203,7 +203,10 @@ function TrackView(props: {
       const { x, y } = totalRing.toArrays();
       total.current?.setData(x, y);
     }
-    total.current?.setHLine(status.thresholds.explode_abs);
+    // the clip level when clipping (the chart shows norms before clipping), else the threshold
+    total.current?.setHLine(
+      model.control.state?.clip ?? status.thresholds.explode_abs
+    );
     total.current?.setMarker(model.grads.focusStep);
     top.current?.setMarker(model.grads.focusStep);
     const rings = layers.map(l => model.series.get(l.series));

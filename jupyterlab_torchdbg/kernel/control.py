@@ -1,0 +1,263 @@
+"""Live training control: clip, pause / resume / single step, learning-rate scaling.
+
+Actions arrive on the comm; with kernel subshells (ipykernel >= 7, JupyterLab >= 4.4)
+their handlers run on another thread while the training cell runs. Handlers only change
+a few fields under a lock (the mailbox); the training thread applies them at the next
+optimizer-step boundary (a global step pre-hook, registered after the gradient monitor's,
+so the monitor records the norm *before* clipping). Nothing happens mid-backward (R12).
+
+- Clip is exactly ``torch.nn.utils.clip_grad_norm_(params, max_norm)``: the same total norm
+  (``get_total_norm``) and the same in-place scaling (``clip_grads_with_norm_``). A step
+  whose total norm is non-finite is not clipped and the refusal is reported (R32).
+- Pause holds the loop inside the pre-hook, waiting on an Event in short slices so that a
+  kernel interrupt (KeyboardInterrupt) ends the pause and the cell cleanly. Pausing needs
+  the action to have come over a subshell: otherwise nothing could deliver Resume.
+- The hook never raises into ``step()`` (R11) except the user's own KeyboardInterrupt.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from .actions import ActionError, finite_number, no_args, only_keys
+
+if TYPE_CHECKING:
+    from .extension import Extension
+
+#: Largest accepted clip level / LR factor (1e309 and friends are rejected as non-finite).
+MAX_NORM_LIMIT = 1e12
+MAX_LR_FACTOR = 1e3
+
+
+class Control:
+    def __init__(self, ext: Extension) -> None:
+        self._ext = ext
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self.clip: float | None = None
+        self.paused = False
+        self.paused_at: int | None = None
+        self._step_once = False
+        self.lr_scale: float | None = None
+        self._lr_pending: float | None = None  # factor to apply at the next boundary
+        self._lr_reset = False
+        self.steps = 0
+        self.last_refusal: str | None = None
+        self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._names: dict[int, str] = {}
+
+    # --- state message ---------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "method": "control",
+            "clip": self.clip,
+            "paused": self.paused,
+            "paused_at": self.paused_at,
+            "step": self.steps,
+            "lr_scale": self.lr_scale,
+            "optimizers": sorted(
+                self._names.get(id(o), type(o).__name__) for o in self._optimizers
+            ),
+            "last_refusal": self.last_refusal,
+        }
+
+    def broadcast(self) -> None:
+        self._ext.hub.broadcast(self.state())
+
+    # --- actions (any thread) --------------------------------------------------------
+
+    def _on_main_thread(self) -> bool:
+        return threading.current_thread() is threading.main_thread()
+
+    def act_clip(self, args: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            self.clip = args["max_norm"]
+            self.last_refusal = None
+        self.broadcast()
+        return {"clip": self.clip, "applies": "from the next optimizer step"}
+
+    def act_unclip(self, args: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            self.clip = None
+        self.broadcast()
+        return {"clip": None}
+
+    def act_pause(self, args: dict[str, Any]) -> dict[str, Any]:
+        if self._on_main_thread():
+            raise ActionError(
+                "pausing needs comms over a kernel subshell (ipykernel >= 7 and JupyterLab "
+                ">= 4.4 with 'Kernel comms over subshells' on): otherwise Resume could not "
+                "reach the paused kernel",
+                code="refused",
+            )
+        with self._lock:
+            self.paused = True
+            self._step_once = False
+        self.broadcast()
+        return {"paused": True, "applies": "at the next optimizer step"}
+
+    def act_resume(self, args: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            self.paused = False
+            self._step_once = False
+        self._wake.set()
+        self.broadcast()
+        return {"paused": False}
+
+    def act_step(self, args: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            if not self.paused:
+                raise ActionError("not paused: Step lets one step through a pause", "refused")
+            self._step_once = True
+        self._wake.set()
+        return {"step": "one optimizer step"}
+
+    def act_scale_lr(self, args: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            self._lr_pending = (self._lr_pending or 1.0) * args["factor"]
+            self._lr_reset = False
+            preview = (self.lr_scale or 1.0) * self._lr_pending
+        return {"lr_scale": preview, "applies": "at the next optimizer step"}
+
+    def act_reset_lr(self, args: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            self._lr_pending = None
+            self._lr_reset = True
+        return {"lr_scale": None, "applies": "at the next optimizer step"}
+
+    # --- the step boundary (training thread) ------------------------------------------
+
+    def hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        try:
+            self._boundary(optimizer)
+        except KeyboardInterrupt:
+            # The user interrupted the kernel while paused: end the pause, let it propagate.
+            with self._lock:
+                self.paused = False
+                self._step_once = False
+                self.paused_at = None
+            self.broadcast()
+            raise
+        except Exception:
+            self._ext.count_error("control")
+
+    def _boundary(self, optimizer: Any) -> None:
+        if optimizer not in self._optimizers:
+            self._optimizers.add(optimizer)
+            self._names[id(optimizer)] = self._name_of(optimizer)
+        self.steps += 1
+        with self._lock:
+            lr_factor, self._lr_pending = self._lr_pending, None
+            lr_reset, self._lr_reset = self._lr_reset, False
+            clip = self.clip
+        if lr_factor is not None or lr_reset:
+            self._apply_lr(lr_factor, lr_reset)
+        if clip is not None:
+            self._clip(optimizer, clip)
+        if self.paused:
+            self._hold()
+
+    def _hold(self) -> None:
+        with self._lock:
+            if self._step_once:  # a Step arrived before we got here: let this one through
+                self._step_once = False
+                return
+            self.paused_at = self.steps
+        self._ext.stream.flush()
+        self.broadcast()
+        while True:
+            self._wake.wait(0.1)
+            with self._lock:
+                self._wake.clear()
+                if not self.paused:
+                    self.paused_at = None
+                    break
+                if self._step_once:
+                    self._step_once = False
+                    break
+        self.broadcast()
+
+    def _clip(self, optimizer: Any, max_norm: float) -> None:
+        import torch
+
+        params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        if not params:
+            return
+        grads = [p.grad for p in params]
+        total = torch.nn.utils.get_total_norm(grads, 2.0)
+        if not bool(torch.isfinite(total)):
+            self.last_refusal = (
+                f"step {self.steps}: total gradient norm is {float(total)}; not clipped "
+                "(clipping cannot repair NaN/Inf gradients: see the gradient alarms)"
+            )
+            self.broadcast()
+            return
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+
+    def _apply_lr(self, factor: float | None, reset: bool) -> None:
+        current = self.lr_scale or 1.0
+        change = (1.0 / current) if reset else (factor or 1.0)
+        for opt in list(self._optimizers):
+            for group in opt.param_groups:
+                lr = group.get("lr")
+                if isinstance(lr, float):
+                    group["lr"] = lr * change
+                elif hasattr(lr, "mul_"):  # tensor LR (capturable optimizers)
+                    lr.mul_(change)
+        scale = 1.0 if reset else current * change
+        self.lr_scale = None if math.isclose(scale, 1.0) else scale
+        self.broadcast()
+
+    def _name_of(self, optimizer: Any) -> str:
+        ns = getattr(self._ext.shell, "user_ns", {}) or {}
+        for k, v in list(ns.items()):
+            if v is optimizer and not k.startswith("_"):
+                return k
+        return type(optimizer).__name__
+
+
+def _clip_args(args: dict[str, Any]) -> dict[str, Any]:
+    only_keys(args, {"max_norm"})
+    v = finite_number(args, "max_norm", minimum=0, exclusive_minimum=True, maximum=MAX_NORM_LIMIT)
+    return {"max_norm": v}
+
+
+def _lr_args(args: dict[str, Any]) -> dict[str, Any]:
+    only_keys(args, {"factor"})
+    v = finite_number(args, "factor", minimum=0, exclusive_minimum=True, maximum=MAX_LR_FACTOR)
+    return {"factor": v}
+
+
+def attach(ext: Extension) -> None:
+    control = Control(ext)
+    ext.control = control  # type: ignore[attr-defined]
+    for name, validate, handler in (
+        ("clip", _clip_args, control.act_clip),
+        ("unclip", no_args, control.act_unclip),
+        ("pause", no_args, control.act_pause),
+        ("resume", no_args, control.act_resume),
+        ("step", no_args, control.act_step),
+        ("scale_lr", _lr_args, control.act_scale_lr),
+        ("reset_lr", no_args, control.act_reset_lr),
+    ):
+        ext.add_cleanup(ext.actions.register(name, validate, handler))
+    ext.add_cleanup(ext.hub.add_snapshot_part(lambda: [control.state()]))
+
+    def on_torch(ext: Extension) -> Any:
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+        handle = register_optimizer_step_pre_hook(control.hook)
+
+        def remove() -> None:
+            handle.remove()
+            # never leave a loop paused behind an unloaded extension
+            control.paused = False
+            control._wake.set()
+
+        return remove
+
+    ext.on_torch(on_torch)

@@ -1,0 +1,2 @@
+export { ControlPanel, sendControl } from './body';
+export { ControlModel } from './model';
