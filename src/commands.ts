@@ -14,6 +14,10 @@ export namespace CommandIDs {
   export const pause = 'torchdbg:pause';
   export const resume = 'torchdbg:resume';
   export const step = 'torchdbg:step';
+  export const emptyCache = 'torchdbg:empty-cache';
+  export const releaseRefs = 'torchdbg:release-references';
+  export const recordMemory = 'torchdbg:record-memory';
+  export const saveCheckpoint = 'torchdbg:save-checkpoint';
 }
 
 export const PALETTE_CATEGORY = 'Torch Debugger';

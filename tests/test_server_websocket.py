@@ -172,7 +172,17 @@ async def test_r08_rate_coalescing_through_server_websocket(
         assert 8 <= len(series) <= 10 * 4 + 2, len(series)
         seqs = [m["content"]["data"]["seq"] for _, m in series]
         assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
-        ys = np.concatenate([np.frombuffer(bytes(m["buffers"][1]), dtype="<f4") for _, m in series])
+
+        def loss_values(m: dict[str, Any]) -> np.ndarray:
+            blocks = m["content"]["data"]["blocks"]
+            parts = [
+                np.frombuffer(bytes(m["buffers"][2 * i + 1]), dtype="<f4")
+                for i, b in enumerate(blocks)
+                if b["names"] == ["loss"]
+            ]
+            return np.concatenate(parts) if parts else np.zeros(0, dtype="<f4")
+
+        ys = np.concatenate([loss_values(m) for _, m in series])
         assert ys.size == n
         np.testing.assert_array_equal(ys, np.arange(n, dtype=np.float32))
         # messages/s over the streaming window stays under 10 (+ the end-of-cell flush)

@@ -10,5 +10,7 @@ from __future__ import annotations
 
 FEATURE_MODULES: list[str] = [
     "jupyterlab_torchdbg.kernel.exceptions",
+    "jupyterlab_torchdbg.kernel.grads",
+    "jupyterlab_torchdbg.kernel.memory",
     "jupyterlab_torchdbg.kernel.control",
 ]

@@ -208,3 +208,15 @@ describe('ExceptionModel', () => {
     expect(md).toContain('`x`: float32[3] cpu');
   });
 });
+
+describe('memory panel helpers', () => {
+  it('formats bytes and says n/a for unknown', () => {
+    // imported lazily: the body pulls in React only
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const { formatBytes } = require('../panels/memory/body');
+    expect(formatBytes(512)).toBe('512 B');
+    expect(formatBytes(1536)).toBe('1.5 KiB');
+    expect(formatBytes(2 * 1024 ** 3)).toBe('2.0 GiB');
+    expect(formatBytes(null)).toBe('n/a');
+  });
+});

@@ -345,6 +345,12 @@ export class TorchDbgConnection implements IDisposable {
         case 'control':
           this.model.control.apply(data);
           break;
+        case 'memory':
+          this.model.memory.apply(data);
+          break;
+        case 'oom':
+          this.model.memory.applyOom(data);
+          break;
         case 'hello':
           // capabilities changed (e.g. torch was imported after loading)
           if (data.accepted && data.session_id === this._sessionId) {

@@ -2,6 +2,7 @@ import { ISignal, Signal } from '@lumino/signaling';
 
 import { ControlModel } from '../panels/control/model';
 import { ExceptionModel } from '../panels/exception/model';
+import { MemoryModel } from '../panels/memory/model';
 import { GradsModel } from '../panels/grads/model';
 import { decodeBlocks } from '../protocol/codec';
 import { IHello, ISeries, ISnapshot, IStreamStats } from '../protocol/messages';
@@ -44,6 +45,9 @@ export class TorchDbgModel {
 
   /** Clip / pause / LR state of the training loop. */
   readonly control = new ControlModel();
+
+  /** CUDA / host memory status and the last OOM autopsy. */
+  readonly memory = new MemoryModel();
 
   /** Emitted when the connection state or hello changes. */
   get stateChanged(): ISignal<this, ConnectionState> {
@@ -160,6 +164,7 @@ export class TorchDbgModel {
     this.grads.reset();
     this.exception.dismiss();
     this.control.reset();
+    this.memory.reset();
     this._dataChanged.emit();
   }
 

@@ -89,6 +89,132 @@ export interface IError {
   duplicate?: boolean;
 }
 
+// --- memory -------------------------------------------------------------------
+
+export type Bytes = number | null;
+
+export interface IAllocatorCounters {
+  allocated: Bytes;
+  reserved: Bytes;
+  peak: Bytes;
+  active: Bytes;
+  inactive_split: Bytes;
+  alloc_retries: number | null;
+  ooms: number | null;
+}
+
+export interface INvmlFields {
+  used?: Bytes;
+  total?: Bytes;
+  util_gpu?: number | null;
+  util_memory?: number | null;
+  temperature_c?: number | null;
+  power_w?: number | null;
+  power_limit_w?: number | null;
+  process_used?: Bytes;
+}
+
+export interface IMemoryDevice {
+  device: string;
+  index: number;
+  name: string | null;
+  uuid: string | null;
+  nvml_index: number | null;
+  matched_by: string | null;
+  mig: boolean | null;
+  series: { [key: string]: string };
+  allocator: IAllocatorCounters | null;
+  allocator_reason: string | null;
+  nvml: INvmlFields | null;
+  nvml_reason: string | null;
+  unavailable: { [field: string]: string };
+}
+
+export interface IMemoryBreakdownRow {
+  device: string;
+  parameters: number;
+  gradients: number;
+  optimizer_state: number;
+  other: Bytes;
+  total: Bytes;
+  total_source: 'allocated' | 'rss' | null;
+}
+
+export interface IMemory {
+  method: 'memory';
+  time: number;
+  state: 'waiting' | 'no_cuda' | 'cuda_idle' | 'active' | 'corrupted';
+  reason: string | null;
+  devices: IMemoryDevice[];
+  host: { rss: Bytes; reason: string | null; series: string };
+  breakdown: {
+    devices: IMemoryBreakdownRow[];
+    models: string[];
+    optimizers: string[];
+    tensors: number;
+    truncated: boolean;
+    reason: string | null;
+    cost_ms: number;
+    time?: number;
+  } | null;
+  recording: {
+    state: 'off' | 'armed' | 'on';
+    max_entries: number | null;
+    since: number | null;
+  };
+  last_oom: {
+    id: string;
+    time: number;
+    device: string;
+    headline: string;
+  } | null;
+  nvml: { available: boolean; reason: string | null };
+}
+
+export interface IOomTensor {
+  name: string;
+  also: string[];
+  kind: string;
+  where: 'namespace' | 'frame';
+  function: string | null;
+  lineno: number | null;
+  shape: number[];
+  dtype: string;
+  device: string;
+  nbytes: number;
+  requires_grad: boolean;
+  grad_fn: boolean;
+}
+
+export interface IOomRemedy {
+  kind: string;
+  title: string;
+  detail: string;
+  code: string | null;
+  share: number | null;
+}
+
+export interface IOom {
+  method: 'oom';
+  id: string;
+  time: number;
+  replay: boolean;
+  exception_id: string | null;
+  exception: { type: string; message: string };
+  device: string;
+  headline: string;
+  requested_bytes: Bytes;
+  numbers: { [key: string]: Bytes | string };
+  breakdown: IMemoryBreakdownRow;
+  tensors: IOomTensor[];
+  tensors_total: number;
+  tensors_bytes: number;
+  summary: string | null;
+  summary_truncated: boolean;
+  remedies: IOomRemedy[];
+  [key: string]: unknown;
+}
+
 /** Training control state: clip level, pause, learning-rate scale. */
 export interface IControl {
   method: 'control';
@@ -110,7 +236,9 @@ export type KernelMessage =
   | IGrads
   | IAlert
   | IException
-  | IControl;
+  | IControl
+  | IMemory
+  | IOom;
 
 export interface IOpen {
   method: 'open';
@@ -132,6 +260,10 @@ export interface IActionArgs {
   step: Record<string, never>;
   scale_lr: { factor: number };
   reset_lr: Record<string, never>;
+  empty_cache: Record<string, never>;
+  release_refs: Record<string, never>;
+  record_memory: { op: 'start'; max_entries?: number } | { op: 'stop' };
+  save_checkpoint: { filename?: string; overwrite?: boolean };
 }
 
 export type ActionName = keyof IActionArgs;

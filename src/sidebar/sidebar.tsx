@@ -9,6 +9,7 @@ import { IHello } from '../protocol/messages';
 import { ControlPanel } from '../panels/control';
 import { ExceptionPanel, IExceptionActions } from '../panels/exception';
 import { GradsPanel } from '../panels/grads';
+import { MemoryPanel } from '../panels/memory';
 import { SeriesPanel } from '../panels/series';
 import { useSignalRender } from './hooks';
 
@@ -257,6 +258,9 @@ function SidebarBody(props: {
             }
           >
             <GradsPanel model={conn.model} conn={conn} trans={trans} />
+          </Section>
+          <Section id="memory" title={trans.__('Memory')}>
+            <MemoryPanel model={conn.model} conn={conn} trans={trans} />
           </Section>
           <Section id="series" title={trans.__('Logged series')}>
             <SeriesPanel model={conn.model} trans={trans} />

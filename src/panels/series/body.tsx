@@ -7,11 +7,15 @@ import { SeriesRing } from '../../model/ringbuffer';
 import { useSignalRender } from '../../sidebar/hooks';
 
 /**
- * Names under `grad/` and `param/` belong to the gradient monitor (shown in its
- * own section), not to `log()`.
+ * Names under `grad/` and `param/` (gradient monitor) and `mem/` (memory) are
+ * shown in their own sections, not as `log()` series.
  */
 export function isMonitorSeries(name: string): boolean {
-  return name.startsWith('grad/') || name.startsWith('param/');
+  return (
+    name.startsWith('grad/') ||
+    name.startsWith('param/') ||
+    name.startsWith('mem/')
+  );
 }
 
 /** Format a value for the card header: short, and honest about NaN/Inf. */

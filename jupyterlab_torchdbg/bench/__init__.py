@@ -1,0 +1,12 @@
+"""``python -m jupyterlab_torchdbg.bench [--quick] [--json PATH]``: the overhead benchmark.
+
+What PERFORMANCE.md asks for: paired step-time ratios measured in one process, variants
+interleaved round by round in shuffled order on identical model copies, warm-up rounds
+discarded; per model the median ratio to "no monitoring" with a 95% bootstrap interval,
+and the monitor's own time divided by ``get_total_norm``'s. Plus a streaming section
+(points, messages and bytes per second through the real stream, sequence gaps).
+
+Modules: ``models`` (workloads), ``harness`` (the extension loaded in-process against a
+counting comm), ``variants`` (one training step per variant), ``paired`` (rounds and
+statistics), ``streaming``, ``report`` (table), ``__main__`` (CLI).
+"""

@@ -1,0 +1,179 @@
+"""CLI: ``python -m jupyterlab_torchdbg.bench [--quick] [--json PATH]``.
+
+Runs on CPU in a few minutes (``--quick``: seconds, tiny models), on CUDA when present.
+Prints a Markdown table; ``--json`` writes every number (see ``report.targets`` for the
+PERFORMANCE.md targets it checks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+#: (rounds, warm-up rounds, consecutive steps per variant per round)
+FULL = (24, 2, 4)
+QUICK = (10, 2, 3)
+CUDA_WINDOW = 20
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m jupyterlab_torchdbg.bench",
+        description="Overhead of the gradient monitor against the alternatives (paired ratios).",
+    )
+    p.add_argument("--quick", action="store_true", help="tiny models, few rounds (seconds)")
+    p.add_argument("--json", metavar="PATH", help="write machine-readable results here")
+    p.add_argument("--rounds", type=int, help="measured rounds per model")
+    p.add_argument("--warmup", type=int, help="discarded warm-up rounds per model")
+    p.add_argument("--block", type=int, help="consecutive steps per variant in a round")
+    p.add_argument("--models", help="comma-separated subset of the models")
+    p.add_argument("--stream-seconds", type=float, help="length of the streaming section")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads on CPU (default 1: a shared machine's other load makes "
+        "multi-threaded step times erratic)",
+    )
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def _cuda_extras(runners: dict[str, Any], steps: int) -> dict[str, Any]:
+    """Host-device syncs added per monitored step (R26), counted by torch's sync debug mode."""
+    import torch
+
+    def syncs(runner: Any) -> int:
+        torch.cuda.synchronize()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                for _ in range(steps):
+                    runner.step()
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
+        return sum(1 for w in caught if "synchroniz" in str(w.message).lower())
+
+    base = syncs(runners["none"])
+    mon = syncs(runners["monitor_every_step"])
+    return {
+        "syncs_added_per_step": (mon - base) / steps,
+        "syncs_per_step_none": base / steps,
+        "timing": "CUDA events over windows of 20 steps",
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    import torch
+
+    from ..kernel.grads import current_monitor
+    from .harness import loaded_extension
+    from .models import FACTORIES, build
+    from .paired import median_ci, paired_ratios, ratio_of_medians_ci, run_rounds
+    from .report import table, targets
+    from .streaming import run_streaming
+    from .variants import VARIANTS, Runner
+
+    quick = args.quick
+    d_rounds, d_warmup, d_block = QUICK if quick else FULL
+    rounds = args.rounds or d_rounds
+    warmup = args.warmup if args.warmup is not None else d_warmup
+    names = args.models.split(",") if args.models else list(FACTORIES)
+    unknown = [n for n in names if n not in FACTORIES]
+    if unknown:
+        print(f"unknown model(s): {', '.join(unknown)}; choose from {', '.join(FACTORIES)}")
+        return 2
+    use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    device = torch.device("cuda" if use_cuda else "cpu")
+    if not use_cuda:
+        torch.set_num_threads(max(1, args.threads))
+    window = args.block or (CUDA_WINDOW if use_cuda else d_block)
+    rng = random.Random(args.seed)
+    t_start = time.perf_counter()
+    results: dict[str, Any] = {
+        "meta": {
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "device": str(device),
+            "threads": torch.get_num_threads(),
+            "quick": quick,
+            "rounds": rounds,
+            "warmup": warmup,
+            "steps_per_variant_per_round": window,
+            "step": "forward + backward + AdamW step",
+            "variants": list(VARIANTS),
+        },
+        "models": {},
+    }
+    with loaded_extension() as loaded:
+        for name in names:
+            work = build(name, quick, seed=args.seed)
+            runners = {v: Runner(v, work, device) for v in VARIANTS}
+            mon = current_monitor()
+            periodic0 = (mon.periodic_s, mon.periodic_n) if mon is not None else (0.0, 0)
+            times = run_rounds(
+                runners, rounds, warmup, seed=args.seed, window=window, cuda=use_cuda
+            )
+            ratios = paired_ratios(times)
+            model_out: dict[str, Any] = {
+                "description": work.description,
+                "tensors": work.tensors,
+                "params": work.params,
+                "step_ms": statistics.median(times["none"]) * 1e3,
+                "ratios": {},
+                "ci95": {},
+            }
+            for v, rs in ratios.items():
+                point, lo, hi = median_ci(rs, rng)
+                model_out["ratios"][v] = point
+                model_out["ci95"][v] = [lo, hi]
+            mon_own = runners["monitor_every_step"].own
+            tn_own = runners["total_norm"].own
+            point, lo, hi = ratio_of_medians_ci(mon_own, tn_own, rng)
+            model_out["monitor_cost_vs_total_norm"] = point
+            model_out["monitor_cost_vs_total_norm_ci95"] = [lo, hi]
+            model_out["monitor_us"] = statistics.median(mon_own) * 1e6 if mon_own else None
+            model_out["total_norm_us"] = statistics.median(tn_own) * 1e6 if tn_own else None
+            model_out["monitor_default"] = runners["monitor_default"].stats()
+            if mon is not None and mon.periodic_n > periodic0[1]:
+                # flush + alarm checks + status, done at most ~10 times a second
+                n = mon.periodic_n - periodic0[1]
+                model_out["monitor_periodic_us"] = (mon.periodic_s - periodic0[0]) / n * 1e6
+            if use_cuda:
+                model_out["cuda"] = _cuda_extras(runners, 20)
+            for r in runners.values():
+                r.close()
+            loaded.end_cell()
+            results["models"][name] = model_out
+            print(f"  {name}: done ({time.perf_counter() - t_start:.0f} s)", file=sys.stderr)
+        mon = current_monitor()
+        results["meta"]["tool_errors"] = dict(loaded.ext.errors)
+        results["meta"]["tool_alerts"] = mon.alerts.total if mon is not None else 0
+    seconds = args.stream_seconds or (0.5 if quick else 3.0)
+    results["streaming"] = run_streaming(seconds)
+    results["targets"] = targets(results)
+    results["meta"]["seconds"] = round(time.perf_counter() - t_start, 1)
+    print(table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, allow_nan=False, default=_finite))
+    return 0
+
+
+def _finite(o: Any) -> Any:
+    return str(o)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,90 @@
+"""The results as a Markdown table (what the README shows) and the targets check."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+ROWS = (
+    ("loaded_idle", "extension loaded, idle"),
+    ("monitor_every_step", "monitor, every step"),
+    ("monitor_default", "monitor, default (auto stride)"),
+    ("naive_loop", "`p.grad.norm().item()` loop"),
+    ("total_norm", "`get_total_norm(...).item()`"),
+    ("detect_anomaly", "`set_detect_anomaly(True)`"),
+)
+
+
+def _cell(v: float, ci: list[float] | None) -> str:
+    if v is None or not math.isfinite(v):
+        return "n/a"
+    if ci and all(math.isfinite(c) for c in ci):
+        return f"{v:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
+    return f"{v:.3f}"
+
+
+def table(results: dict[str, Any]) -> str:
+    models = results["models"]
+    names = list(models)
+    head = "| step-time ratio to no monitoring | " + " | ".join(
+        f"{models[n]['description']}" for n in names
+    )
+    lines = [head + " |", "|---" * (len(names) + 1) + "|"]
+    for key, label in ROWS:
+        cells = [_cell(models[n]["ratios"].get(key), models[n]["ci95"].get(key)) for n in names]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    cells = [
+        _cell(models[n]["monitor_cost_vs_total_norm"], models[n]["monitor_cost_vs_total_norm_ci95"])
+        for n in names
+    ]
+    lines.append("| monitor's own time ÷ `get_total_norm`'s | " + " | ".join(cells) + " |")
+    cells = [
+        _us(models[n].get("monitor_us")) + " ÷ " + _us(models[n].get("total_norm_us"))
+        for n in names
+    ]
+    lines.append("| (µs per step: monitor ÷ `get_total_norm`) | " + " | ".join(cells) + " |")
+    cells = [_us(models[n].get("monitor_periodic_us")) for n in names]
+    lines.append("| monitor's periodic work (flush, alarms), µs each | " + " | ".join(cells) + " |")
+    cells = [str(models[n].get("monitor_default", {}).get("stride", "n/a")) for n in names]
+    lines.append("| stride chosen by default | " + " | ".join(cells) + " |")
+    cells = [f"{models[n]['step_ms']:.2f}" for n in names]
+    lines.append("| step time without monitoring (ms) | " + " | ".join(cells) + " |")
+    s = results.get("streaming")
+    if s:
+        lines.append("")
+        lines.append(
+            f"Streaming {s['series']} series at {s['steps_per_s_offered']:.0f} steps/s: "
+            f"{s['points_per_s']:,.0f} points/s, {s['messages_per_s']:.1f} messages/s, "
+            f"{s['bytes_per_s'] / 1e6:.2f} MB/s, {s['kernel_us_per_flush']:.0f} µs per flush "
+            f"({100 * s['send_fraction']:.3f}% of wall time), {s['sequence_gaps']} sequence gaps."
+        )
+    return "\n".join(lines)
+
+
+def _us(v: float | None) -> str:
+    return "n/a" if v is None or not math.isfinite(v) else f"{v:.0f}"
+
+
+def targets(results: dict[str, Any]) -> dict[str, Any]:
+    """Each PERFORMANCE.md target this run can check, with its measured value."""
+    out: dict[str, Any] = {}
+    for name, m in results["models"].items():
+        out[f"{name}.monitor_cost_vs_total_norm<=1.05"] = _met(
+            m["monitor_cost_vs_total_norm"], 1.05
+        )
+        out[f"{name}.monitor_default<=1.01"] = _met(m["ratios"].get("monitor_default"), 1.01)
+        if "cuda" in m:
+            out[f"{name}.cuda_syncs_added_per_step==0"] = m["cuda"].get("syncs_added_per_step") == 0
+    s = results.get("streaming")
+    if s:
+        out["streaming.points_per_s>=100000"] = s["points_per_s"] >= 100_000
+        out["streaming.messages_per_s<=10"] = s["messages_per_s"] <= 10.5
+        out["streaming.sequence_gaps==0"] = s["sequence_gaps"] == 0
+        out["streaming.send_fraction<=0.001"] = s["send_fraction"] <= 0.001
+    return out
+
+
+def _met(v: float | None, limit: float) -> bool | None:
+    if v is None or not math.isfinite(v):
+        return None
+    return v <= limit

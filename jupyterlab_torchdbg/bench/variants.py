@@ -1,0 +1,127 @@
+"""One training step per variant: forward + backward + (what the variant adds) + AdamW.
+
+``none`` is the baseline. The product's variants run with the extension loaded and its
+global step hook active; every other variant runs with that hook taken out for its own
+step, so it pays nothing for the extension:
+
+- ``loaded_idle``: extension loaded, its hook runs, but this optimizer is not monitored
+  (out of ``watch()`` scope): the fixed price of being loaded.
+- ``monitor_every_step``: ``watch(model, opt, stride=1)``.
+- ``monitor_default``: ``watch(model, opt)``: the self-timed automatic stride.
+- ``naive_loop``: ``[p.grad.norm().item() for p in params]`` (tutorials, Lightning's grad_norm).
+- ``total_norm``: ``torch.nn.utils.get_total_norm(grads).item()`` (what clipping reads).
+- ``detect_anomaly``: ``torch.autograd.set_detect_anomaly(True)``, the worst-case reference.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.optim.optimizer as optim_mod
+
+from ..kernel.grads import current_monitor, naming
+from .models import Workload
+
+VARIANTS = (
+    "none",
+    "loaded_idle",
+    "monitor_every_step",
+    "monitor_default",
+    "naive_loop",
+    "total_norm",
+    "detect_anomaly",
+)
+PRODUCT = frozenset({"loaded_idle", "monitor_every_step", "monitor_default"})
+
+
+def _ours(hook: Any) -> bool:
+    owner = getattr(hook, "__self__", hook)
+    return str(getattr(type(owner), "__module__", "")).startswith("jupyterlab_torchdbg") or str(
+        getattr(hook, "__module__", "")
+    ).startswith("jupyterlab_torchdbg")
+
+
+@contextmanager
+def hook_removed() -> Iterator[None]:
+    """Take the extension's global step hooks out for one step of a non-product variant."""
+    hooks = optim_mod._global_optimizer_pre_hooks
+    saved = [(k, h) for k, h in hooks.items() if _ours(h)]
+    for k, _ in saved:
+        del hooks[k]
+    try:
+        yield
+    finally:
+        # Put them back in their original order (the monitor reads before control clips).
+        rest = list(hooks.items())
+        hooks.clear()
+        for k, h in sorted(saved + rest, key=lambda kv: kv[0]):
+            hooks[k] = h
+
+
+class Runner:
+    """One variant's own model copy, optimizer and step."""
+
+    def __init__(self, variant: str, work: Workload, device: torch.device) -> None:
+        self.variant = variant
+        self.model = copy.deepcopy(work.model).to(device)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(self.params, lr=1e-4)
+        self.x, self.y = (t.to(device) for t in work.batch)
+        self.loss = work.loss
+        self.own: list[float] = []  # per step: time of the norm computation itself
+        self.watch: Any = None
+        if variant == "monitor_every_step":
+            self.watch = naming.add_watch(self.model, self.opt, 1)
+        elif variant == "monitor_default":
+            self.watch = naming.add_watch(self.model, self.opt, None)
+
+    def _forward_backward(self) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        self.loss(self.model(self.x), self.y).backward()
+
+    def step(self) -> None:
+        v = self.variant
+        if v in PRODUCT:
+            self._forward_backward()
+            self.opt.step()
+            if v == "monitor_every_step":
+                track = current_monitor().track_for(self.opt)  # type: ignore[union-attr]
+                if track is not None and track.sampler.last_sample is not None:
+                    # the sample's own time: the read of the grads, as for get_total_norm
+                    self.own.append(track.sampler.last_sample)
+            return
+        with hook_removed():
+            if v == "detect_anomaly":
+                with torch.autograd.set_detect_anomaly(True):
+                    self._forward_backward()
+            else:
+                self._forward_backward()
+            if v == "naive_loop":
+                _ = [p.grad.norm().item() for p in self.params if p.grad is not None]
+            elif v == "total_norm":
+                t0 = time.perf_counter()
+                grads = [p.grad for p in self.params if p.grad is not None]
+                torch.nn.utils.get_total_norm(grads).item()
+                self.own.append(time.perf_counter() - t0)
+            self.opt.step()
+
+    def close(self) -> None:
+        if self.watch is not None:
+            self.watch.remove()
+
+    def stats(self) -> dict[str, Any]:
+        """What the monitor itself reports for this optimizer (stride, its overhead)."""
+        mon = current_monitor()
+        track = mon.track_for(self.opt) if mon is not None else None
+        if track is None:
+            return {}
+        return {
+            "stride": track.sampler.stride,
+            "overhead_estimate": track.sampler.overhead,
+            "state": track.state,
+        }

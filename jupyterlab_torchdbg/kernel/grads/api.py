@@ -1,0 +1,67 @@
+"""``watch(model, optimizer=None, *, stride=None)``: name and scope what is monitored.
+
+Without any ``watch()`` every optimizer is monitored and its parameters are named through
+the ``nn.Module``s in the notebook's namespace. ``watch()`` is for when that is not enough:
+a model kept inside a dict or a trainer object, one model of several, or a fixed stride.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from ..extension import current
+from .actions import MAX_FIXED_STRIDE
+from .naming import WatchHandle, add_watch
+
+_warned = False
+
+
+def watch(model: Any, optimizer: Any = None, *, stride: int | None = None) -> WatchHandle:
+    """Monitor ``model``'s gradients (at ``optimizer``'s steps, or any optimizer's).
+
+    ``stride``: sample every N optimizer steps (1 = every step); None picks it
+    automatically so the monitor costs at most 1% of the step time. Returns a handle:
+    ``handle.remove()`` stops watching, and ``with watch(model): ...`` watches for the
+    block. Holds the model and optimizer by weakref only. Loads the extension in an
+    IPython kernel if it is not loaded yet.
+    """
+    if not callable(getattr(model, "named_parameters", None)):
+        raise TypeError(f"watch() needs an nn.Module, got {type(model).__name__}")
+    if optimizer is not None and not isinstance(getattr(optimizer, "param_groups", None), list):
+        raise TypeError(
+            f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
+        )
+    if stride is not None:
+        if isinstance(stride, bool) or not isinstance(stride, int):
+            raise TypeError("stride must be a whole number or None (automatic)")
+        if not 1 <= stride <= MAX_FIXED_STRIDE:
+            raise ValueError(f"stride must be between 1 and {MAX_FIXED_STRIDE}")
+    handle = add_watch(model, optimizer, stride)
+    if current() is None:
+        _load_or_warn()
+    return handle
+
+
+def _load_or_warn() -> None:
+    global _warned
+    shell = None
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except Exception:
+        shell = None
+    if shell is not None and getattr(shell, "kernel", None) is not None:
+        from ..extension import load
+
+        load(shell)
+        return
+    if not _warned:
+        _warned = True
+        warnings.warn(
+            "jupyterlab_torchdbg is not loaded (run %load_ext jupyterlab_torchdbg in a "
+            "notebook); the watch takes effect once it is.",
+            RuntimeWarning,
+            stacklevel=3,
+        )

@@ -1,0 +1,392 @@
+"""Which parameters an optimizer steps, what they are called, and which layer they are in.
+
+An optimizer only knows tensors. Names come from, in order: models given to ``watch()``;
+the ``nn.Module``s bound to names in the user's namespace (the largest first, so
+``model.encoder.0`` wins over ``enc.0`` when ``enc = model.encoder``; ScriptModules last);
+otherwise ``<optimizer>.group<g>.p<i>``. A layer is the module owning the parameter
+(``model.fc1`` for ``model.fc1.weight``). Wrapper prefixes added by ``torch.compile``,
+FSDP, activation checkpointing and DataParallel/DDP are dropped, so names read as the
+user's model.
+
+Watches (``watch(model, optimizer=None, *, stride=None)``) also limit scope: once any
+watch is active, only watched models' parameters (of the given optimizer, or of any
+optimizer stepping them) are monitored. Everything here holds models and optimizers by
+weakref (R24); the plan built for an optimizer holds its parameters only as long as the
+optimizer itself does (the monitor keys plans weakly by optimizer).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+#: More layers than this are merged into their parent modules (one level at a time), so a
+#: model with 10,000 tensors stays a readable chart and a bounded message (R09).
+MAX_LAYERS = 512
+#: Parameters listed per layer in status messages (the rest are counted).
+MAX_PARAMS_LISTED = 32
+#: Attribute names of wrappers whose level is not part of the user's model.
+_WRAPPER_PARTS = frozenset({"_orig_mod", "_fsdp_wrapped_module", "_checkpoint_wrapped_module"})
+_DATA_PARALLEL = frozenset({"DataParallel", "DistributedDataParallel"})
+
+
+# --- watch() registry ---------------------------------------------------------------
+
+
+class WatchHandle:
+    """What ``watch()`` returns: ``.remove()`` ends the watch; also a context manager.
+
+    Holds the model and optimizer by weakref only: deleting the model ends the watch.
+    """
+
+    def __init__(self, model: Any, optimizer: Any = None, stride: int | None = None) -> None:
+        self._model = weakref.ref(model)
+        self._optimizer = None if optimizer is None else weakref.ref(optimizer)
+        self.stride = stride
+        self.removed = False
+
+    @property
+    def model(self) -> Any:
+        return self._model()
+
+    @property
+    def optimizer(self) -> Any:
+        return None if self._optimizer is None else self._optimizer()
+
+    @property
+    def active(self) -> bool:
+        if self.removed or self._model() is None:
+            return False
+        return self._optimizer is None or self._optimizer() is not None
+
+    def remove(self) -> None:
+        """Stop watching (idempotent)."""
+        global _version
+        with _lock:
+            self.removed = True
+            if self in _watches:
+                _watches.remove(self)
+            _version += 1
+
+    def __enter__(self) -> WatchHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        model = self._model()
+        kind = type(model).__name__ if model is not None else "dead model"
+        state = "active" if self.active else "removed"
+        return f"<jupyterlab_torchdbg watch of {kind} ({state}, stride={self.stride or 'auto'})>"
+
+
+_lock = threading.Lock()
+_watches: list[WatchHandle] = []
+_version = 0
+
+
+def add_watch(model: Any, optimizer: Any = None, stride: int | None = None) -> WatchHandle:
+    global _version
+    handle = WatchHandle(model, optimizer, stride)
+    with _lock:
+        _watches.append(handle)
+        _version += 1
+    return handle
+
+
+def watches() -> tuple[int, list[WatchHandle]]:
+    """(version, active watches); dead ones are dropped (the version moves on)."""
+    global _version
+    with _lock:
+        alive = [w for w in _watches if w.active]
+        if len(alive) != len(_watches):
+            _watches[:] = alive
+            _version += 1
+        return _version, list(alive)
+
+
+def clear_watches() -> None:
+    """Forget every watch (tests; a fresh kernel state)."""
+    global _version
+    with _lock:
+        for w in _watches:
+            w.removed = True
+        _watches.clear()
+        _version += 1
+
+
+# --- namespace scan -------------------------------------------------------------------
+
+
+def _module_type() -> Any:
+    nn = sys.modules.get("torch.nn")
+    return getattr(nn, "Module", None)
+
+
+def _script_type() -> Any:
+    jit = sys.modules.get("torch.jit")
+    return getattr(jit, "ScriptModule", None) if jit is not None else None
+
+
+def _scaler_types() -> tuple[type, ...]:
+    out: list[type] = []
+    for mod, name in (("torch.amp.grad_scaler", "GradScaler"), ("torch.cuda.amp", "GradScaler")):
+        t = getattr(sys.modules.get(mod), name, None)
+        if isinstance(t, type):
+            out.append(t)
+    return tuple(out)
+
+
+def user_names(ns: dict[str, Any]) -> dict[int, str]:
+    """id(object) -> the first public name bound to it in the namespace."""
+    out: dict[int, str] = {}
+    for k, v in list(ns.items()):
+        if isinstance(k, str) and not k.startswith("_"):
+            out.setdefault(id(v), k)
+    return out
+
+
+def find_scaler(ns: dict[str, Any]) -> Any:
+    """An enabled GradScaler bound in the namespace, or None."""
+    types = _scaler_types()
+    if not types:
+        return None
+    for k, v in list(ns.items()):
+        if isinstance(k, str) and not k.startswith("_") and isinstance(v, types):
+            if getattr(v, "_enabled", True):
+                return v
+    return None
+
+
+def clean_param_name(root: Any, name: str) -> str:
+    parts = [p for p in name.split(".") if p not in _WRAPPER_PARTS]
+    if parts and parts[0] == "module" and type(root).__name__ in _DATA_PARALLEL:
+        parts = parts[1:]
+    return ".".join(parts)
+
+
+def _named_parameters(module: Any) -> list[tuple[str, Any]]:
+    try:
+        return list(module.named_parameters())
+    except Exception:  # R29: ScriptModules and exotic modules may refuse; skip them
+        return []
+
+
+# --- plans ----------------------------------------------------------------------------
+
+
+@dataclass
+class LayerInfo:
+    name: str
+    params: list[dict[str, Any]] = field(default_factory=list)
+    numel: int = 0
+    more: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "params": self.params, "numel": self.numel}
+        if self.more:
+            out["more_params"] = self.more
+        return out
+
+
+@dataclass
+class Plan:
+    """How one optimizer's step is read: parameters in order and their layers."""
+
+    sig: tuple[tuple[int, int], ...]
+    params: list[Any]
+    layer_of: list[int]
+    layers: list[LayerInfo]
+    enabled: bool = True
+    reason: str | None = None
+    stride: int | None = None
+    watch_version: int = 0
+    scaler: Any = None  # weakref to a GradScaler, or None
+    coarsened: bool = False
+    unnamed: int = 0
+
+    def full_sig(self) -> tuple[Any, ...]:
+        return tuple((id(p), bool(p.requires_grad)) for p in self.params)
+
+
+def group_sig(optimizer: Any) -> tuple[tuple[int, int], ...]:
+    """Cheap identity of the optimizer's parameter lists (checked at every sample)."""
+    return tuple((id(g["params"]), len(g["params"])) for g in optimizer.param_groups)
+
+
+def optimizer_params(optimizer: Any) -> list[tuple[int, int, Any]]:
+    """(group index, index in group, tensor), each tensor once (tied params, R33)."""
+    seen: set[int] = set()
+    out: list[tuple[int, int, Any]] = []
+    for gi, g in enumerate(optimizer.param_groups):
+        for i, p in enumerate(g["params"]):
+            if id(p) not in seen:
+                seen.add(id(p))
+                out.append((gi, i, p))
+    return out
+
+
+def build_plan(optimizer: Any, track: str, ns: dict[str, Any]) -> Plan:
+    """Name and scope one optimizer's parameters."""
+    version, active = watches()
+    all_params = optimizer_params(optimizer)
+    ids = {id(p) for _, _, p in all_params}
+    names = user_names(ns)
+
+    # Scope: watches for this optimizer, or for models whose parameters it steps.
+    sources: list[tuple[str, Any]] = []
+    scope: set[int] | None = None
+    stride: int | None = None
+    if active:
+        scope = set()
+        for w in active:
+            model = w.model
+            opt = w.optimizer
+            if model is None or (opt is not None and opt is not optimizer):
+                continue
+            mids = {id(p) for _, p in _named_parameters(model)}
+            if not mids & ids:
+                continue
+            scope |= mids
+            name = names.get(id(model)) or type(model).__name__.lower()
+            sources.append((name, model))
+            if w.stride is not None:
+                stride = w.stride if stride is None else min(stride, w.stride)
+        if not sources:
+            return Plan(
+                group_sig(optimizer),
+                [],
+                [],
+                [],
+                enabled=False,
+                reason="not watched (watch() limits monitoring to the watched models)",
+                watch_version=version,
+            )
+
+    wanted = [
+        (gi, i, p)
+        for gi, i, p in all_params
+        if getattr(p, "requires_grad", False) and (scope is None or id(p) in scope)
+    ]
+    wanted_ids = {id(p) for _, _, p in wanted}
+
+    # Namespace modules: the largest first, ScriptModules after the rest.
+    mod_t, script_t = _module_type(), _script_type()
+    if mod_t is not None and len(sources) < 64:
+        found: list[tuple[bool, int, str, Any]] = []
+        for k, v in list(ns.items()):
+            if isinstance(k, str) and not k.startswith("_") and isinstance(v, mod_t):
+                params = _named_parameters(v)
+                hits = sum(1 for _, p in params if id(p) in wanted_ids)
+                if hits:
+                    is_script = script_t is not None and isinstance(v, script_t)
+                    found.append((is_script, -hits, k, v))
+        found.sort(key=lambda t: (t[0], t[1]))
+        sources += [(k, v) for _, _, k, v in found]
+
+    param_name: dict[int, tuple[str, str, int]] = {}  # id -> (layer, param, order)
+    order = 0
+    for prefix, module in sources:
+        if len(param_name) == len(wanted_ids):
+            break
+        for pname, p in _named_parameters(module):
+            order += 1
+            if id(p) in wanted_ids and id(p) not in param_name:
+                clean = clean_param_name(module, pname)
+                layer, _, leaf = clean.rpartition(".")
+                full_layer = f"{prefix}.{layer}" if layer else prefix
+                param_name[id(p)] = (full_layer, leaf, order)
+
+    unnamed = 0
+    for gi, i, p in wanted:
+        if id(p) not in param_name:
+            order += 1
+            unnamed += 1
+            param_name[id(p)] = (f"{track}.group{gi}.p{i}", "", order)
+
+    layer_names = [param_name[id(p)][0] for _, _, p in wanted]
+    coarsened = False
+    if len(set(layer_names)) > MAX_LAYERS:
+        layer_names = _coarsen(layer_names)
+        coarsened = True
+
+    # Layers in model order (first parameter's registration order), not optimizer order.
+    first: dict[str, int] = {}
+    for (_, _, p), ln in zip(wanted, layer_names, strict=True):
+        o = param_name[id(p)][2]
+        first[ln] = min(o, first.get(ln, o))
+    ordered = sorted(first, key=first.__getitem__)
+    index = {ln: j for j, ln in enumerate(ordered)}
+    layers = [LayerInfo(ln) for ln in ordered]
+    layer_of: list[int] = []
+    for (_, _, p), ln in zip(wanted, layer_names, strict=True):
+        j = index[ln]
+        layer_of.append(j)
+        info = layers[j]
+        numel = _numel(p)
+        info.numel += numel
+        if len(info.params) < MAX_PARAMS_LISTED:
+            layer, leaf, _ = param_name[id(p)]
+            full = f"{layer}.{leaf}" if leaf else layer
+            info.params.append(
+                {"name": full, "shape": _shape(p), "dtype": str(p.dtype).replace("torch.", "")}
+            )
+        else:
+            info.more += 1
+
+    scaler = find_scaler(ns)
+    return Plan(
+        group_sig(optimizer),
+        [p for _, _, p in wanted],
+        layer_of,
+        layers,
+        enabled=bool(wanted),
+        reason=None if wanted else "no trainable parameters in scope",
+        stride=stride,
+        watch_version=version,
+        scaler=None if scaler is None else weakref.ref(scaler),
+        coarsened=coarsened,
+        unnamed=unnamed,
+    )
+
+
+def _coarsen(layer_names: list[str]) -> list[str]:
+    """Cut names to fewer dotted components until at most MAX_LAYERS remain."""
+    depth = max(n.count(".") + 1 for n in layer_names)
+    names = layer_names
+    while depth > 1 and len(set(names)) > MAX_LAYERS:
+        depth -= 1
+        names = [".".join(n.split(".")[:depth]) for n in layer_names]
+    return names
+
+
+def _shape(p: Any) -> list[int]:
+    try:
+        return [int(s) for s in p.shape]
+    except Exception:
+        return []
+
+
+def _numel(p: Any) -> int:
+    try:
+        return int(p.numel())
+    except Exception:
+        return 0
+
+
+def optimizer_name(optimizer: Any, ns: dict[str, Any], taken: set[str]) -> str:
+    """The user's name for the optimizer (``opt``), else ``optimizer``/``optimizer2``..."""
+    for k, v in list(ns.items()):
+        if v is optimizer and isinstance(k, str) and not k.startswith("_") and k not in taken:
+            return k
+    base = "optimizer"
+    n = 1
+    name = base
+    while name in taken:
+        n += 1
+        name = f"{base}{n}"
+    return name

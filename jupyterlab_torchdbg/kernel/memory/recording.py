@@ -1,0 +1,215 @@
+"""One-click memory history: ``torch.cuda.memory._record_memory_history`` start/stop.
+
+``start`` turns the allocator's history on with a bounded ``max_entries`` (Python stacks
+only: C++ symbolisation would make every allocation slow). When CUDA is not initialised
+yet, the start is queued with ``torch.cuda._lazy_call`` so it runs the moment the user's
+code initialises CUDA: the tool never initialises it (R02), and the first allocations
+(the model moving to the GPU) are still recorded. ``stop`` takes the snapshot, writes it
+as a pickle in the kernel's working directory (open it at PyTorch's memory viewer) and
+summarises the top allocation sites by bytes. The pickle is written, never read: nothing
+from the panel is unpickled (S4).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import sysconfig
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..actions import ActionError
+
+DEFAULT_MAX_ENTRIES = 100_000
+MIN_MAX_ENTRIES = 1_000
+MAX_MAX_ENTRIES = 2_000_000
+TOP_SITES = 10
+_STDLIB = os.path.join(sysconfig.get_paths()["stdlib"], "")
+
+
+class HistoryRecorder:
+    """The state of one memory-history recording (off / armed / on)."""
+
+    def __init__(self, cuda_unusable: Callable[[], str | None], cwd: Callable[[], str] = os.getcwd):
+        self._unusable = cuda_unusable
+        self._cwd = cwd
+        self._lock = threading.Lock()
+        self.state = "off"
+        self.max_entries: int | None = None
+        self.since: float | None = None
+        self._queued: Callable[[], None] | None = None
+
+    def status(self) -> dict[str, Any]:
+        return {"state": self.state, "max_entries": self.max_entries, "since": self.since}
+
+    def _torch(self) -> Any:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            raise ActionError("torch is not imported in this kernel", "refused")
+        if not getattr(getattr(torch, "version", None), "cuda", None):
+            raise ActionError("memory history needs CUDA: this torch build is CPU-only", "refused")
+        bad = self._unusable()
+        if bad:
+            raise ActionError(bad, "refused")
+        return torch
+
+    def start(self, max_entries: int) -> dict[str, Any]:
+        with self._lock:
+            torch = self._torch()
+            if self.state != "off":
+                return {**self.status(), "note": "already recording"}
+            self.max_entries = max_entries
+
+            def begin() -> None:
+                torch.cuda.memory._record_memory_history(
+                    enabled="all", context="all", stacks="python", max_entries=max_entries
+                )
+                self.state = "on"
+                self.since = time.time()
+                self._queued = None
+
+            if torch.cuda.is_initialized():
+                begin()
+                return self.status()
+            # Not initialised: start when the user's code initialises CUDA (never now).
+            self.state = "armed"
+            self._queued = begin
+            torch.cuda._lazy_call(begin)
+            return {**self.status(), "note": "starts when your code first uses CUDA"}
+
+    def disarm(self) -> None:
+        """Remove a queued start (unload, or stop before CUDA started)."""
+        torch = sys.modules.get("torch")
+        fn, self._queued = self._queued, None
+        if fn is None or torch is None:
+            return
+        queued = getattr(torch.cuda, "_queued_calls", None)
+        if isinstance(queued, list):
+            queued[:] = [c for c in queued if not (isinstance(c, tuple) and c[0] is fn)]
+
+    def stop(self) -> dict[str, Any]:
+        with self._lock:
+            if self.state == "off":
+                raise ActionError("no memory recording is running", "refused")
+            if self.state == "armed":
+                self.disarm()
+                self.state, self.max_entries, self.since = "off", None, None
+                return {**self.status(), "note": "CUDA was never used: nothing was recorded"}
+            torch = self._torch()
+            snap = torch.cuda.memory._snapshot()
+            torch.cuda.memory._record_memory_history(enabled=None)
+            self.state, self.max_entries, self.since = "off", None, None
+            name = time.strftime("torchdbg_memory_%Y%m%d-%H%M%S.pickle")
+            path = _unique(os.path.join(self._cwd(), name))
+            # 0600: the snapshot holds source paths and stacks (S6: no world-readable files).
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(snap, f)
+            result = {
+                **self.status(),
+                "file": os.path.basename(path),
+                "bytes": os.path.getsize(path),
+                **top_sites(snap),
+            }
+            del snap
+            return result
+
+    def shutdown(self) -> None:
+        """On unload: leave no recording running that the tool started."""
+        with self._lock:
+            if self.state == "armed":
+                self.disarm()
+            elif self.state == "on":
+                torch = sys.modules.get("torch")
+                try:
+                    if torch is not None and not self._unusable():
+                        torch.cuda.memory._record_memory_history(enabled=None)
+                except Exception:
+                    pass
+            self.state, self.max_entries, self.since = "off", None, None
+
+
+def _unique(path: str) -> str:
+    base, ext = os.path.splitext(path)
+    n = 1
+    while os.path.exists(path):
+        n += 1
+        path = f"{base}-{n}{ext}"
+    return path
+
+
+def _site(frames: Any) -> dict[str, Any] | None:
+    """The first frame outside torch and the standard library: where the user allocated."""
+    if not isinstance(frames, list) or not frames:
+        return None
+    chosen = None
+    for fr in frames:
+        if not isinstance(fr, dict):
+            continue
+        fn = str(fr.get("filename", ""))
+        if not fn or fn.startswith(("<frozen", _STDLIB)) or "/torch/" in fn:
+            continue  # torch's own layers and the standard library are not the "site"
+        chosen = fr
+        break
+    if chosen is None:
+        chosen = next((f for f in frames if isinstance(f, dict)), None)
+    if chosen is None:
+        return None
+    filename = str(chosen.get("filename", "?"))
+    short = "/".join(filename.split("/")[-2:])  # no home directories in payloads (S6)
+    return {
+        "file": short,
+        "line": int(chosen.get("line", 0) or 0),
+        "function": str(chosen.get("name", "?")),
+    }
+
+
+def top_sites(snap: dict[str, Any], n: int = TOP_SITES) -> dict[str, Any]:
+    """Top allocation sites by bytes: still live at the stop, and allocated in total."""
+    live: dict[tuple[str, int, str], list[int]] = {}
+    for seg in snap.get("segments", []) or []:
+        for b in seg.get("blocks", []) or []:
+            if b.get("state") != "active_allocated":
+                continue
+            s = _site(b.get("frames"))
+            if s is None:
+                continue
+            key = (s["file"], s["line"], s["function"])
+            acc = live.setdefault(key, [0, 0])
+            acc[0] += int(b.get("size", 0) or 0)
+            acc[1] += 1
+    total: dict[tuple[str, int, str], list[int]] = {}
+    entries = 0
+    ooms = 0
+    for trace in snap.get("device_traces", []) or []:
+        for e in trace or []:
+            entries += 1
+            action = e.get("action")
+            if action == "oom":
+                ooms += 1
+            if action != "alloc":
+                continue
+            s = _site(e.get("frames"))
+            if s is None:
+                continue
+            key = (s["file"], s["line"], s["function"])
+            acc = total.setdefault(key, [0, 0])
+            acc[0] += int(e.get("size", 0) or 0)
+            acc[1] += 1
+
+    def rows(d: dict[tuple[str, int, str], list[int]]) -> list[dict[str, Any]]:
+        ordered = sorted(d.items(), key=lambda kv: -kv[1][0])[:n]
+        return [
+            {"file": f, "line": ln, "function": fn, "bytes": b, "count": c}
+            for (f, ln, fn), (b, c) in ordered
+        ]
+
+    return {
+        "entries": entries,
+        "oom_events": ooms,
+        "live_sites": rows(live),
+        "top_sites": rows(total),
+    }

@@ -1,0 +1,2 @@
+export { MemoryPanel, formatBytes } from './body';
+export { MemoryModel } from './model';
