@@ -10,9 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 try:
-    from ._version import __version__
-except ImportError:  # running from a source tree that was never built
-    __version__ = "0.0.0.dev0"
+    from ._version import __version__  # written by the build
+except ImportError:  # a source tree next to an installed wheel (e.g. tests from a clone)
+    try:
+        from importlib.metadata import version as _dist_version
+
+        __version__ = _dist_version("jupyterlab_torchdbg")
+    except Exception:
+        __version__ = "0.0.0.dev0"
 
 __all__ = [
     "__version__",

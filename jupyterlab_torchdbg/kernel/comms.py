@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._version import __version__
+from .. import __version__
 from ..protocol import COMM_TARGET, PROTOCOL_VERSION, jsonable, major
 
 if TYPE_CHECKING:

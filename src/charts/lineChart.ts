@@ -8,6 +8,18 @@ export function themeVar(name: string, fallback: string): string {
   return v || fallback;
 }
 
+/** Short y-axis labels: 1e+16 rather than 10,000,000,000,000,000. */
+export function formatTick(v: number): string {
+  if (v === null || !Number.isFinite(v)) {
+    return '';
+  }
+  const a = Math.abs(v);
+  if (a !== 0 && (a >= 1e5 || a < 1e-3)) {
+    return v.toExponential(0);
+  }
+  return String(Number(v.toPrecision(4)));
+}
+
 /** Line colours that read on light and dark backgrounds (JupyterLab's palette). */
 export function seriesColor(i: number): string {
   const vars = [
@@ -202,7 +214,10 @@ export class LineChart {
         x: { time: false },
         y: this._options.log ? { distr: 3 } : {}
       },
-      axes: [axis, { ...axis, size: 52 }],
+      axes: [
+        axis,
+        { ...axis, size: 52, values: (_u, splits) => splits.map(formatTick) }
+      ],
       series,
       hooks: { draw: [drawOverlay] }
     };

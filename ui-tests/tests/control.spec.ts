@@ -57,6 +57,7 @@ test('clip at 1.0 and pause / resume while the cell runs', async ({
   await expect(status).toContainText(/paused at step \d+/, { timeout: 20000 });
   const stepText = async () =>
     (await control.locator('.jp-TorchDbg-controlState').textContent()) ?? '';
+  // (while running the state line says so; the step number shows while paused)
   const pausedAt = await stepText();
   await page.waitForTimeout(1000);
   expect(await stepText()).toBe(pausedAt);

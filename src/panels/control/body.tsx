@@ -60,9 +60,7 @@ export function ControlPanel(props: {
               'Paused before optimizer step %1.',
               String(state.paused_at ?? state.step)
             )
-          : state
-            ? trans.__('Running (step %1).', String(state.step))
-            : trans.__('Controls apply at the next optimizer.step().')}
+          : trans.__('Running. Controls apply at the next optimizer.step().')}
         {state?.clip !== null && state?.clip !== undefined && (
           <span className="jp-TorchDbg-chip jp-mod-ok">
             {trans.__('clip %1', String(state.clip))}
