@@ -11,7 +11,7 @@ test.use({ autoGoto: true, kernels: null });
 const TRAIN = [
   'import time, torch',
   'from torch import nn',
-  'from jupyterlab_torchdbg import log',
+  'from jupyterlab_torchdbg import log, watch',
   'torch.manual_seed(0)',
   'class Net(nn.Module):',
   '    def __init__(self):',
@@ -23,6 +23,9 @@ const TRAIN = [
   '        return self.head(out[:, -1])',
   'model = Net()',
   'opt = torch.optim.SGD(model.parameters(), lr=0.5)',
+  '# every step: by default the monitor samples every N steps (N from its own cost),',
+  '# and a run that blows up within N steps would only show the non-finite alarm',
+  'watch(model, opt, stride=1)',
   'x, y = torch.randn(16, 30, 4), torch.randn(16, 1)',
   'for step in range(400):',
   '    opt.zero_grad()',
