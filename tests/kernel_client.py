@@ -49,6 +49,9 @@ class CommMessage:
     data: dict[str, Any]
     buffers: list[bytes]
     t: float = field(default_factory=time.monotonic)
+    #: For ``snapshot``/``series``: each block's names as this comm's panel knows them
+    #: when the message arrives (its name table), None for a block it cannot decode.
+    names: list[list[str] | None] | None = None
 
     @property
     def method(self) -> str:
@@ -74,6 +77,8 @@ class KernelDriver:
     def __init__(self, kc: Any) -> None:
         self.kc = kc
         self.comm: list[CommMessage] = []
+        #: Per comm: block id -> names, as that comm's panel would hold them.
+        self.name_tables: dict[str, dict[int, list[str]]] = {}
         self.closed: set[str] = set()
         self.iopub: list[dict[str, Any]] = []
         self._replies: dict[str, dict[str, Any]] = {}
@@ -104,12 +109,26 @@ class KernelDriver:
             data = c.get("data") or {}
             validate_kernel_message(data)
             bufs = [bytes(b) for b in msg.get("buffers") or []]
-            self.comm.append(CommMessage(c["comm_id"], data, bufs))
+            names = self._resolve_names(c["comm_id"], data)
+            self.comm.append(CommMessage(c["comm_id"], data, bufs, names=names))
         elif mt == "comm_close":
             self.closed.add(msg["content"]["comm_id"])
         else:
             self.iopub.append(msg)
         return True
+
+    def _resolve_names(self, comm_id: str, data: dict[str, Any]) -> list[list[str] | None] | None:
+        """Keep each comm's name table as its panel would (PROTOCOL.md, "The name table")."""
+        method = data.get("method")
+        if method == "snapshot":
+            self.name_tables[comm_id] = {b["id"]: b["names"] for b in data["blocks"]}
+        elif method != "series":
+            return None
+        table = self.name_tables.setdefault(comm_id, {})
+        for b in data["blocks"]:
+            if "names" in b:
+                table[b["id"]] = b["names"]
+        return [table.get(b["id"]) for b in data["blocks"]]
 
     async def pump_until(self, predicate: Any, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -281,18 +300,25 @@ class KernelDriver:
 
 
 def decode_blocks(msg: CommMessage) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Decode a series/snapshot message into {name: (x, y)} as the panel would."""
+    """Decode a series/snapshot message into {name: (x, y)} as the panel would.
+
+    Names come from the comm's name table when the message arrived; a block whose id
+    that comm's panel could not have known fails the test.
+    """
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     blocks = msg.data["blocks"]
     assert len(msg.buffers) == 2 * len(blocks)
     for i, block in enumerate(blocks):
+        names = msg.names[i] if msg.names is not None else block["names"]
+        assert names is not None, f"block id {block['id']} has no names on this comm"
         x = np.frombuffer(msg.buffers[2 * i], dtype="<f8")
         y = np.frombuffer(msg.buffers[2 * i + 1], dtype="<f4")
         n = block["count"]
-        assert x.size == n and y.size == n * len(block["names"])
-        for j, name in enumerate(block["names"]):
+        assert x.size == n and y.size == n * len(names)
+        rows = y.reshape(n, len(names))  # row-major: one value per name for each x
+        for j, name in enumerate(names):
             prev = out.get(name)
-            xs, ys = x, y[j * n : (j + 1) * n]
+            xs, ys = x, rows[:, j].copy()
             out[name] = (xs, ys) if prev is None else (np.r_[prev[0], xs], np.r_[prev[1], ys])
     return out
 

@@ -2,7 +2,8 @@
 
 Timings are not asserted (a shared 2-core machine is too noisy for that; the benchmark
 itself is how speed is checked). Only shape and sanity: every model and variant present,
-ratios positive and finite, intervals around their medians, streaming without gaps.
+ratios positive and finite, intervals around their medians, streaming without gaps and
+with every block decodable through the panel's name table.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from jupyterlab_torchdbg.kernel.grads.stride import WARMUP_STEPS
+
 RATIO_KEYS = {
     "loaded_idle",
     "monitor_every_step",
@@ -20,6 +23,9 @@ RATIO_KEYS = {
     "naive_loop",
     "total_norm",
     "detect_anomaly",
+    "monitor_clip",
+    "clip_grad_norm",
+    "monitor_clip_vs_clip",
 }
 MODELS = {"mlp_4x1024", "cnn_small", "linear_200x64", "transformer_small"}
 
@@ -47,6 +53,7 @@ def test_quick_benchmark_json_shape(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "| step-time ratio to no monitoring |" in proc.stdout
+    assert "| monitor + clip action ÷ `clip_grad_norm_` |" in proc.stdout
     data = json.loads(out.read_text())
     assert set(data["models"]) == MODELS
     for name, m in data["models"].items():
@@ -59,14 +66,25 @@ def test_quick_benchmark_json_shape(tmp_path: Path) -> None:
         assert m["ratios"]["detect_anomaly"] > 1.2
         assert m["monitor_cost_vs_total_norm"] > 0
         assert m["monitor_default"]["stride"] >= 1
+        # measured after the auto mode's every-step warm-up, as in a long run
+        assert m["monitor_default"]["every_step_now"] is False
         assert m["tensors"] > 0 and m["step_ms"] > 0
+        # monitor + clip is paired with plain clip_grad_norm_ (not with no monitoring):
+        # both clip, so the ratio sits near 1, far from detect_anomaly's
+        assert m["ratios"]["monitor_clip_vs_clip"] < m["ratios"]["detect_anomaly"]
+        assert data["targets"][f"{name}.monitor_clip_vs_clip<=1.05"] in (True, False)
+        # the clip action really clipped through the product, reusing the monitor's read
+        assert m["clip_reused_norms"] is None or m["clip_reused_norms"] > 0
     assert data["models"]["linear_200x64"]["tensors"] == 100  # quick size
     s = data["streaming"]
     assert {"points_per_s", "messages_per_s", "sequence_gaps"} <= set(s)
     assert s["sequence_gaps"] == 0
+    assert s["undecodable_blocks"] == 0  # names sent once still reach the panel
+    assert s["prefilled_steps"] > 4096  # measured past the history capacity (a long run)
     assert s["points_delivered"] == s["points_recorded"] > 0
     assert 0 < s["messages_per_s"] <= 11
     assert data["meta"]["quick"] is True and data["meta"]["tool_errors"] == {}
+    assert data["meta"]["default_primed_steps"] == WARMUP_STEPS
     assert isinstance(data["targets"], dict)
 
 

@@ -21,6 +21,7 @@ from jupyterlab_torchdbg.kernel.comms import CommHub
 from jupyterlab_torchdbg.kernel.exceptions import ExceptionMonitor
 from jupyterlab_torchdbg.kernel.exceptions.capture import Limits, capture
 from jupyterlab_torchdbg.kernel.exceptions.cells import CellMap
+from jupyterlab_torchdbg.protocol import PROTOCOL_VERSION
 
 
 def raised(fn: Any, *args: Any) -> BaseException:
@@ -218,7 +219,7 @@ class FakeExt:
         self.shell = SimpleNamespace(events=None, compile=FakeCompiler({}), user_ns_hidden={})
         self.session_id = "0123456789abcdef"
         self.errors: dict[str, int] = {}
-        self.stream = SimpleNamespace(snapshot=lambda: ([], [], 0), ignored_series=0)
+        self.stream = SimpleNamespace(send_snapshot=lambda send: send([], [], 0), ignored_series=0)
         self.actions = SimpleNamespace(names=lambda: [])
         self.hub = CommHub(self, SimpleNamespace())  # type: ignore[arg-type]
 
@@ -240,7 +241,9 @@ class FakeExt:
 
 def _open(hub: CommHub, comm_id: str) -> FakeComm:
     comm = FakeComm(comm_id)
-    hub._on_open(comm, {"content": {"data": {"method": "open", "protocol_version": "1.0"}}})
+    hub._on_open(
+        comm, {"content": {"data": {"method": "open", "protocol_version": PROTOCOL_VERSION}}}
+    )
     return comm
 
 

@@ -41,6 +41,21 @@ def test_explosion_against_running_median_fires_once() -> None:
     assert [a.kind for a in again] == ["explosion"]
 
 
+def test_rising_norm_is_flagged_before_it_is_an_explosion() -> None:
+    """Half way to the alarm (on a log scale) the monitor is told to watch every step."""
+    d = Detector("opt", Thresholds())
+    d.evaluate(list(range(1, 11)), rows(*[[1.0, 0.6, 0.8]] * 10), ["a", "b"])
+    assert not d.rising
+    assert d.evaluate([11], rows([4.0, 1.0, 3.9]), ["a", "b"]) == []  # 4x: no alarm yet
+    assert d.rising
+    d.evaluate([12], rows([1.1, 0.6, 0.9]), ["a", "b"])
+    assert not d.rising
+    d.evaluate([13], rows([50.0, 1.0, 50.0]), ["a", "b"])  # an explosion is climbing too
+    assert d.rising
+    d.evaluate([14], rows([float("nan"), 1.0, float("nan")]), ["a", "b"])
+    assert not d.rising  # a NaN run: every step would tell nothing more
+
+
 def test_explosion_absolute_threshold_applies_from_the_first_step() -> None:
     d = Detector("opt", Thresholds(explode_abs=100.0))
     alerts = d.evaluate([1], rows([150.0, 150.0]), ["a"])
@@ -169,8 +184,15 @@ def test_exploding_rnn_raises_explosion_then_non_finite_naming_the_layer() -> No
         s.end_cell()
         alerts = s.comm.alerts()
         kinds = [a["kind"] for a in alerts]
-        assert kinds == ["explosion", "non_finite"], alerts
-        explosion, non_finite = alerts
+        assert kinds[:2] == ["explosion", "non_finite"], alerts
+        explosion, non_finite = alerts[:2]
+        # then the forward probe's finding for the next forward pass (test_grads_probe.py),
+        # when the alarm was checked before the loop ended (checks run once a second);
+        # what it finds depends on when: the loss overflowing on huge outputs (no layer),
+        # or weights already NaN in model.rnn
+        for probe in alerts[2:]:
+            assert probe["kind"] == "non_finite_forward" and probe["step"] > non_finite["step"]
+            assert probe["layer"] in (None, "model.rnn", "model.head")
         # ground truth: the first step with a non-finite grad, and its layers in model order
         first = next(i for i, t in enumerate(truth) if not all(t.values()))
         bad = [layer for layer, ok in truth[first].items() if not ok]
@@ -180,6 +202,68 @@ def test_exploding_rnn_raises_explosion_then_non_finite_naming_the_layer() -> No
         assert explosion["layer"] in ("model.rnn", "model.head")
         assert all(a["remedy"] and a["track"] == "opt" for a in alerts)
         assert not s.ext.errors
+
+
+def test_default_auto_stride_sees_an_early_explosion_step_by_step() -> None:
+    """No set_stride: the auto mode's warm-up samples every step, so a run that blows up
+    early shows the explosion before the NaN (a stride could jump straight to NaN)."""
+    torch.manual_seed(0)
+    model = RNNNet()
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    x, y = torch.randn(16, 30, 4), torch.randn(16, 1)
+    with session({"model": model, "opt": opt}) as s:
+        for _ in range(40):
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            log(loss=loss)
+            loss.backward()
+            opt.step()
+        s.end_cell()
+        track = s.track()
+        assert track["mode"] == "auto" and track["sampled"] == 40
+        # after the explosion it keeps sampling every step because the norm climbed
+        assert track["stride"] == 1 and track["every_step"] == "rising"
+        kinds = [a["kind"] for a in s.comm.alerts()]
+        # (+ the forward probe's finding when the alarm was checked before the last step)
+        assert kinds[:2] == ["explosion", "non_finite"]
+        assert set(kinds[2:]) <= {"non_finite_forward"}
+
+
+def test_a_climbing_norm_makes_the_auto_stride_sample_every_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from jupyterlab_torchdbg.kernel.grads import stride as stride_mod
+
+    torch.manual_seed(0)
+    model = nn.Linear(6, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)  # weights fixed: the loss sets the norm
+    x, y = torch.randn(32, 6), torch.randn(32, 2)
+
+    def steps(n: int, scale: float) -> None:
+        for _ in range(n):
+            opt.zero_grad()
+            (scale * nn.functional.mse_loss(model(x), y)).backward()
+            opt.step()
+
+    with session({"model": model, "opt": opt}) as s:
+        steps(20, 1.0)  # the warm-up fills the running median
+        monkeypatch.setattr(stride_mod, "choose_stride", lambda *a, **k: 5)
+        sampler = s.monitor.track_for(opt).sampler  # type: ignore[union-attr]
+        sampler._boost, sampler.stride = 0, 5  # as after the warm-up of a long run
+        steps(10, 1.0)
+        s.end_cell()
+        assert sampler.stride == 5 and not sampler.boosting
+        assert s.track()["stride"] == 5 and s.track()["every_step"] is None
+        before = s.track()["sampled"]
+        steps(10, 5.0)  # 5x the median: not an explosion (10x), but climbing
+        s.end_cell()
+        assert s.comm.alerts() == []
+        assert sampler.boosting and s.track()["stride"] == 1
+        assert s.track()["every_step"] == "rising"
+        sampled = s.track()["sampled"]
+        assert sampled - before == 2  # still every 5th step until the check saw it
+        steps(10, 5.0)
+        assert s.track()["sampled"] - sampled == 10  # now every step
 
 
 def test_healthy_run_raises_no_alarm() -> None:

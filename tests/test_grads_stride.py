@@ -7,8 +7,10 @@ import random
 import pytest
 
 from jupyterlab_torchdbg.kernel.grads.stride import (
+    BOOST_STEPS,
     DEFAULT_BUDGET,
     MAX_STRIDE,
+    WARMUP_STEPS,
     Sampler,
     choose_stride,
     nice_at_least,
@@ -135,3 +137,51 @@ def test_carried_cost_is_billed() -> None:
     s.add_cost(0.003)
     s.observe(0.001)
     assert s.last_cost == pytest.approx(0.004)
+
+
+def ticks(sampler: Sampler, steps: int, step_s: float, cost_s: float, t0: float) -> list[bool]:
+    out = []
+    t = t0
+    for _ in range(steps):
+        t += step_s
+        hit = sampler.tick(t)
+        out.append(hit)
+        if hit:
+            sampler.observe(cost_s)
+    return out
+
+
+def test_auto_samples_every_step_during_the_warm_up_then_follows_the_stride() -> None:
+    """An early blow-up is seen step by step; afterwards the budget applies."""
+    s = Sampler()
+    seen = ticks(s, WARMUP_STEPS + 200, 5e-3, 1e-3, 0.0)  # the monitor costs 20% of a step
+    assert all(seen[:WARMUP_STEPS])
+    assert s.stride == 20 and not s.boosting and s.effective_stride == 20
+    assert sum(seen[WARMUP_STEPS:]) == 200 // 20
+    # while warming up the panel is told the truth: stride 1, overhead at stride 1
+    w = Sampler()
+    ticks(w, 50, 5e-3, 1e-3, 0.0)
+    assert w.boosting and w.effective_stride == 1
+    assert w.overhead == pytest.approx(0.2, rel=0.05)
+
+
+def test_boost_samples_every_step_again_then_returns_to_the_stride() -> None:
+    s = Sampler()
+    ticks(s, WARMUP_STEPS + 100, 5e-3, 1e-3, 0.0)
+    assert s.stride == 20
+    s.boost()
+    assert s.boosting and s.effective_stride == 1
+    seen = ticks(s, BOOST_STEPS + 100, 5e-3, 1e-3, 10.0)
+    assert all(seen[:BOOST_STEPS]) and sum(seen[BOOST_STEPS:]) == 100 // 20
+    assert not s.boosting
+
+
+def test_boost_and_warm_up_leave_fixed_and_off_alone() -> None:
+    s = Sampler()
+    s.set_mode("fixed", 7)
+    s.boost()
+    assert not s.boosting
+    assert sum(s.tick(i * 0.01) for i in range(70)) == 10
+    s.set_mode("off")
+    s.boost()
+    assert sum(s.tick(1 + i * 0.01) for i in range(70)) == 0

@@ -8,6 +8,8 @@ import textwrap
 
 from kernel_client import KernelDriver
 
+from jupyterlab_torchdbg.protocol import PROTOCOL_VERSION
+
 COUNT_HANDLERS = textwrap.dedent(
     """
     import comm
@@ -69,7 +71,7 @@ async def test_hello_then_snapshot(loaded: KernelDriver) -> None:
     assert [m.method for m in mine[:2]] == ["hello", "snapshot"]
     hello = mine[0].data
     assert hello["accepted"] is True
-    assert hello["protocol_version"] == "1.0"
+    assert hello["protocol_version"] == PROTOCOL_VERSION
     caps = hello["capabilities"]
     assert caps["torch"]["available"] is True
     assert caps["torch"]["version"].startswith("2.")
@@ -116,7 +118,8 @@ async def test_r03_loads_without_torch_and_without_nvml(kernel: KernelDriver) ->
     assert "nvidia-ml-py" in caps["nvml"]["reason"]
     # log() of plain numbers still works without torch
     await kernel.run("from jupyterlab_torchdbg import log\nlog(loss=1.5)")
-    assert any("loss" in b["names"] for m in kernel.messages("series") for b in m.data["blocks"])
+    series = kernel.messages("series")
+    assert any("loss" in (names or []) for m in series for names in m.names or [])
 
 
 async def test_r03_nvml_library_missing_is_a_reason(loaded: KernelDriver) -> None:
@@ -128,18 +131,19 @@ async def test_r03_nvml_library_missing_is_a_reason(loaded: KernelDriver) -> Non
 
 
 async def test_r07_major_version_mismatch_refused(loaded: KernelDriver) -> None:
-    comm_id = await loaded.open_comm(protocol_version="2.0")
+    comm_id = await loaded.open_comm(protocol_version="1.0")  # the pre-name-table panel
     await loaded.pump_until(lambda: comm_id in loaded.closed, timeout=10)
     hello = loaded.messages("hello", comm_id)[0].data
     assert hello["accepted"] is False
     err = loaded.messages("error", comm_id)[0].data
     assert err["code"] == "protocol_mismatch"
-    assert "2.0" in err["message"] and "1.0" in err["message"]
+    assert PROTOCOL_VERSION in err["message"] and "1.0" in err["message"]
     assert not loaded.messages("snapshot", comm_id)
 
 
 async def test_r07_minor_difference_accepted(loaded: KernelDriver) -> None:
-    comm_id = await loaded.open_comm(protocol_version="1.7")
+    same_major = PROTOCOL_VERSION.split(".")[0] + ".7"
+    comm_id = await loaded.open_comm(protocol_version=same_major)
     assert loaded.messages("hello", comm_id)[0].data["accepted"] is True
     assert loaded.messages("snapshot", comm_id)
 

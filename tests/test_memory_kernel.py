@@ -150,10 +150,18 @@ def test_r02_training_and_sampling_never_initialise_cuda(k: SyncKernel) -> None:
     assert status["state"] == "no_cuda" and status["devices"] == []
     cpu = status["breakdown"]["devices"][0]
     assert cpu["device"] == "cpu" and cpu["parameters"] > 0 and cpu["gradients"] > 0
-    names = {
-        n for d in mine if d.get("method") == "series" for b in d["blocks"] for n in b["names"]
+    # names go out once per block id (any comm's snapshot or first series has them)
+    table = {
+        b["id"]: b["names"]
+        for _, d in k.comm
+        if d.get("method") in ("snapshot", "series")
+        for b in d["blocks"]
+        if "names" in b
     }
-    assert "mem/cpu/rss" in names
+    streamed = {
+        n for d in mine if d.get("method") == "series" for b in d["blocks"] for n in table[b["id"]]
+    }
+    assert "mem/cpu/rss" in streamed
 
 
 # --- the OOM autopsy ---------------------------------------------------------------------------

@@ -83,8 +83,8 @@ async def _save_while_training(kernel: KernelDriver, name: str) -> None:
         n
         for m in kernel.comm[n0:]
         if m.method == "series"
-        for b in m.data["blocks"]
-        for n in b["names"]
+        for block_names in m.names or []
+        for n in block_names or []
     }
     assert "mem/cpu/rss" in names
     r = await kernel.run(

@@ -89,7 +89,7 @@ def test_stream_pending_overflow_is_counted_as_dropped(monkeypatch) -> None:
     for i in range(150):
         s.record("x", float(i))
     s.flush()
-    assert sent[0]["blocks"] == [{"names": ["x"], "count": 100, "dropped": 50}]
+    assert sent[0]["blocks"] == [{"id": 1, "names": ["x"], "count": 100, "dropped": 50}]
 
 
 def test_stream_series_cap() -> None:

@@ -19,6 +19,8 @@ import numpy as np
 from jupyter_server.services.kernels.connection.base import deserialize_binary_message
 from kernel_client import validate_kernel_message
 
+from jupyterlab_torchdbg.protocol import PROTOCOL_VERSION
+
 SESSION = uuid.uuid4().hex
 
 
@@ -112,7 +114,7 @@ async def test_r08_rate_coalescing_through_server_websocket(
                     {
                         "comm_id": comm_id,
                         "target_name": "jupyterlab_torchdbg",
-                        "data": {"method": "open", "protocol_version": "1.0"},
+                        "data": {"method": "open", "protocol_version": PROTOCOL_VERSION},
                     },
                 )
             )
@@ -173,16 +175,26 @@ async def test_r08_rate_coalescing_through_server_websocket(
         seqs = [m["content"]["data"]["seq"] for _, m in series]
         assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
 
+        # The panel's name table: the snapshot's blocks, then names a series block
+        # carries the first time its id goes out; later blocks carry only the id.
+        snapshot = next(m for _, m in comm if m["content"]["data"]["method"] == "snapshot")
+        table = {b["id"]: b["names"] for b in snapshot["content"]["data"]["blocks"]}
+        announced = 0
+
         def loss_values(m: dict[str, Any]) -> np.ndarray:
+            nonlocal announced
             blocks = m["content"]["data"]["blocks"]
-            parts = [
-                np.frombuffer(bytes(m["buffers"][2 * i + 1]), dtype="<f4")
-                for i, b in enumerate(blocks)
-                if b["names"] == ["loss"]
-            ]
+            parts = []
+            for i, b in enumerate(blocks):
+                if "names" in b:
+                    table[b["id"]] = b["names"]
+                    announced += b["names"] == ["loss"]
+                if table[b["id"]] == ["loss"]:  # KeyError: a block this panel cannot decode
+                    parts.append(np.frombuffer(bytes(m["buffers"][2 * i + 1]), dtype="<f4"))
             return np.concatenate(parts) if parts else np.zeros(0, dtype="<f4")
 
         ys = np.concatenate([loss_values(m) for _, m in series])
+        assert announced == 1  # "loss" named once in the whole run, not in every message
         assert ys.size == n
         np.testing.assert_array_equal(ys, np.arange(n, dtype=np.float32))
         # messages/s over the streaming window stays under 10 (+ the end-of-cell flush)

@@ -3,6 +3,9 @@
  */
 const baseConfig = require('@jupyterlab/galata/lib/playwright-config');
 
+// UI_PORT lets two checkouts run their UI tests side by side without sharing a server.
+const port = process.env.UI_PORT || '8888';
+
 module.exports = {
   ...baseConfig,
   timeout: 120000,
@@ -12,6 +15,7 @@ module.exports = {
   reporter: [['list'], ['html', { open: 'never' }]],
   use: {
     ...baseConfig.use,
+    baseURL: `http://localhost:${port}`,
     viewport: { width: 1400, height: 900 },
     trace: 'retain-on-failure',
     video: 'off',
@@ -29,8 +33,8 @@ module.exports = {
     }
   },
   webServer: {
-    command: 'jlpm start',
-    url: 'http://localhost:8888/lab',
+    command: `jlpm start --port ${port}`,
+    url: `http://localhost:${port}/lab`,
     timeout: 120 * 1000,
     reuseExistingServer: !process.env.CI
   }

@@ -37,6 +37,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--models", help="comma-separated subset of the models")
     p.add_argument("--stream-seconds", type=float, help="length of the streaming section")
     p.add_argument(
+        "--profile-stream",
+        action="store_true",
+        help="profile the streaming section's flushes (cProfile, printed on stderr)",
+    )
+    p.add_argument(
         "--threads",
         type=int,
         default=1,
@@ -78,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from ..kernel.grads import current_monitor
+    from ..kernel.grads.stride import WARMUP_STEPS
     from .harness import loaded_extension
     from .models import FACTORIES, build
     from .paired import median_ci, paired_ratios, ratio_of_medians_ci, run_rounds
@@ -114,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             "steps_per_variant_per_round": window,
             "step": "forward + backward + AdamW step",
             "variants": list(VARIANTS),
+            "default_primed_steps": WARMUP_STEPS,
         },
         "models": {},
     }
@@ -121,8 +128,14 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             work = build(name, quick, seed=args.seed)
             runners = {v: Runner(v, work, device) for v in VARIANTS}
+            # The auto mode samples every step for the first WARMUP_STEPS steps of a run
+            # (by design: early blow-ups); the default is measured after that, as in a
+            # long run. Those steps cost what "monitor every step" costs, once per run.
+            for _ in range(WARMUP_STEPS):
+                runners["monitor_default"].step()
             mon = current_monitor()
             periodic0 = (mon.periodic_s, mon.periodic_n) if mon is not None else (0.0, 0)
+            reused0 = _clip_reused(loaded.ext)
             times = run_rounds(
                 runners, rounds, warmup, seed=args.seed, window=window, cuda=use_cuda
             )
@@ -135,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
                 "ratios": {},
                 "ci95": {},
             }
+            # monitor + clip action against plain clip_grad_norm_, paired within rounds
+            ratios["monitor_clip_vs_clip"] = paired_ratios(times, base="clip_grad_norm")[
+                "monitor_clip"
+            ]
             for v, rs in ratios.items():
                 point, lo, hi = median_ci(rs, rng)
                 model_out["ratios"][v] = point
@@ -156,19 +173,29 @@ def main(argv: list[str] | None = None) -> int:
             for r in runners.values():
                 r.close()
             loaded.end_cell()
+            reused1 = _clip_reused(loaded.ext)
+            model_out["clip_reused_norms"] = (
+                None if reused0 is None or reused1 is None else reused1 - reused0
+            )
             results["models"][name] = model_out
             print(f"  {name}: done ({time.perf_counter() - t_start:.0f} s)", file=sys.stderr)
         mon = current_monitor()
         results["meta"]["tool_errors"] = dict(loaded.ext.errors)
         results["meta"]["tool_alerts"] = mon.alerts.total if mon is not None else 0
     seconds = args.stream_seconds or (0.5 if quick else 3.0)
-    results["streaming"] = run_streaming(seconds)
+    results["streaming"] = run_streaming(seconds, profile=args.profile_stream)
     results["targets"] = targets(results)
     results["meta"]["seconds"] = round(time.perf_counter() - t_start, 1)
     print(table(results))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, allow_nan=False, default=_finite))
     return 0
+
+
+def _clip_reused(ext: Any) -> int | None:
+    """Clipped steps so far whose total norm came from the monitor's read (if counted)."""
+    reused = getattr(getattr(ext, "control", None), "reused", None)
+    return reused if isinstance(reused, int) else None
 
 
 def _finite(o: Any) -> Any:

@@ -12,6 +12,8 @@ ROWS = (
     ("naive_loop", "`p.grad.norm().item()` loop"),
     ("total_norm", "`get_total_norm(...).item()`"),
     ("detect_anomaly", "`set_detect_anomaly(True)`"),
+    ("monitor_clip", "monitor + clip action"),
+    ("clip_grad_norm", "`clip_grad_norm_(params, 1.0)`"),
 )
 
 
@@ -38,6 +40,14 @@ def table(results: dict[str, Any]) -> str:
         for n in names
     ]
     lines.append("| monitor's own time ÷ `get_total_norm`'s | " + " | ".join(cells) + " |")
+    cells = [
+        _cell(
+            models[n]["ratios"].get("monitor_clip_vs_clip"),
+            models[n]["ci95"].get("monitor_clip_vs_clip"),
+        )
+        for n in names
+    ]
+    lines.append("| monitor + clip action ÷ `clip_grad_norm_` | " + " | ".join(cells) + " |")
     cells = [
         _us(models[n].get("monitor_us")) + " ÷ " + _us(models[n].get("total_norm_us"))
         for n in names
@@ -73,6 +83,9 @@ def targets(results: dict[str, Any]) -> dict[str, Any]:
             m["monitor_cost_vs_total_norm"], 1.05
         )
         out[f"{name}.monitor_default<=1.01"] = _met(m["ratios"].get("monitor_default"), 1.01)
+        out[f"{name}.monitor_clip_vs_clip<=1.05"] = _met(
+            m["ratios"].get("monitor_clip_vs_clip"), 1.05
+        )
         if "cuda" in m:
             out[f"{name}.cuda_syncs_added_per_step==0"] = m["cuda"].get("syncs_added_per_step") == 0
     s = results.get("streaming")

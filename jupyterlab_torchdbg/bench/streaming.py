@@ -2,27 +2,59 @@
 
 400 series (a 400-layer model's norms) recorded as one block per step at a paced 1,000
 steps/s, flushed on the stream's own schedule into a counting comm that JSON-encodes
-each header. Reports delivered points/s, messages/s, bytes/s, kernel time per flush
-(recording excluded), the share of wall time spent flushing and sending, and any gap in
-``series`` sequence numbers.
+each header. Measured in a long run's steady state: ``prefill`` steps are streamed first
+(by default twice the history capacity, so the history is full and being thinned, as in
+any run past 4,096 steps), then the measured panel joins through a snapshot, as a panel
+opened during training does, and the timed part begins.
+
+Reports delivered points/s, messages/s, bytes/s, kernel time per flush (recording
+excluded), the share of wall time spent flushing and sending, any gap in ``series``
+sequence numbers, and any block the panel could not have decoded (its names never
+reached it). ``profile=True`` runs the flushes under cProfile and prints where
+their time goes (``--profile-stream``).
 """
 
 from __future__ import annotations
 
+import cProfile
+import pstats
+import sys
 import time
 from typing import Any
 
 import torch
 
+from ..kernel import stream as stream_mod
 from ..kernel.stream import Stream
 from .harness import CountingComm
 
 
-def run_streaming(seconds: float, series: int = 400, steps_per_s: float = 1000.0) -> dict[str, Any]:
-    comm = CountingComm()
-    stream = Stream(lambda header, buffers: comm.send(header, buffers))
+def run_streaming(
+    seconds: float,
+    series: int = 400,
+    steps_per_s: float = 1000.0,
+    profile: bool = False,
+    prefill: int | None = None,
+) -> dict[str, Any]:
+    prefill = 2 * stream_mod.HISTORY_CAPACITY if prefill is None else prefill
+    panels = [CountingComm()]  # the comms the stream broadcasts to
+    prof = cProfile.Profile() if profile else None
+    stream = Stream(lambda header, buffers: [c.send(header, buffers) for c in panels])
     block = stream.block([f"grad/bench/layer{i}" for i in range(series)])
     rows = torch.rand(64, series)  # recycled: the cost measured is the stream's
+    for step in range(prefill):  # untimed: a long run up to now
+        block.record(rows[step % 64], step)
+        if step % 100 == 99:
+            stream.flush()
+    stream.flush()
+    comm = CountingComm()
+
+    def join(blocks: list[dict[str, Any]], buffers: Any, seq: int) -> None:
+        comm.send({"method": "snapshot", "seq": seq, "blocks": blocks}, buffers)
+        panels[:] = [comm]
+
+    stream.send_snapshot(join)
+    joined_bytes = comm.bytes
     flush_s, flushes, recorded = 0.0, 0, 0
     t0 = time.perf_counter()
     while True:
@@ -33,12 +65,16 @@ def run_streaming(seconds: float, series: int = 400, steps_per_s: float = 1000.0
         if ahead > 0:
             time.sleep(min(ahead, 0.002))
             continue
-        block.record(rows[recorded % 64], recorded)
+        block.record(rows[recorded % 64], prefill + recorded)
         recorded += 1
         if stream.due():
+            if prof is not None:
+                prof.enable()
             tf = time.perf_counter()
             stream.flush()
             flush_s += time.perf_counter() - tf
+            if prof is not None:
+                prof.disable()
             flushes += 1
     loop_wall = time.perf_counter() - t0
     loop_messages = comm.series_messages
@@ -47,6 +83,9 @@ def run_streaming(seconds: float, series: int = 400, steps_per_s: float = 1000.0
     flush_s += time.perf_counter() - tf
     flushes += 1
     wall = time.perf_counter() - t0
+    if prof is not None:
+        print("streaming: where the flushes' time goes (cProfile)", file=sys.stderr)
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(20)
     return {
         "series": series,
         "steps_per_s_offered": steps_per_s,
@@ -54,10 +93,13 @@ def run_streaming(seconds: float, series: int = 400, steps_per_s: float = 1000.0
         "seconds": round(wall, 3),
         "points_per_s": comm.points / wall,
         "messages_per_s": loop_messages / loop_wall,  # the steady rate, cell-end flush aside
-        "bytes_per_s": comm.bytes / wall,
+        "bytes_per_s": (comm.bytes - joined_bytes) / wall,
         "kernel_us_per_flush": flush_s / flushes * 1e6,
         "send_fraction": flush_s / wall,
         "sequence_gaps": comm.gaps,
+        "undecodable_blocks": comm.unknown_blocks,
         "points_delivered": comm.points,
         "points_recorded": recorded * series,
+        "prefilled_steps": prefill,
+        "torch_threads": torch.get_num_threads(),
     }

@@ -11,6 +11,12 @@ step, so it pays nothing for the extension:
 - ``naive_loop``: ``[p.grad.norm().item() for p in params]`` (tutorials, Lightning's grad_norm).
 - ``total_norm``: ``torch.nn.utils.get_total_norm(grads).item()`` (what clipping reads).
 - ``detect_anomaly``: ``torch.autograd.set_detect_anomaly(True)``, the worst-case reference.
+- ``monitor_clip``: ``watch(model, opt)`` with the product's clip action on (the control's
+  ``clip`` set to ``MAX_NORM`` for this variant's steps only: it applies to every
+  optimizer the extension's hook sees): the monitor's read of the grads serves the clip.
+- ``clip_grad_norm``: plain ``torch.nn.utils.clip_grad_norm_(params, MAX_NORM)`` between
+  backward and step, what a user writes without the tool. ``monitor_clip`` ÷ this is the
+  ``monitor_clip_vs_clip`` ratio (PERFORMANCE.md: ≤ 1.05).
 """
 
 from __future__ import annotations
@@ -24,8 +30,12 @@ from typing import Any
 import torch
 import torch.optim.optimizer as optim_mod
 
+from ..kernel import extension
 from ..kernel.grads import current_monitor, naming
 from .models import Workload
+
+#: The clip level of both clipping variants (the usual ``clip_grad_norm_(..., 1.0)``).
+MAX_NORM = 1.0
 
 VARIANTS = (
     "none",
@@ -35,8 +45,10 @@ VARIANTS = (
     "naive_loop",
     "total_norm",
     "detect_anomaly",
+    "monitor_clip",
+    "clip_grad_norm",
 )
-PRODUCT = frozenset({"loaded_idle", "monitor_every_step", "monitor_default"})
+PRODUCT = frozenset({"loaded_idle", "monitor_every_step", "monitor_default", "monitor_clip"})
 
 
 def _ours(hook: Any) -> bool:
@@ -77,7 +89,7 @@ class Runner:
         self.watch: Any = None
         if variant == "monitor_every_step":
             self.watch = naming.add_watch(self.model, self.opt, 1)
-        elif variant == "monitor_default":
+        elif variant in ("monitor_default", "monitor_clip"):
             self.watch = naming.add_watch(self.model, self.opt, None)
 
     def _forward_backward(self) -> None:
@@ -88,7 +100,17 @@ class Runner:
         v = self.variant
         if v in PRODUCT:
             self._forward_backward()
-            self.opt.step()
+            if v == "monitor_clip":
+                # The clip action's state, as the panel's Clip button sets it; on for this
+                # variant's step only, so no other variant is clipped.
+                control = extension.current().control  # type: ignore[union-attr]
+                control.clip = MAX_NORM
+                try:
+                    self.opt.step()
+                finally:
+                    control.clip = None
+            else:
+                self.opt.step()
             if v == "monitor_every_step":
                 track = current_monitor().track_for(self.opt)  # type: ignore[union-attr]
                 if track is not None and track.sampler.last_sample is not None:
@@ -103,6 +125,8 @@ class Runner:
                 self._forward_backward()
             if v == "naive_loop":
                 _ = [p.grad.norm().item() for p in self.params if p.grad is not None]
+            elif v == "clip_grad_norm":
+                torch.nn.utils.clip_grad_norm_(self.params, MAX_NORM)
             elif v == "total_norm":
                 t0 = time.perf_counter()
                 grads = [p.grad for p in self.params if p.grad is not None]
@@ -122,6 +146,7 @@ class Runner:
             return {}
         return {
             "stride": track.sampler.stride,
+            "every_step_now": track.sampler.boosting,
             "overhead_estimate": track.sampler.overhead,
             "state": track.state,
         }

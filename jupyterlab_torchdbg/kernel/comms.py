@@ -2,7 +2,10 @@
 
 Each panel (each browser tab, each nbclient, ...) opens its own comm to the target
 ``jupyterlab_torchdbg``; the hub answers with ``hello`` and a ``snapshot`` on that comm
-only, then broadcasts the stream to every live comm (R05, R06). A comm whose protocol
+only, then broadcasts the stream to every live comm (R05, R06). The comm joins the
+broadcast in the same step as its snapshot (``Stream.send_snapshot``), so it gets every
+``series`` message after the snapshot's ``seq`` and the names of every block they mention
+(names go out once per block; the snapshot carries them all). A comm whose protocol
 major version differs is refused with a message naming both versions (R07).
 Sending never raises: failures are counted and the comm is dropped if it is closed.
 """
@@ -138,9 +141,7 @@ class CommHub:
             return
         comm.on_msg(lambda m, c=comm: self._on_msg(c, m))
         comm.on_close(lambda m, c=comm: self._forget(c))
-        with self._lock:
-            self._comms[comm.comm_id] = comm
-        self.send_snapshot(comm)
+        self.send_snapshot(comm, join=True)
 
     def hello(self, accepted: bool) -> dict[str, Any]:
         return {
@@ -153,23 +154,46 @@ class CommHub:
             "actions": self._ext.actions.names(),
         }
 
-    def send_snapshot(self, comm: Any) -> None:
-        try:
-            blocks, buffers, seq = self._ext.stream.snapshot()
+    def send_snapshot(self, comm: Any, join: bool = False) -> None:
+        """Send the stream's snapshot (then the registered parts) to one comm.
+
+        ``join``: a new comm, added to the broadcast together with its snapshot, so no
+        ``series`` message falls between the two (see ``Stream.send_snapshot``).
+        """
+        stream = self._ext.stream
+
+        def send(blocks: list[dict[str, Any]], buffers: list[memoryview], seq: int) -> None:
             header: dict[str, Any] = {
                 "method": "snapshot",
                 "seq": seq,
                 "blocks": blocks,
-                "stats": self._ext.stats(),
+                "stats": jsonable(self._ext.stats()),
             }
-            if self._ext.stream.ignored_series:
+            if stream.ignored_series:
                 header["truncated"] = True
+            self._send(comm, header, buffers)
+            if join:
+                with self._lock:
+                    self._comms[comm.comm_id] = comm
+
+        try:
+            stream.send_snapshot(send)
         except Exception:
             self._ext.count_error("snapshot")
+            if join:  # still stream to it; its panel resyncs on the first unknown block
+                with self._lock:
+                    self._comms[comm.comm_id] = comm
             return
-        self._send(comm, header, buffers)
         for part in self.snapshot_parts():
             self._send(comm, part)
+
+    def resend_snapshot(self) -> bool:
+        """During an action handler: send a fresh snapshot to the requesting comm only."""
+        comm = getattr(self._local, "comm", None)
+        if comm is None:
+            return False
+        self.send_snapshot(comm)
+        return True
 
     # --- snapshot parts (R06) ------------------------------------------------------------
 

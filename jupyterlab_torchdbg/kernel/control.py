@@ -7,8 +7,11 @@ optimizer-step boundary (a global step pre-hook, registered after the gradient m
 so the monitor records the norm *before* clipping). Nothing happens mid-backward (R12).
 
 - Clip is exactly ``torch.nn.utils.clip_grad_norm_(params, max_norm)``: the same total norm
-  (``get_total_norm``) and the same in-place scaling (``clip_grads_with_norm_``). A step
-  whose total norm is non-finite is not clipped and the refusal is reported (R32).
+  (``get_total_norm``) and the same in-place scaling (``clip_grads_with_norm_``). The total
+  comes from the per-tensor norms the gradient monitor read at this very step (it samples
+  every step while clipping is on), so one read of the gradients serves both. A step whose
+  total norm is non-finite, or whose gradients still carry GradScaler's loss scale, is not
+  clipped and the refusal is reported (R32).
 - Pause holds the loop inside the pre-hook, waiting on an Event in short slices so that a
   kernel interrupt (KeyboardInterrupt) ends the pause and the cell cleanly. Pausing needs
   the action to have come over a subshell: otherwise nothing could deliver Resume.
@@ -46,6 +49,8 @@ class Control:
         self._lr_reset = False
         self.steps = 0
         self.last_refusal: str | None = None
+        #: Clipped steps whose total norm came from the monitor's read (not a second one).
+        self.reused = 0
         self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()
         self._names: dict[int, str] = {}
 
@@ -187,8 +192,16 @@ class Control:
         params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         if not params:
             return
-        grads = [p.grad for p in params]
-        total = torch.nn.utils.get_total_norm(grads, 2.0)
+        scaled = _still_scaled(optimizer, self._ext)
+        if scaled is not None:
+            self.last_refusal = f"step {self.steps}: {scaled}; not clipped"
+            self.broadcast()
+            return
+        total = self._reused_total(optimizer, params)
+        if total is None:
+            total = torch.nn.utils.get_total_norm([p.grad for p in params], 2.0)
+        else:
+            self.reused += 1
         if not bool(torch.isfinite(total)):
             self.last_refusal = (
                 f"step {self.steps}: total gradient norm is {float(total)}; not clipped "
@@ -197,6 +210,39 @@ class Control:
             self.broadcast()
             return
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+
+    def _reused_total(self, optimizer: Any, params: list[Any]) -> Any:
+        """``get_total_norm`` of the grads from the norms the monitor read this step.
+
+        The monitor's step hook runs first and, while clipping is on, samples every step
+        (one ``_foreach_norm`` over the grads); its per-tensor norms are exactly what
+        ``get_total_norm`` computes, so the total is one ``vector_norm`` of a short vector
+        in the same order: bit for bit the same as ``clip_grad_norm_`` (tested). None when
+        the monitor did not read this step, its scope misses some of these gradients, or
+        it read them in another dtype (fp16/bf16 grads are normed in fp32 there).
+        """
+        import torch
+
+        from .grads import current_monitor
+
+        mon = current_monitor()
+        got = mon.step_norms(optimizer) if mon is not None else None
+        if got is None:
+            return None
+        plan_params, norms = got
+        if any(p.grad.dtype != norms.dtype for p in params):
+            return None
+        if len(plan_params) == len(params) and all(
+            a is b for a, b in zip(plan_params, params, strict=True)
+        ):
+            picked = norms
+        else:
+            pos = {id(p): i for i, p in enumerate(plan_params)}
+            idx = [pos.get(id(p)) for p in params]
+            if None in idx:
+                return None
+            picked = norms[torch.tensor(idx, device=norms.device)]
+        return torch.linalg.vector_norm(picked, 2.0)
 
     def _apply_lr(self, factor: float | None, reset: bool) -> None:
         current = self.lr_scale or 1.0
@@ -218,6 +264,34 @@ class Control:
             if v is optimizer and not k.startswith("_"):
                 return k
         return type(optimizer).__name__
+
+
+def _still_scaled(optimizer: Any, ext: Extension) -> str | None:
+    """Why this step's gradients may still carry GradScaler's loss scale (R32), or None.
+
+    ``scaler.step(optimizer)`` unscales before it calls ``optimizer.step()``, so the step
+    hook sees true gradients (stage UNSCALED). A step that bypasses it while an enabled
+    GradScaler is scaling this optimizer's loss would clip scaled gradients.
+    """
+    from .grads import current_monitor
+
+    mon = current_monitor()
+    track = mon.track_for(optimizer) if mon is not None else None
+    plan = track.plan if track is not None else None
+    scaler = plan.scaler() if plan is not None and plan.scaler is not None else None
+    if scaler is None or not getattr(scaler, "_enabled", False):
+        return None
+    if getattr(scaler, "_scale", None) is None:
+        return None  # has never scaled anything
+    states = getattr(scaler, "_per_optimizer_states", None)
+    st = states.get(id(optimizer)) if isinstance(states, dict) else None
+    if isinstance(st, dict) and getattr(st.get("stage"), "name", None) == "UNSCALED":
+        return None
+    return (
+        "the gradients may still be multiplied by GradScaler's loss scale (optimizer.step() "
+        "was called directly, not through scaler.step(optimizer), which unscales first); "
+        "step through the scaler or call scaler.unscale_(optimizer) before stepping"
+    )
 
 
 def _clip_args(args: dict[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,6 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from ..protocol import jsonable
 from .actions import ActionRegistry, no_args, only_keys, string_list
 from .capabilities import Nvml, capabilities
 from .comms import CommHub
@@ -155,20 +154,7 @@ class Extension:
     # --- actions -------------------------------------------------------------------
 
     def _action_snapshot(self, args: dict[str, Any]) -> dict[str, Any]:
-        send = self.hub.requester()
-        if send is not None:
-            blocks, buffers, seq = self.stream.snapshot()
-            send(
-                {
-                    "method": "snapshot",
-                    "seq": seq,
-                    "blocks": blocks,
-                    "stats": jsonable(self.stats()),
-                },
-                buffers,
-            )
-            for part in self.hub.snapshot_parts():
-                send(part, None)
+        self.hub.resend_snapshot()  # to the requesting comm only, with the name table
         return {"series": len(self.stream.names())}
 
     def _action_clear_history(self, args: dict[str, Any]) -> dict[str, Any]:

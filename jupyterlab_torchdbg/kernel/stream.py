@@ -4,7 +4,16 @@ Every capability records numbers here (``log()`` scalars now; gradient norms and
 samples reuse the same blocks). Nothing here sends one message per step: points wait in a
 pending buffer until ``Stream.maybe_flush`` finds that the flush interval has passed, and
 then every series goes out in one ``series`` message whose numbers travel as binary
-buffers (x float64, y float32). The panel learns of gaps through ``seq``.
+buffers (x float64, y float32, row-major: one row of every name per x, exactly as the
+rows were recorded, so a flush sends its rows without reshuffling them). The panel
+learns of gaps through ``seq``.
+
+Names travel once: every series and block has an integer ``id`` (never reused while the
+extension is loaded); a ``series`` message carries a block's ``names`` only the first time
+the block goes out, later ones just its ``id``. A block's names never change: new names
+(e.g. a model's layers changed) make a new block with a new id, announced the same way.
+Every snapshot carries every id with its names, so a panel that connects late, reloads
+or resyncs learns the whole table there (R05, R06).
 
 Blocks (``Stream.block``) record many series at once: one call per step records a whole
 row (e.g. every layer's gradient norm) as one tensor, left on its device until the flush,
@@ -14,7 +23,10 @@ has completed). A block goes out as one ``Block`` with many names.
 
 Threading: the training thread records and flushes; a comm handler on a subshell thread
 may ask for a snapshot at the same time. One lock guards the store; it is held only for
-list operations, never while sending.
+list operations, never while sending. A second lock (``send_lock``) orders whole flushes
+against snapshots: a comm that gets a snapshot at ``seq`` S is added to the broadcast
+inside that lock, so it receives every ``series`` message from S + 1 on and nothing
+older, and knows the names of every block such a message may mention without names.
 """
 
 from __future__ import annotations
@@ -43,12 +55,17 @@ Buffers = list[memoryview]
 Header = dict[str, Any]
 
 
-def _le(a: array) -> memoryview:  # type: ignore[type-arg]
-    """The bytes of ``a`` in little-endian order, as the protocol specifies."""
+def _le(a: array, copy: bool = True) -> memoryview:  # type: ignore[type-arg]
+    """The bytes of ``a`` in little-endian order, as the protocol specifies.
+
+    ``copy=False`` for an array made for this message only: a view, no copy (a live
+    history array must be copied: it grows while the message waits to be sent).
+    """
     if sys.byteorder != "little":
         a = array(a.typecode, a)
         a.byteswap()
-    return memoryview(a.tobytes())
+        return memoryview(a).cast("B")
+    return memoryview(a).cast("B") if not copy else memoryview(a.tobytes())
 
 
 @dataclass
@@ -61,6 +78,10 @@ class Series:
     """
 
     name: str
+    #: The block id this series goes out under (see the module docstring).
+    id: int = 0
+    #: Whether a ``series`` message has carried the name yet.
+    announced: bool = False
     hist_x: array = field(default_factory=lambda: array("d"))  # type: ignore[type-arg]
     hist_y: array = field(default_factory=lambda: array("f"))  # type: ignore[type-arg]
     keep_every: int = 1
@@ -106,14 +127,19 @@ class BlockSeries:
     ``record(values, x, transform)`` takes a 1-D tensor on any device (or a sequence of
     floats). At flush the rows are stacked, copied to the host once, passed through
     ``transform`` (host tensor ``rows x width`` -> ``rows x len(names)``; e.g. per-tensor
-    norms -> per-layer norms), handed to ``on_rows`` (e.g. alarms) and sent.
+    norms -> per-layer norms), handed to ``on_rows`` (e.g. alarms) and sent. The result
+    is kept as history as it is (no copy), so ``transform`` returns a new tensor and
+    ``on_rows`` only reads it.
     Only the stream calls the flush side; ``record`` may be called from the training
     thread at any time.
     """
 
-    def __init__(self, stream: Stream, names: tuple[str, ...]) -> None:
+    def __init__(self, stream: Stream, names: tuple[str, ...], block_id: int = 0) -> None:
         self._stream = stream
         self.names = names
+        self.id = block_id
+        #: Whether a ``series`` message has carried the names yet.
+        self.announced = False
         self.width = len(names)
         self.on_rows: RowsListener | None = None
         self.pend_x: list[float] = []
@@ -122,7 +148,9 @@ class BlockSeries:
         self.inflight: list[_Segment] = []
         self.dropped = 0
         self.hist_x = array("d")
-        self.hist_y = array("f")  # row-major, ``width`` values per row
+        #: History rows, one per ``hist_x``: float32 ``rows x width`` CPU tensors, one per
+        #: flush, never written after they are added (joined on snapshot and decimation).
+        self._chunks: list[Any] = []
         self.keep_every = 1
         self.seen = 0
         self.last_x: float | None = None
@@ -151,38 +179,42 @@ class BlockSeries:
         """Stack pending rows per segment and start their copies to the host."""
         import torch
 
-        with torch.no_grad():
-            if all(t is tfs[0] for t in tfs) and isinstance(rows[0], torch.Tensor):
-                try:
-                    # The common case: one stack for the whole flush.
-                    self._copy(xs, torch.stack(rows), tfs[0])
-                    return
-                except (RuntimeError, TypeError):
-                    pass  # rows of different widths or devices: segment them
-            start = 0
-            for end in range(1, len(rows) + 1):
-                if end < len(rows) and _same_segment(rows[start], rows[end], tfs[start], tfs[end]):
-                    continue
-                seg_rows = rows[start:end]
-                if isinstance(seg_rows[0], torch.Tensor):
-                    m = torch.stack([r.reshape(-1) for r in seg_rows])
-                else:
-                    m = torch.tensor([list(r) for r in seg_rows], dtype=torch.float64)
-                self._copy(xs[start:end], m, tfs[start])
-                start = end
+        # (No ``torch.no_grad()`` block: on a cold cache entering one costs more than the
+        # stack; ``_copy`` detaches the rare result that requires grad instead.)
+        if all(t is tfs[0] for t in tfs) and isinstance(rows[0], torch.Tensor):
+            try:
+                # The common case: one stack for the whole flush.
+                self._copy(xs, torch.stack(rows), tfs[0])
+                return
+            except (RuntimeError, TypeError):
+                pass  # rows of different widths or devices: segment them
+        start = 0
+        for end in range(1, len(rows) + 1):
+            if end < len(rows) and _same_segment(rows[start], rows[end], tfs[start], tfs[end]):
+                continue
+            seg_rows = rows[start:end]
+            if isinstance(seg_rows[0], torch.Tensor):
+                m = torch.stack([r.reshape(-1) for r in seg_rows])
+            else:
+                m = torch.tensor([list(r) for r in seg_rows], dtype=torch.float64)
+            self._copy(xs[start:end], m, tfs[start])
+            start = end
 
     def _copy(self, xs: list[float], m: Any, transform: Transform | None) -> None:
         import torch
 
+        if m.requires_grad:  # rows recorded without detaching: keep no autograd graph
+            m = m.detach()
         event = None
-        if m.device.type == "cuda":
+        device = m.device.type
+        if device == "cuda":
             # No host sync (R26): copy into pinned memory without blocking and send the
             # rows once the copy's event has completed (at this or a later flush).
             host = torch.empty(m.shape, dtype=m.dtype, pin_memory=True)
             host.copy_(m, non_blocking=True)
             event = torch.cuda.Event()
             event.record(torch.cuda.current_stream(m.device))
-        elif m.device.type != "cpu":
+        elif device != "cpu":
             host = m.cpu()
         else:
             host = m
@@ -200,44 +232,62 @@ class BlockSeries:
                     break
                 seg.event.synchronize()
             self.inflight.pop(0)
-            m = seg.host.to(torch.float32) if seg.transform is None else seg.transform(seg.host)
-            m = m.to(torch.float32).reshape(len(seg.xs), self.width)
+            m = seg.host if seg.transform is None else seg.transform(seg.host)
+            # (checked first: each torch call costs more than the check on a cold cache)
+            if m.dtype != torch.float32:
+                m = m.to(torch.float32)
+            shape = (len(seg.xs), self.width)
+            if tuple(m.shape) != shape:
+                m = m.reshape(shape)
             out.append((seg.xs, m))
         return out
 
     def _add_history(self, xs: list[float], m: Any) -> None:
-        if self.keep_every == 1:
-            keep = None
-        else:
-            keep = [i for i in range(len(xs)) if (self.seen + i) % self.keep_every == 0]
-        self.seen += len(xs)
-        if keep is None:
-            self.hist_x.extend(xs)
-            self.hist_y.frombytes(_tensor_bytes(m))  # row-major
-        elif keep:
-            self.hist_x.extend(xs[i] for i in keep)
-            self.hist_y.frombytes(_tensor_bytes(m[keep]))
-        while len(self.hist_x) >= HISTORY_CAPACITY:
-            import torch
+        """Add the kept rows of ``m`` (one per x) to the history, decimating when full.
 
-            rows = len(self.hist_x)
-            every_other = torch.frombuffer(self.hist_y, dtype=torch.float32)
-            every_other = every_other.view(rows, self.width)[::2].contiguous()
-            halved = array("f")
-            halved.frombytes(_tensor_bytes(every_other))
-            self.hist_y = halved
-            self.hist_x = self.hist_x[::2]
-            self.keep_every *= 2
+        Row number ``seen + i`` is kept when it is a multiple of ``keep_every``. The rows
+        are kept as they are (a reference, or a strided slice's copy): a flush adds no
+        per-row Python work and copies nothing while every row is kept. Chunks are
+        bounded by HISTORY_CAPACITY rows in all, so this never holds more than that.
+        """
+        total, i = len(xs), 0
+        while i < total:
+            k = self.keep_every
+            first = i + (-self.seen) % k
+            if first >= total:
+                self.seen += total - i
+                break
+            room = HISTORY_CAPACITY - len(self.hist_x)
+            stop = min(total, first + room * k)
+            if k == 1 and first == 0 and stop == total:
+                self._chunks.append(m)
+            else:  # only the kept rows, not a view holding all of ``m``
+                self._chunks.append(m[first:stop:k].clone())
+            self.hist_x.extend(xs[first:stop:k])
+            self.seen += stop - i
+            i = stop
+            if len(self.hist_x) >= HISTORY_CAPACITY:
+                # Full: keep every other row, and from now on every other new one.
+                self._chunks = [self._rows()[::2].clone()]
+                self.hist_x = self.hist_x[::2]
+                self.keep_every *= 2
 
-    def history_series_major(self) -> array:  # type: ignore[type-arg]
-        """History as float32, series-major (the wire layout of a Block's y buffer)."""
-        w = self.width
-        if w == 1:
-            return array("f", self.hist_y)
-        out = array("f")
-        for j in range(w):
-            out.extend(self.hist_y[j::w])
-        return out
+    def _rows(self) -> Any:
+        """The whole history as one ``rows x width`` tensor (joins the chunks once)."""
+        import torch
+
+        if not self._chunks:
+            return torch.empty((0, self.width), dtype=torch.float32)
+        if len(self._chunks) > 1:
+            self._chunks = [torch.cat(self._chunks)]
+        return self._chunks[0]
+
+    def history_bytes(self) -> memoryview:
+        """History as float32 bytes, row-major (the wire layout of a Block's y buffer).
+
+        Chunks are never written after they are added, so the bytes stay valid while
+        the snapshot waits to be sent."""
+        return _tensor_bytes(self._rows())
 
 
 def _same_segment(a: Any, b: Any, ta: Any, tb: Any) -> bool:
@@ -251,25 +301,20 @@ def _same_segment(a: Any, b: Any, ta: Any, tb: Any) -> bool:
     return bool(a.numel() == b.numel())
 
 
-def _tensor_bytes(t: Any, transpose: bool = False) -> memoryview:
-    """Little-endian float32 bytes of a 2-D CPU float32 tensor (of ``t.T`` if asked).
+def _tensor_bytes(t: Any) -> memoryview:
+    """Little-endian float32 bytes of a 2-D CPU float32 tensor, row-major.
 
-    numpy (present beside torch in practice) gives a zero-copy view and the fastest
-    transpose; without it, a list round-trip.
+    numpy (present beside torch in practice) gives a zero-copy view of a contiguous
+    tensor; without it, a list round-trip.
     """
     if sys.byteorder == "little":
         try:
             a = t.numpy()
-            if transpose:
-                import numpy as np
-
-                a = np.ascontiguousarray(a.T)
-            elif not a.flags.c_contiguous:
+            if not a.flags.c_contiguous:
                 a = a.copy()
             return memoryview(a).cast("B")
         except Exception:  # torch without numpy
             pass
-    t = t.t() if transpose else t
     return _le(array("f", t.contiguous().reshape(-1).tolist()))
 
 
@@ -277,7 +322,8 @@ class Stream:
     """Series store + throttled broadcaster.
 
     ``send`` is called with ``(header, buffers)`` for each ``series`` message; it is the
-    comm hub's broadcast and must not raise (the hub counts its own failures).
+    comm hub's broadcast and must not raise (the hub counts its own failures). It is
+    called with ``send_lock`` held (see ``send_snapshot``).
     """
 
     def __init__(
@@ -293,6 +339,9 @@ class Stream:
         self._clock = clock
         self._resolve = resolve or _resolve_values
         self._lock = threading.RLock()
+        #: Held for a whole flush and around ``send_snapshot`` (see the module docstring).
+        self.send_lock = threading.RLock()
+        self._next_id = 0
         self._series: dict[str, Series] = {}
         self._blocks: dict[tuple[str, ...], BlockSeries] = {}
         self._last_flush = clock()
@@ -314,7 +363,7 @@ class Stream:
                 if len(self._series) >= MAX_SERIES:
                     self.ignored_series += 1
                     return
-                s = self._series[name] = Series(name)
+                s = self._series[name] = Series(name, self._new_id())
             if x is None:
                 x = s.next_x
             s.next_x = int(x) + 1
@@ -338,8 +387,14 @@ class Stream:
             if b is None:
                 if not key or len(key) > MAX_SERIES:
                     raise ValueError(f"a block holds 1 to {MAX_SERIES} series, got {len(key)}")
-                b = self._blocks[key] = BlockSeries(self, key)
+                b = self._blocks[key] = BlockSeries(self, key, self._new_id())
             return b
+
+    def _new_id(self) -> int:
+        """The next block id (under ``_lock``); ids are never reused, so a panel's
+        name table can only be stale by missing an id, never by a wrong entry."""
+        self._next_id += 1
+        return self._next_id
 
     def names(self) -> list[str]:
         with self._lock:
@@ -384,6 +439,10 @@ class Stream:
         Block rows whose device copy has not completed yet stay pending for the next
         flush, unless ``wait`` (the end of a cell) asks to wait for them.
         """
+        with self.send_lock:
+            self._flush(wait)
+
+    def _flush(self, wait: bool) -> None:
         with self._lock:
             self._last_flush = self._clock()
             if not self.has_pending:
@@ -410,20 +469,26 @@ class Stream:
                 vals = floats[pos : pos + len(ys)]
                 pos += len(ys)
                 s.add_history(xs, vals)
-                block: dict[str, Any] = {"names": [s.name], "count": len(xs)}
+                block: dict[str, Any] = {"id": s.id, "count": len(xs)}
+                if not s.announced:
+                    block["names"] = [s.name]
+                    s.announced = True
                 if dropped:
                     block["dropped"] = dropped
                 header_blocks.append(block)
-                buffers.append(_le(array("d", xs)))
-                buffers.append(_le(array("f", vals)))
+                buffers.append(_le(array("d", xs), copy=False))
+                buffers.append(_le(array("f", vals), copy=False))
             for b, bxs, m, dropped in block_out:
                 b._add_history(bxs, m)
-                header: dict[str, Any] = {"names": list(b.names), "count": len(bxs)}
+                header: dict[str, Any] = {"id": b.id, "count": len(bxs)}
+                if not b.announced:
+                    header["names"] = list(b.names)
+                    b.announced = True
                 if dropped:
                     header["dropped"] = dropped
                 header_blocks.append(header)
-                buffers.append(_le(array("d", bxs)))
-                buffers.append(_tensor_bytes(m, transpose=True))  # series-major on the wire
+                buffers.append(_le(array("d", bxs), copy=False))
+                buffers.append(_tensor_bytes(m))  # row-major, as recorded: no reshuffle
                 self.points += len(bxs) * b.width
             self.seq += 1
             seq = self.seq
@@ -474,14 +539,24 @@ class Stream:
             blocks: list[dict[str, Any]] = []
             buffers: Buffers = []
             for s in self._series.values():
-                blocks.append({"names": [s.name], "count": len(s.hist_x)})
+                blocks.append({"id": s.id, "names": [s.name], "count": len(s.hist_x)})
                 buffers.append(_le(s.hist_x))
                 buffers.append(_le(s.hist_y))
             for b in self._blocks.values():
-                blocks.append({"names": list(b.names), "count": len(b.hist_x)})
+                blocks.append({"id": b.id, "names": list(b.names), "count": len(b.hist_x)})
                 buffers.append(_le(b.hist_x))
-                buffers.append(_le(b.history_series_major()))
+                buffers.append(b.history_bytes())
             return blocks, buffers, self.seq
+
+    def send_snapshot(self, send: Callable[[list[dict[str, Any]], Buffers, int], None]) -> None:
+        """Take a snapshot and call ``send(blocks, buffers, seq)`` with no flush in between.
+
+        ``send`` sends the snapshot and, for a new comm, adds it to the broadcast: that
+        comm then gets exactly the ``series`` messages after ``seq``, and every block id
+        they mention without names is in this snapshot or announced in one of them.
+        """
+        with self.send_lock:
+            send(*self.snapshot())
 
 
 def _resolve_values(values: list[Any]) -> list[float]:

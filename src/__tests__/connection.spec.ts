@@ -1,4 +1,5 @@
 import { TorchDbgConnection, LOAD_CODE } from '../connection/connection';
+import { PROTOCOL_VERSION } from '../protocol/version';
 import { encodeBlock, FakeComm, FakeKernel, flush, hello } from './fakeKernel';
 
 /** Play a kernel that has the extension loaded: hello + empty snapshot. */
@@ -23,7 +24,7 @@ describe('TorchDbgConnection', () => {
     expect(kernel.comms[0].targetName).toBe('jupyterlab_torchdbg');
     expect(kernel.comms[0].opened).toEqual({
       method: 'open',
-      protocol_version: '1.0',
+      protocol_version: PROTOCOL_VERSION,
       client: 'jupyterlab'
     });
     expect(conn.model.state.kind).toBe('connected');
@@ -88,7 +89,7 @@ describe('TorchDbgConnection', () => {
   it('R07: refuses a different major version, naming both', async () => {
     const kernel = new FakeKernel();
     loadedKernel(kernel, {
-      protocol_version: '2.0',
+      protocol_version: '1.0',
       package_version: '9.9.9',
       accepted: true
     });
@@ -98,7 +99,7 @@ describe('TorchDbgConnection', () => {
     expect(state.kind).toBe('version_mismatch');
     if (state.kind === 'version_mismatch') {
       expect(state.message).toContain('1.0');
-      expect(state.message).toContain('2.0');
+      expect(state.message).toContain(PROTOCOL_VERSION);
       expect(state.message).toContain('9.9.9');
     }
     expect(kernel.comms[0].closed).toBe(true);
@@ -111,7 +112,11 @@ describe('TorchDbgConnection', () => {
     await conn.connect();
     const { x, y } = encodeBlock([0, 1], [[1, 2]]);
     kernel.comms[0].deliver(
-      { method: 'series', seq: 1, blocks: [{ names: ['loss'], count: 2 }] },
+      {
+        method: 'series',
+        seq: 1,
+        blocks: [{ id: 1, names: ['loss'], count: 2 }]
+      },
       [x, y]
     );
     expect(conn.model.series.get('loss')?.length).toBe(2);
@@ -200,17 +205,115 @@ describe('TorchDbgConnection', () => {
     const comm = kernel.comms[0];
     const b = encodeBlock([0], [[1]]);
     comm.deliver(
-      { method: 'series', seq: 1, blocks: [{ names: ['a'], count: 1 }] },
+      { method: 'series', seq: 1, blocks: [{ id: 1, names: ['a'], count: 1 }] },
       [b.x, b.y]
     );
     const c = encodeBlock([5], [[1]]);
-    comm.deliver(
-      { method: 'series', seq: 3, blocks: [{ names: ['a'], count: 1 }] },
-      [c.x, c.y]
-    );
+    comm.deliver({ method: 'series', seq: 3, blocks: [{ id: 1, count: 1 }] }, [
+      c.x,
+      c.y
+    ]);
     expect(conn.model.gaps).toBe(1);
     expect(comm.sent).toEqual([
       expect.objectContaining({ method: 'action', action: 'snapshot' })
     ]);
+  });
+  it('R05/R06: a second client decodes id-only blocks through its snapshot', async () => {
+    const kernel = new FakeKernel();
+    loadedKernel(kernel);
+    const first = new TorchDbgConnection({ kernel: kernel.asKernel() });
+    await first.connect();
+    const a = kernel.comms[0];
+    // the kernel announces block 1's names once, then sends its id only
+    const p1 = encodeBlock([0, 1], [[1, 2]]);
+    a.deliver(
+      {
+        method: 'series',
+        seq: 1,
+        blocks: [{ id: 1, names: ['loss'], count: 2 }]
+      },
+      [p1.x, p1.y]
+    );
+    const p2 = encodeBlock([2], [[3]]);
+    a.deliver({ method: 'series', seq: 2, blocks: [{ id: 1, count: 1 }] }, [
+      p2.x,
+      p2.y
+    ]);
+    // a second panel opens late: its snapshot carries the whole name table
+    kernel.onOpen = (comm: FakeComm) => {
+      comm.deliver(hello());
+      const h = encodeBlock([0, 1, 2], [[1, 2, 3]]);
+      comm.deliver(
+        {
+          method: 'snapshot',
+          seq: 2,
+          blocks: [{ id: 1, names: ['loss'], count: 3 }],
+          stats: { messages: 2, points: 3, errors: {} }
+        },
+        [h.x, h.y]
+      );
+    };
+    const second = new TorchDbgConnection({ kernel: kernel.asKernel() });
+    await second.connect();
+    const b = kernel.comms[1];
+    // the next broadcast names no names; both panels decode it
+    const p3 = encodeBlock([3], [[4]]);
+    for (const comm of [a, b]) {
+      comm.deliver(
+        { method: 'series', seq: 3, blocks: [{ id: 1, count: 1 }] },
+        [p3.x, p3.y]
+      );
+    }
+    for (const conn of [first, second]) {
+      const ring = conn.model.series.get('loss')!;
+      expect(Array.from(ring.toArrays().y)).toEqual([1, 2, 3, 4]);
+      expect(conn.model.unknownBlocks).toBe(0);
+      expect(conn.model.gaps).toBe(0);
+    }
+    expect(a.sent).toEqual([]);
+    expect(b.sent).toEqual([]);
+  });
+
+  it('asks once for a snapshot when a block id has no known names', async () => {
+    const kernel = new FakeKernel();
+    loadedKernel(kernel);
+    const conn = new TorchDbgConnection({ kernel: kernel.asKernel() });
+    await conn.connect();
+    const comm = kernel.comms[0];
+    const p = encodeBlock([0], [[1]]);
+    // the message that announced block 4 was lost
+    comm.deliver({ method: 'series', seq: 1, blocks: [{ id: 4, count: 1 }] }, [
+      p.x,
+      p.y
+    ]);
+    comm.deliver({ method: 'series', seq: 2, blocks: [{ id: 4, count: 1 }] }, [
+      p.x,
+      p.y
+    ]);
+    expect(conn.model.unknownBlocks).toBe(2);
+    expect(conn.model.series.size).toBe(0);
+    expect(comm.sent).toEqual([
+      expect.objectContaining({ method: 'action', action: 'snapshot' })
+    ]);
+    // the snapshot restores the table: the next id-only block decodes
+    const h = encodeBlock([0, 1], [[1, 1]]);
+    comm.deliver(
+      {
+        method: 'snapshot',
+        seq: 2,
+        blocks: [{ id: 4, names: ['lr'], count: 2 }],
+        stats: { messages: 2, points: 2, errors: {} }
+      },
+      [h.x, h.y]
+    );
+    const q = encodeBlock([2], [[0.5]]);
+    comm.deliver({ method: 'series', seq: 3, blocks: [{ id: 4, count: 1 }] }, [
+      q.x,
+      q.y
+    ]);
+    expect(Array.from(conn.model.series.get('lr')!.toArrays().y)).toEqual([
+      1, 1, 0.5
+    ]);
+    expect(comm.sent).toHaveLength(1);
   });
 });

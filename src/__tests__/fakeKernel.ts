@@ -5,6 +5,7 @@
 import { Signal } from '@lumino/signaling';
 
 import type { IKernelLike } from '../connection/connection';
+import { PROTOCOL_VERSION } from '../protocol/version';
 
 export class FakeComm {
   constructor(
@@ -110,7 +111,7 @@ export class FakeKernel {
 export function hello(overrides: Record<string, unknown> = {}) {
   return {
     method: 'hello',
-    protocol_version: '1.0',
+    protocol_version: PROTOCOL_VERSION,
     package_version: '0.1.0',
     session_id: 's1',
     accepted: true,
@@ -131,13 +132,18 @@ export function hello(overrides: Record<string, unknown> = {}) {
   };
 }
 
-/** Encode blocks the way the kernel does (x float64, y float32, little-endian). */
+/**
+ * Encode a block the way the kernel does: x float64, y float32 row-major (for
+ * each x one value per name), little-endian. `ys` holds one array per name.
+ */
 export function encodeBlock(
   xs: number[],
   ys: number[][]
 ): { x: ArrayBuffer; y: ArrayBuffer } {
   const x = new Float64Array(xs);
-  const y = new Float32Array(ys.flat());
+  const k = ys.length;
+  const y = new Float32Array(xs.length * k);
+  ys.forEach((values, j) => values.forEach((v, i) => (y[i * k + j] = v)));
   return { x: x.buffer, y: y.buffer };
 }
 

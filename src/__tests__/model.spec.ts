@@ -1,7 +1,7 @@
 import { decimateMinMax } from '../charts/decimate';
 import { TorchDbgModel } from '../model/model';
 import { SeriesRing } from '../model/ringbuffer';
-import { decodeBlocks } from '../protocol/codec';
+import { decodeBlocks, NameTable } from '../protocol/codec';
 import { encodeBlock } from './fakeKernel';
 
 describe('SeriesRing', () => {
@@ -25,7 +25,7 @@ describe('SeriesRing', () => {
 });
 
 describe('decodeBlocks', () => {
-  it('splits series-major y per name', () => {
+  it('splits row-major y per name', () => {
     const { x, y } = encodeBlock(
       [0, 1, 2],
       [
@@ -33,9 +33,57 @@ describe('decodeBlocks', () => {
         [4, 5, 6]
       ]
     );
-    const [block] = decodeBlocks([{ names: ['a', 'b'], count: 3 }], [x, y]);
+    expect(Array.from(new Float32Array(y))).toEqual([1, 4, 2, 5, 3, 6]);
+    const {
+      blocks: [block]
+    } = decodeBlocks(
+      [{ id: 1, names: ['a', 'b'], count: 3 }],
+      [x, y],
+      new NameTable()
+    );
+    expect(block.names).toEqual(['a', 'b']);
     expect(Array.from(block.ys[0])).toEqual([1, 2, 3]);
     expect(Array.from(block.ys[1])).toEqual([4, 5, 6]);
+  });
+
+  it('learns names once and decodes later blocks by id alone', () => {
+    const table = new NameTable();
+    const first = encodeBlock([0], [[1], [2]]);
+    decodeBlocks(
+      [{ id: 3, names: ['u', 'v'], count: 1 }],
+      [first.x, first.y],
+      table
+    );
+    const later = encodeBlock(
+      [1, 2],
+      [
+        [3, 4],
+        [5, 6]
+      ]
+    );
+    const { blocks, unknown } = decodeBlocks(
+      [{ id: 3, count: 2 }],
+      [later.x, later.y],
+      table
+    );
+    expect(unknown).toEqual([]);
+    expect(blocks[0].names).toEqual(['u', 'v']);
+    expect(Array.from(blocks[0].ys[1])).toEqual([5, 6]);
+  });
+
+  it('skips and reports a block id it has no names for', () => {
+    const a = encodeBlock([0], [[1]]);
+    const b = encodeBlock([0], [[2]]);
+    const { blocks, unknown } = decodeBlocks(
+      [
+        { id: 9, count: 1 },
+        { id: 2, names: ['ok'], count: 1 }
+      ],
+      [a.x, a.y, b.x, b.y],
+      new NameTable()
+    );
+    expect(unknown).toEqual([9]);
+    expect(blocks.map(bl => bl.names)).toEqual([['ok']]);
   });
 
   it('accepts unaligned views (comm buffers)', () => {
@@ -43,9 +91,12 @@ describe('decodeBlocks', () => {
     raw.set(new Uint8Array(new Float64Array([7]).buffer), 1);
     const yRaw = new Uint8Array(1 + 4);
     yRaw.set(new Uint8Array(new Float32Array([3]).buffer), 1);
-    const [block] = decodeBlocks(
-      [{ names: ['a'], count: 1 }],
-      [new DataView(raw.buffer, 1, 8), new DataView(yRaw.buffer, 1, 4)]
+    const {
+      blocks: [block]
+    } = decodeBlocks(
+      [{ id: 1, names: ['a'], count: 1 }],
+      [new DataView(raw.buffer, 1, 8), new DataView(yRaw.buffer, 1, 4)],
+      new NameTable()
     );
     expect(block.x[0]).toBe(7);
     expect(block.ys[0][0]).toBe(3);
@@ -53,14 +104,17 @@ describe('decodeBlocks', () => {
 
   it('throws on a size mismatch instead of misreading', () => {
     const { x, y } = encodeBlock([0, 1], [[1, 2]]);
-    expect(() => decodeBlocks([{ names: ['a'], count: 3 }], [x, y])).toThrow(
-      'size mismatch'
-    );
-    expect(() => decodeBlocks([{ names: ['a'], count: 2 }], [x])).toThrow(
-      'expected 2 buffers'
-    );
+    const table = new NameTable();
+    expect(() =>
+      decodeBlocks([{ id: 1, names: ['a'], count: 3 }], [x, y], table)
+    ).toThrow('size mismatch');
+    expect(() =>
+      decodeBlocks([{ id: 1, names: ['a'], count: 2 }], [x], table)
+    ).toThrow('expected 2 buffers');
   });
 });
+
+const STATS = { messages: 0, points: 0, errors: {} };
 
 describe('TorchDbgModel', () => {
   it('a snapshot replaces history; series append; gaps counted', () => {
@@ -72,7 +126,7 @@ describe('TorchDbgModel', () => {
       {
         method: 'snapshot',
         seq: 7,
-        blocks: [{ names: ['loss'], count: 2 }],
+        blocks: [{ id: 1, names: ['loss'], count: 2 }],
         stats: { messages: 7, points: 2, errors: {} }
       },
       [s.x, s.y]
@@ -83,14 +137,14 @@ describe('TorchDbgModel', () => {
         {
           method: 'series',
           seq: 8,
-          blocks: [{ names: ['loss'], count: 1, dropped: 4 }]
+          blocks: [{ id: 1, count: 1, dropped: 4 }]
         },
         [b.x, b.y]
       )
     ).toBe(true);
     expect(
       m.applySeries(
-        { method: 'series', seq: 10, blocks: [{ names: ['loss'], count: 1 }] },
+        { method: 'series', seq: 10, blocks: [{ id: 1, count: 1 }] },
         [b.x, b.y]
       )
     ).toBe(false);
@@ -99,6 +153,62 @@ describe('TorchDbgModel', () => {
     expect(m.series.get('loss')?.length).toBe(4);
     expect(Number.isNaN(m.series.get('loss')!.last)).toBe(true);
     expect(changes).toBe(3);
+  });
+
+  it('keeps the name table: names once, a changed block under a new id', () => {
+    const m = new TorchDbgModel({ capacity: 100 });
+    const one = encodeBlock([0], [[1], [2]]);
+    expect(
+      m.applySeries(
+        {
+          method: 'series',
+          seq: 1,
+          blocks: [{ id: 1, names: ['grad/l0', 'grad/l1'], count: 1 }]
+        },
+        [one.x, one.y]
+      )
+    ).toBe(true);
+    expect(m.names.get(1)).toEqual(['grad/l0', 'grad/l1']);
+    // the layers changed: the kernel announces a new block id with new names
+    const two = encodeBlock([1], [[3], [4], [5]]);
+    expect(
+      m.applySeries(
+        {
+          method: 'series',
+          seq: 2,
+          blocks: [
+            { id: 1, count: 1 },
+            { id: 2, names: ['grad/l0', 'grad/l1', 'grad/l2'], count: 1 }
+          ]
+        },
+        [one.x, one.y, two.x, two.y]
+      )
+    ).toBe(true);
+    expect(m.names.size).toBe(2);
+    expect(Array.from(m.series.get('grad/l2')!.toArrays().y)).toEqual([5]);
+    expect(m.series.get('grad/l0')!.length).toBe(3);
+    // a snapshot replaces the table: ids it does not list are unknown again
+    const h = encodeBlock([0], [[7]]);
+    m.applySnapshot(
+      {
+        method: 'snapshot',
+        seq: 2,
+        blocks: [{ id: 5, names: ['loss'], count: 1 }],
+        stats: STATS
+      },
+      [h.x, h.y]
+    );
+    expect(m.names.get(5)).toEqual(['loss']);
+    expect(m.names.get(1)).toBeUndefined();
+    expect(
+      m.applySeries(
+        { method: 'series', seq: 3, blocks: [{ id: 1, count: 1 }] },
+        [one.x, one.y]
+      )
+    ).toBe(false);
+    expect(m.unknownBlocks).toBe(1);
+    m.reset();
+    expect(m.names.size).toBe(0);
   });
 });
 

@@ -1,24 +1,10 @@
-import Ajv2020 from 'ajv/dist/2020';
-import * as fs from 'fs';
-import * as path from 'path';
-
 import { ExceptionModel } from '../panels/exception/model';
 import { exceptionReport } from '../panels/exception/report';
 import { GradsModel } from '../panels/grads/model';
 import { IAlert, IException, IGrads } from '../protocol/messages';
+import { schemaDef } from './schema';
 
-const schema = JSON.parse(
-  fs.readFileSync(
-    path.resolve(
-      __dirname,
-      '../../jupyterlab_torchdbg/protocol/messages.schema.json'
-    ),
-    'utf-8'
-  )
-);
-const ajv = new Ajv2020({ strict: false });
-ajv.addSchema(schema, 'protocol');
-const kernelMessage = ajv.getSchema('protocol#/$defs/KernelMessage')!;
+const kernelMessage = schemaDef('KernelMessage');
 
 const thresholds = {
   explode_abs: null,

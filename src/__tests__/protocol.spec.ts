@@ -2,23 +2,13 @@
  * The TypeScript side's messages and fixtures validated against the one JSON
  * Schema (the Python tests validate real kernel messages against the same file).
  */
-import Ajv2020 from 'ajv/dist/2020';
-import * as fs from 'fs';
-import * as path from 'path';
-
 import { IAction, IOpen } from '../protocol/messages';
 import { PROTOCOL_VERSION, COMM_TARGET } from '../protocol/version';
 import { hello } from './fakeKernel';
+import { schema, schemaDef } from './schema';
 
-const schemaPath = path.resolve(
-  __dirname,
-  '../../jupyterlab_torchdbg/protocol/messages.schema.json'
-);
-const schema = JSON.parse(fs.readFileSync(schemaPath, 'utf-8'));
-const ajv = new Ajv2020({ strict: false, allErrors: true });
-ajv.addSchema(schema, 'protocol');
 const validate = (def: string, data: unknown) => {
-  const v = ajv.getSchema(`protocol#/$defs/${def}`)!;
+  const v = schemaDef(def);
   const ok = v(data);
   return ok ? null : v.errors;
 };
@@ -69,9 +59,37 @@ describe('protocol schema', () => {
       validate('KernelMessage', {
         method: 'series',
         seq: 3,
-        blocks: [{ names: ['loss', 'acc'], count: 10, dropped: 1 }]
+        blocks: [
+          { id: 1, names: ['loss', 'acc'], count: 10, dropped: 1 },
+          { id: 2, count: 3 }
+        ]
       })
     ).toBeNull();
+    // a snapshot carries the whole name table: every block has its names
+    expect(
+      validate('KernelMessage', {
+        method: 'snapshot',
+        seq: 2,
+        blocks: [{ id: 1, names: ['loss'], count: 0 }],
+        stats: { messages: 2, points: 0, errors: {} }
+      })
+    ).toBeNull();
+    expect(
+      validate('KernelMessage', {
+        method: 'snapshot',
+        seq: 2,
+        blocks: [{ id: 1, count: 0 }],
+        stats: { messages: 2, points: 0, errors: {} }
+      })
+    ).not.toBeNull();
+    // a block without an id cannot be looked up
+    expect(
+      validate('KernelMessage', {
+        method: 'series',
+        seq: 3,
+        blocks: [{ names: ['loss'], count: 1 }]
+      })
+    ).not.toBeNull();
     expect(
       validate('KernelMessage', {
         method: 'error',

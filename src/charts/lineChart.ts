@@ -20,6 +20,19 @@ export function formatTick(v: number): string {
   return String(Number(v.toPrecision(4)));
 }
 
+/** x ticks of a time axis (Unix seconds) as a one-line clock time: 14:03:25. */
+export function clockTime(v: number): string {
+  if (v === null || !Number.isFinite(v)) {
+    return '';
+  }
+  return new Date(v * 1000).toLocaleTimeString([], {
+    hour: '2-digit',
+    minute: '2-digit',
+    second: '2-digit',
+    hour12: false
+  });
+}
+
 /** Line colours that read on light and dark backgrounds (JupyterLab's palette). */
 export function seriesColor(i: number): string {
   const vars = [
@@ -211,12 +224,23 @@ export class LineChart {
       legend: { show: false },
       cursor: { drag: { x: false, y: false } },
       scales: {
-        x: { time: false },
+        x: { time: !!this._options.time },
         y: this._options.log ? { distr: 3 } : {}
       },
       axes: [
-        axis,
-        { ...axis, size: 52, values: (_u, splits) => splits.map(formatTick) }
+        this._options.time
+          ? {
+              ...axis,
+              space: 64,
+              values: (_u, splits) => splits.map(clockTime)
+            }
+          : axis,
+        {
+          ...axis,
+          size: this._options.ySize ?? 52,
+          values: (_u, splits) =>
+            splits.map(this._options.yFormat ?? formatTick)
+        }
       ],
       series,
       hooks: { draw: [drawOverlay] }
@@ -250,5 +274,11 @@ export namespace LineChart {
     height: number;
     /** Log-scale y (non-positive values are not drawn). */
     log?: boolean;
+    /** x is Unix time in seconds: clock-time ticks instead of raw numbers. */
+    time?: boolean;
+    /** y tick labels (default `formatTick`), e.g. bytes as "512 MiB". */
+    yFormat?: (v: number) => string;
+    /** Width of the y axis in pixels (default 52: fits `formatTick`'s labels). */
+    ySize?: number;
   }
 }

@@ -327,10 +327,11 @@ export class TorchDbgConnection implements IDisposable {
       switch (data.method) {
         case 'series':
           if (!this.model.applySeries(data, buffers)) {
-            void this.sendAction('snapshot', {}).catch(() => undefined);
+            this._resync();
           }
           return;
         case 'snapshot':
+          this._resyncing = false;
           this.model.applySnapshot(data, buffers);
           return;
         case 'grads':
@@ -417,9 +418,30 @@ export class TorchDbgConnection implements IDisposable {
     }
   }
 
+  /**
+   * Ask for one snapshot after a `seq` gap or a block id with no known names
+   * (a lost message); later messages do not ask again until it arrives.
+   */
+  private _resync(): void {
+    if (this._resyncing) {
+      return;
+    }
+    this._resyncing = true;
+    this.sendAction('snapshot', {})
+      .then(reply => {
+        if (reply.method === 'error') {
+          this._resyncing = false;
+        }
+      })
+      .catch(() => {
+        this._resyncing = false;
+      });
+  }
+
   private _closeComm(): void {
     const comm = this._comm;
     this._comm = null;
+    this._resyncing = false;
     if (comm && !comm.isDisposed) {
       try {
         comm.close();
@@ -447,6 +469,7 @@ export class TorchDbgConnection implements IDisposable {
   private _disposed = false;
   private _restarting = false;
   private _wasDisconnected = false;
+  private _resyncing = false;
   private _sessionId: string | null = null;
   private _pending = new Map<string, PromiseDelegate<ActionReply>>();
   private _message = new Signal<this, KernelMessageEvent>(this);

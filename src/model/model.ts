@@ -4,7 +4,7 @@ import { ControlModel } from '../panels/control/model';
 import { ExceptionModel } from '../panels/exception/model';
 import { MemoryModel } from '../panels/memory/model';
 import { GradsModel } from '../panels/grads/model';
-import { decodeBlocks } from '../protocol/codec';
+import { decodeBlocks, NameTable } from '../protocol/codec';
 import { IHello, ISeries, ISnapshot, IStreamStats } from '../protocol/messages';
 import { SeriesRing } from './ringbuffer';
 
@@ -83,9 +83,19 @@ export class TorchDbgModel {
     return this._series;
   }
 
+  /** The stream's block id -> names table (PROTOCOL.md, "The name table"). */
+  get names(): NameTable {
+    return this._names;
+  }
+
   /** Sequence gaps seen (a lost message triggers a resync). */
   get gaps(): number {
     return this._gaps;
+  }
+
+  /** Series blocks skipped because their id had no names (each triggers a resync). */
+  get unknownBlocks(): number {
+    return this._unknownBlocks;
   }
 
   /** Points dropped kernel-side because the pending buffer overflowed. */
@@ -106,14 +116,15 @@ export class TorchDbgModel {
     return this._messages;
   }
 
-  /** Replace all series with a snapshot's history. */
+  /** Replace all series, and the name table, with a snapshot's. */
   applySnapshot(
     msg: ISnapshot,
     buffers: ReadonlyArray<ArrayBuffer | ArrayBufferView>
   ): void {
-    const decoded = decodeBlocks(msg.blocks, buffers);
+    this._names.reset(msg.blocks);
+    const decoded = decodeBlocks(msg.blocks, buffers, this._names);
     this._series.clear();
-    for (const block of decoded) {
+    for (const block of decoded.blocks) {
       block.names.forEach((name, j) => {
         this._ring(name).push(block.x, block.ys[j]);
       });
@@ -125,15 +136,16 @@ export class TorchDbgModel {
   }
 
   /**
-   * Append a `series` batch. Returns false when `seq` shows a gap (the caller
-   * should ask for a snapshot); the points are applied either way.
+   * Append a `series` batch. Returns false when `seq` shows a gap or a block
+   * id has no names in the table (the caller should ask for a snapshot); the
+   * points that can be decoded are applied either way.
    */
   applySeries(
     msg: ISeries,
     buffers: ReadonlyArray<ArrayBuffer | ArrayBufferView>
   ): boolean {
-    const decoded = decodeBlocks(msg.blocks, buffers);
-    for (const block of decoded) {
+    const decoded = decodeBlocks(msg.blocks, buffers, this._names);
+    for (const block of decoded.blocks) {
       this._dropped += block.dropped;
       block.names.forEach((name, j) => {
         this._ring(name).push(block.x, block.ys[j]);
@@ -145,8 +157,9 @@ export class TorchDbgModel {
     }
     this._lastSeq = msg.seq;
     this._messages++;
+    this._unknownBlocks += decoded.unknown.length;
     this._dataChanged.emit();
-    return contiguous;
+    return contiguous && decoded.unknown.length === 0;
   }
 
   /** Forget the logged series only (after the kernel cleared its history). */
@@ -158,6 +171,7 @@ export class TorchDbgModel {
   /** Forget the data (kernel restarted or changed). */
   reset(): void {
     this._series.clear();
+    this._names.clear();
     this._lastSeq = -1;
     this._stats = null;
     this._messages = 0;
@@ -181,6 +195,8 @@ export class TorchDbgModel {
   private _state: ConnectionState = { kind: 'connecting' };
   private _hello: IHello | null = null;
   private _series = new Map<string, SeriesRing>();
+  private _names = new NameTable();
+  private _unknownBlocks = 0;
   private _lastSeq = -1;
   private _gaps = 0;
   private _dropped = 0;

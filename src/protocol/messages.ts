@@ -38,11 +38,23 @@ export interface IHello {
   actions?: string[];
 }
 
-/** A group of series sharing one x axis; its numbers travel as two buffers. */
+/**
+ * A group of series sharing one x axis; its numbers travel as two buffers
+ * (x float64, y float32 row-major). In a `series` message `names` comes only
+ * the first time a block id goes out: the panel keeps an id -> names table.
+ */
 export interface IBlock {
-  names: string[];
+  /** Never reused while the kernel side is loaded. */
+  id: number;
+  /** Present the first time the id goes out, and always in a snapshot. */
+  names?: string[];
   count: number;
   dropped?: number;
+}
+
+/** A snapshot block: always with its names (the whole name table). */
+export interface ISnapshotBlock extends IBlock {
+  names: string[];
 }
 
 export interface IStreamStats {
@@ -54,7 +66,7 @@ export interface IStreamStats {
 export interface ISnapshot {
   method: 'snapshot';
   seq: number;
-  blocks: IBlock[];
+  blocks: ISnapshotBlock[];
   truncated?: boolean;
   stats: IStreamStats;
 }
@@ -140,6 +152,29 @@ export interface IMemoryBreakdownRow {
   total_source: 'allocated' | 'rss' | null;
 }
 
+/** Where memory was allocated (the first frame outside torch and the stdlib). */
+export interface IAllocationSite {
+  file: string;
+  line: number;
+  function: string;
+  bytes: number;
+  count: number;
+}
+
+/** What `record_memory` `stop` wrote and found (also its ack `result`). */
+export interface IMemorySnapshotSummary {
+  time: number;
+  /** The snapshot pickle in the kernel's working directory (plain file name). */
+  file: string;
+  bytes: number;
+  entries: number;
+  oom_events: number;
+  /** Every allocation while recording, largest total first (at most 10). */
+  top_sites: IAllocationSite[];
+  /** Still allocated at the stop, largest first (at most 10). */
+  live_sites: IAllocationSite[];
+}
+
 export interface IMemory {
   method: 'memory';
   time: number;
@@ -156,11 +191,16 @@ export interface IMemory {
     reason: string | null;
     cost_ms: number;
     time?: number;
+    /** Parameters left out: trained on another thread (R34). */
+    skipped_grads?: number;
+    note?: string;
   } | null;
   recording: {
     state: 'off' | 'armed' | 'on';
     max_entries: number | null;
     since: number | null;
+    /** The summary of the last recording stopped (null before the first stop). */
+    last?: IMemorySnapshotSummary | null;
   };
   last_oom: {
     id: string;
@@ -329,6 +369,8 @@ export interface IGradTrack {
   sampled: number;
   mode: 'auto' | 'fixed' | 'off';
   stride: number;
+  /** Why it samples every step now (auto warm-up, norm climbing, clipping). */
+  every_step?: 'warmup' | 'rising' | 'clip' | null;
   overhead: number | null;
   step_time_s: number | null;
   sample_cost_s: number | null;
@@ -361,6 +403,7 @@ export interface IAlertItem {
   source: string;
   kind:
     | 'non_finite'
+    | 'non_finite_forward'
     | 'explosion'
     | 'vanishing'
     | 'amp_skips'

@@ -4,33 +4,26 @@
  */
 import { expect, test } from '@jupyterlab/galata';
 
-import { notebookWithPanel, PANEL, setSource } from './helpers';
+import {
+  explodingRnnCell,
+  notebookWithPanel,
+  PANEL,
+  setSource
+} from './helpers';
 
 test.use({ autoGoto: true, kernels: null });
 
-const TRAIN = [
-  'import time, torch',
-  'from torch import nn',
-  'torch.manual_seed(0)',
-  'class Net(nn.Module):',
-  '    def __init__(self):',
-  '        super().__init__()',
-  '        self.rnn = nn.RNN(4, 32, batch_first=True)',
-  '        self.head = nn.Linear(32, 1)',
-  '    def forward(self, x):',
-  '        out, _ = self.rnn(x)',
-  '        return self.head(out[:, -1])',
-  'model = Net()',
-  'opt = torch.optim.SGD(model.parameters(), lr=0.5)',
-  'x, y = torch.randn(16, 30, 4), torch.randn(16, 1)',
-  'done = 0',
-  'for step in range(150):',
-  '    opt.zero_grad()',
-  '    nn.functional.mse_loss(model(x), y).backward()',
-  '    opt.step()',
-  '    done += 1',
-  '    time.sleep(0.03)'
-].join('\n');
+const TRAIN = explodingRnnCell({
+  beforeLoop: ['done = 0'],
+  steps: 150,
+  body: [
+    'opt.zero_grad()',
+    'nn.functional.mse_loss(model(x), y).backward()',
+    'opt.step()',
+    'done += 1',
+    'time.sleep(0.03)'
+  ]
+});
 
 test('clip at 1.0 and pause / resume while the cell runs', async ({
   page

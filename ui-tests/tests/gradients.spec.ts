@@ -4,37 +4,29 @@
  */
 import { expect, test } from '@jupyterlab/galata';
 
-import { notebookWithPanel, PANEL, setSource } from './helpers';
+import {
+  explodingRnnCell,
+  notebookWithPanel,
+  PANEL,
+  setSource
+} from './helpers';
 
 test.use({ autoGoto: true, kernels: null });
 
-const TRAIN = [
-  'import time, torch',
-  'from torch import nn',
-  'from jupyterlab_torchdbg import log, watch',
-  'torch.manual_seed(0)',
-  'class Net(nn.Module):',
-  '    def __init__(self):',
-  '        super().__init__()',
-  '        self.rnn = nn.RNN(4, 32, batch_first=True)',
-  '        self.head = nn.Linear(32, 1)',
-  '    def forward(self, x):',
-  '        out, _ = self.rnn(x)',
-  '        return self.head(out[:, -1])',
-  'model = Net()',
-  'opt = torch.optim.SGD(model.parameters(), lr=0.5)',
-  '# every step: by default the monitor samples every N steps (N from its own cost),',
-  '# and a run that blows up within N steps would only show the non-finite alarm',
-  'watch(model, opt, stride=1)',
-  'x, y = torch.randn(16, 30, 4), torch.randn(16, 1)',
-  'for step in range(400):',
-  '    opt.zero_grad()',
-  '    loss = nn.functional.mse_loss(model(x), y)',
-  '    log(loss=loss)',
-  '    loss.backward()',
-  '    opt.step()',
-  '    time.sleep(0.01)'
-].join('\n');
+// Default settings (no watch(), automatic stride): the auto mode samples every step
+// for the first steps of a run, so this early blow-up is seen step by step.
+const TRAIN = explodingRnnCell({
+  imports: ['from jupyterlab_torchdbg import log'],
+  steps: 400,
+  body: [
+    'opt.zero_grad()',
+    'loss = nn.functional.mse_loss(model(x), y)',
+    'log(loss=loss)',
+    'loss.backward()',
+    'opt.step()',
+    'time.sleep(0.01)'
+  ]
+});
 
 test('exploding gradients: live charts and an alarm naming the layer', async ({
   page
@@ -45,6 +37,10 @@ test('exploding gradients: live charts and an alarm naming the layer', async ({
   const grads = page.locator(`${PANEL} [data-section="grads"]`);
   const track = grads.locator('.jp-TorchDbg-track[data-track="opt"]');
   await expect(track).toBeVisible({ timeout: 30000 });
+  // the panel says why it samples every step although the mode is auto
+  await expect(track.locator('.jp-TorchDbg-trackMeta')).toContainText(
+    /every step \(auto: (first steps of the run|norm climbing)\)/
+  );
   // alarms name the layer while the cell is still running
   const alert = track.locator('.jp-TorchDbg-alert[data-kind="explosion"]');
   await expect(alert).toBeVisible({ timeout: 30000 });
@@ -61,6 +57,14 @@ test('exploding gradients: live charts and an alarm naming the layer', async ({
   const nonFinite = track.locator('.jp-TorchDbg-alert[data-kind="non_finite"]');
   await expect(nonFinite).toBeVisible({ timeout: 20000 });
   await expect(nonFinite).toContainText(/model\.(rnn|head)/);
+  // then the forward probe's finding for the next forward pass
+  const probe = track.locator(
+    '.jp-TorchDbg-alert[data-kind="non_finite_forward"]'
+  );
+  await expect(probe).toBeVisible({ timeout: 20000 });
+  await expect(probe).toContainText(
+    /Forward probe: (every module output was finite|model\.rnn)/
+  );
   // clicking an alarm's step marks it (no error), the table lists the layers
   await nonFinite.locator('.jp-TorchDbg-alertStep').click();
   await expect(track.locator('.jp-TorchDbg-layerTable tbody tr')).toHaveCount(

@@ -38,3 +38,46 @@ export async function notebookWithPanel(
     { timeout: 60000 }
   );
 }
+
+/** Options of `explodingRnnCell`: what each test adds around the shared training code. */
+export interface IExplodingRnnOptions {
+  /** Training steps (`for step in range(steps)`). */
+  steps: number;
+  /** The loop body, one statement per line, without its indentation. */
+  body: string[];
+  /** Lines after `from torch import nn` (more imports). */
+  imports?: string[];
+  /** Lines after the optimizer is created, before the data. */
+  afterOptimizer?: string[];
+  /** Lines after the data, before the loop. */
+  beforeLoop?: string[];
+}
+
+/**
+ * A notebook cell training a small RNN whose gradients explode (SGD at lr 0.5 on
+ * 30-step sequences, seed 0): `model` (layers `model.rnn`, `model.head`), `opt`,
+ * data `x`, `y`; `time` and `torch` are imported. Tests add their own lines.
+ */
+export function explodingRnnCell(options: IExplodingRnnOptions): string {
+  return [
+    'import time, torch',
+    'from torch import nn',
+    ...(options.imports ?? []),
+    'torch.manual_seed(0)',
+    'class Net(nn.Module):',
+    '    def __init__(self):',
+    '        super().__init__()',
+    '        self.rnn = nn.RNN(4, 32, batch_first=True)',
+    '        self.head = nn.Linear(32, 1)',
+    '    def forward(self, x):',
+    '        out, _ = self.rnn(x)',
+    '        return self.head(out[:, -1])',
+    'model = Net()',
+    'opt = torch.optim.SGD(model.parameters(), lr=0.5)',
+    ...(options.afterOptimizer ?? []),
+    'x, y = torch.randn(16, 30, 4), torch.randn(16, 1)',
+    ...(options.beforeLoop ?? []),
+    `for step in range(${options.steps}):`,
+    ...options.body.map(line => `    ${line}`)
+  ].join('\n');
+}

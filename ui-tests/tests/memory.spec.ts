@@ -1,7 +1,9 @@
 /**
  * Memory panel in Chromium on a CPU-only kernel: the "no CUDA device" state with
- * the CPU breakdown while a cell trains, and the OOM autopsy of a simulated
- * CUDA out-of-memory error.
+ * the CPU breakdown and the process RSS timeline while a cell trains, the OOM
+ * autopsy of a simulated CUDA out-of-memory error, and the top allocation sites
+ * of a memory-history recording (the recorder replays a synthetic snapshot: the
+ * stop goes through the real action, file and status).
  */
 import { expect, test } from '@jupyterlab/galata';
 
@@ -43,6 +45,11 @@ test('CPU breakdown while training, then an OOM autopsy', async ({
   await expect(cpu).toBeVisible({ timeout: 30000 });
   await expect(cpu).toContainText('parameters');
   await expect(cpu).toContainText('optimizer state');
+  // the CPU-only state's timeline: the process RSS drawn by uPlot
+  const rss = mem.locator('.jp-TorchDbg-rssCard[data-series="mem/cpu/rss"]');
+  await expect(rss).toContainText('process RSS');
+  await expect(rss.locator('.jp-TorchDbg-chartHost canvas')).toBeVisible();
+  await expect(rss).not.toContainText('fills while a cell runs');
   await page
     .locator(`${PANEL} [data-section="memory"]`)
     .screenshot({ path: testInfo.outputPath('memory-cpu.png') });
@@ -79,4 +86,82 @@ test('CPU breakdown while training, then an OOM autopsy', async ({
   await expect(
     page.locator(`${PANEL} [data-section="memory"] .jp-TorchDbg-note`)
   ).toContainText('%debug');
+});
+
+/** A snapshot shaped like torch.cuda.memory._snapshot(), with a hostile name. */
+const REPLAY_CELL = [
+  'import torch',
+  'from jupyterlab_torchdbg.kernel.memory import current_monitor',
+  'from jupyterlab_torchdbg.kernel.memory.recording import ReplayHistory',
+  'def fr(f, l, n): return {"filename": f, "line": l, "name": n}',
+  'fwd = [fr("/venv/site-packages/torch/nn/modules/linear.py", 125, "forward"),',
+  '       fr("/home/me/project/model.py", 42, "forward")]',
+  'bad = [fr("/home/me/project/data.py", 7,',
+  '          \'<img src=x onerror="document.body.dataset.pwned=1">\')]',
+  'snap = {"segments": [{"blocks": [',
+  '    {"size": 48 << 20, "state": "active_allocated", "frames": fwd},',
+  '    {"size": 6 << 20, "state": "inactive", "frames": bad}]}],',
+  '  "device_traces": [[',
+  '    {"action": "alloc", "size": 48 << 20, "frames": fwd},',
+  '    {"action": "alloc", "size": 16 << 20, "frames": fwd},',
+  '    {"action": "alloc", "size": 6 << 20, "frames": bad},',
+  '    {"action": "free_requested", "size": 6 << 20, "frames": bad}]]}',
+  'recorder = current_monitor().recorder',
+  'recorder.history = ReplayHistory(snap)',
+  'recorder.start(100_000)["state"]'
+].join('\n');
+
+test('memory history: stop lists the top allocation sites as text', async ({
+  page
+}, testInfo) => {
+  await notebookWithPanel(page, 'memory-history.ipynb');
+  await setSource(page, 0, REPLAY_CELL);
+  await page.notebook.runCell(0, true);
+  const section = page.locator(`${PANEL} [data-section="memory"]`);
+  const stop = section.getByRole('button', { name: 'Stop recording' });
+  await expect(stop).toBeEnabled({ timeout: 30000 });
+  await stop.click();
+  const snap = section.locator('.jp-TorchDbg-snapshot');
+  await expect(snap).toBeVisible({ timeout: 30000 });
+  await expect(section.locator('.jp-TorchDbg-note')).toContainText(
+    'Memory snapshot saved'
+  );
+  const file = await snap.getAttribute('data-file');
+  expect(file).toMatch(/^torchdbg_memory_\d{8}-\d{6}\.pickle$/);
+  await expect(snap.locator('.jp-TorchDbg-snapshotFile code')).toHaveText(
+    file!
+  );
+  await expect(snap.locator('.jp-TorchDbg-snapshotHowto')).toContainText(
+    "PyTorch's memory viewer"
+  );
+  await expect(snap.locator('.jp-TorchDbg-snapshotCommand')).toHaveText(
+    `python -m torch.cuda._memory_viz trace_plot ${file} -o ${file!.replace('.pickle', '.html')}`
+  );
+  const rows = snap.locator('.jp-TorchDbg-sites tbody tr');
+  await expect(rows).toHaveCount(2);
+  await expect(rows.nth(0)).toContainText('project/model.py:42 forward');
+  await expect(rows.nth(0)).toContainText('64.0 MiB');
+  // the hostile function name is text: no element made of it, nothing ran (S1)
+  await expect(rows.nth(1)).toContainText('<img src=x onerror=');
+  await expect(snap.locator('img')).toHaveCount(0);
+  expect(
+    await page.evaluate(() => document.body.dataset.pwned ?? null)
+  ).toBeNull();
+  await snap.scrollIntoViewIfNeeded();
+  await snap.screenshot({
+    path: testInfo.outputPath('memory-history-light.png')
+  });
+  // still live at the stop: only the 48 MiB block
+  await snap.getByRole('button', { name: /still live at stop/ }).click();
+  await expect(rows).toHaveCount(1);
+  await expect(rows.nth(0)).toContainText('48.0 MiB');
+  await page.theme.setDarkTheme();
+  await snap.scrollIntoViewIfNeeded();
+  await snap.screenshot({
+    path: testInfo.outputPath('memory-history-dark.png')
+  });
+  await section.screenshot({
+    path: testInfo.outputPath('memory-cpu-dark.png')
+  });
+  await page.theme.setLightTheme();
 });

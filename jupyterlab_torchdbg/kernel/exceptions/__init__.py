@@ -10,6 +10,10 @@
 - on (re)connect a panel gets the last message once more with ``replay: true`` (R06): its
   ``id`` and ``time`` tell the panel it is old, so it shows it without popping up.
 
+Other features find the loaded monitor with ``current_monitor()`` and ask it
+``exception_id(execution_count)`` (the memory autopsy links its ``oom`` to the
+``exception`` of the same failure that way).
+
 IPython's own error path is never touched (no ``set_custom_exc``): the traceback, ``%tb``,
 ``%debug``, ``%pdb`` and nbclient behave as without the extension (R15, R16, R18).
 KeyboardInterrupt, SystemExit, BdbQuit and UsageError send nothing (R19). Any failure
@@ -29,7 +33,14 @@ from .cells import CellMap
 if TYPE_CHECKING:
     from ..extension import Extension
 
-__all__ = ["ExceptionMonitor", "attach"]
+__all__ = ["ExceptionMonitor", "attach", "current_monitor"]
+
+_monitor: ExceptionMonitor | None = None
+
+
+def current_monitor() -> ExceptionMonitor | None:
+    """The loaded extension's exception monitor, or None."""
+    return _monitor
 
 
 def _quiet_types() -> tuple[type[BaseException], ...]:
@@ -102,6 +113,15 @@ class ExceptionMonitor:
         message["capture_ms"] = round((time.perf_counter() - t0) * 1000, 2)
         return message
 
+    def exception_id(self, execution_count: int | None) -> str | None:
+        """The ``id`` of the last ``exception`` message if it came from the cell execution
+        ``execution_count``, else None (another cell failed last, or none did)."""
+        last = self.last
+        if not isinstance(last, dict) or last.get("execution_count") != execution_count:
+            return None
+        mid = last.get("id")
+        return mid if isinstance(mid, str) else None
+
     def snapshot_messages(self) -> list[dict[str, Any]]:
         """For a panel that (re)connects: the last exception once, marked as a replay."""
         last = self.last
@@ -109,13 +129,16 @@ class ExceptionMonitor:
 
 
 def attach(ext: Extension) -> Callable[[], None]:
+    global _monitor
     monitor = ExceptionMonitor(ext)
     events = ext.shell.events
     events.register("pre_run_cell", monitor.pre_run_cell)
     events.register("post_run_cell", monitor.post_run_cell)
     remove_part = ext.hub.add_snapshot_part(monitor.snapshot_messages)
+    _monitor = monitor
 
     def cleanup() -> None:
+        global _monitor
         for name, cb in (
             ("pre_run_cell", monitor.pre_run_cell),
             ("post_run_cell", monitor.post_run_cell),
@@ -126,5 +149,7 @@ def attach(ext: Extension) -> Callable[[], None]:
                 pass
         remove_part()
         monitor.last = None
+        if _monitor is monitor:
+            _monitor = None
 
     return cleanup

@@ -177,6 +177,11 @@ class Detector:
         self.skipped = 0
         self.skip_steps: deque[int] = deque(maxlen=1000)
         self._level_calls = 0
+        #: The last ``evaluate`` saw the total norm climbing: above the square root of
+        #: the explosion factor times the running median (half way there on a log scale),
+        #: or exploded. The monitor then samples every step for a while. Not for NaN/Inf:
+        #: once a run is non-finite, sampling every step tells nothing more.
+        self.rising = False
 
     def evaluate(
         self,
@@ -201,6 +206,7 @@ class Detector:
         baseline, factor = self._baseline()
         totals = total.tolist()
         finite_list = finite_rows.tolist()
+        self.rising = False
         for i, (v, ok) in enumerate(zip(totals, finite_list, strict=True)):
             step = int(steps[i])
             if not ok:
@@ -214,14 +220,16 @@ class Detector:
                 self.armed["non_finite"] = True
             exploded = th.explode_abs is not None and v > th.explode_abs
             if (
-                not exploded
-                and baseline is not None
-                and len(self.window) >= th.explode_warmup
+                baseline is not None
                 and baseline > 0
-                and v > factor * baseline
+                and len(self.window) >= th.explode_warmup
+                and v > math.sqrt(factor) * baseline
             ):
-                exploded = True
+                self.rising = True
+                if v > factor * baseline:
+                    exploded = True
             if exploded:
+                self.rising = True
                 self.calm["explosion"] = 0
                 self.hot += 1
                 if self.armed["explosion"]:

@@ -78,6 +78,7 @@ class Track:
         self.mode_from_watch = False
         self.rows: list[tuple[list[float], Any]] = []  # flushed, not yet checked
         self.rows_count = 0
+        self.probe: Any = None  # a ForwardProbe armed after a non-finite alarm
 
     # --- names of this track's series ------------------------------------------------
 
@@ -99,7 +100,7 @@ class Track:
     def layer_names(self) -> list[str]:
         return [] if self.plan is None else [li.name for li in self.plan.layers]
 
-    def to_json(self, full: bool) -> dict[str, Any]:
+    def to_json(self, full: bool, clipping: bool = False) -> dict[str, Any]:
         s = self.sampler
         plan = self.plan
         amp = bool(self.layout is not None and self.layout.amp)
@@ -110,7 +111,16 @@ class Track:
             "step": self.step,
             "sampled": self.sampled,
             "mode": s.mode,
-            "stride": s.stride,
+            "stride": 1 if clipping and s.mode != "off" else s.effective_stride,
+            "every_step": (
+                None
+                if s.mode == "off" or (s.mode == "fixed" and s.fixed == 1)
+                else "clip"
+                if clipping
+                else s.boost_reason
+                if s.boosting
+                else None
+            ),
             "overhead": s.overhead,
             "step_time_s": s.step_s,
             "sample_cost_s": s.cost_ema,
@@ -164,6 +174,8 @@ class GradMonitor:
         # This step's read, for a later hook in the same step (clipping): see step_norms.
         # Only weak references and the small norms row: never the parameters (R24).
         self._current: tuple[Any, Any, int, Any] | None = None
+        #: Forward probes armed and not yet reported (their hooks are removed on unload).
+        self._probes: list[Any] = []
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -183,6 +195,9 @@ class GradMonitor:
         handle, self._handle = self._handle, None
         if handle is not None:
             handle.remove()
+        probes, self._probes = self._probes, []
+        for probe in probes:
+            probe.remove()
         self.tracks = weakref.WeakKeyDictionary()
         self.torch_attached = False
 
@@ -195,7 +210,15 @@ class GradMonitor:
             if track is None:
                 track = self._new_track(optimizer)
             track.step += 1
-            if track.sampler.tick(now):
+            if track.probe is not None:
+                self._finish_probe(track)
+            sample = track.sampler.tick(now)
+            if not sample:
+                # While the clip action is on, clipping reads every step's norms anyway:
+                # this read is the one it reuses (one read of the grads serves both).
+                ctl = getattr(self.ext, "control", None)
+                sample = ctl is not None and ctl.clip is not None
+            if sample:
                 self._sample(track, optimizer, now)
             stream = self.ext.stream
             due = stream.due()
@@ -381,11 +404,46 @@ class GradMonitor:
                 amp=bool(track.layout.amp),
             )
             track.stats = _stats(m, track.stats, len(track.layer_names))
+            if det.rising and track.sampler.mode == "auto":
+                # The norm is climbing: watch every step for a while (see stride.boost).
+                if not track.sampler.boosting:
+                    self._status_dirty = True
+                track.sampler.boost()
             if alerts or det.skipped != skipped:
                 self._status_dirty = True
             self.alerts.add(alerts)
+            if track.probe is None and any(a.kind == "non_finite" for a in alerts):
+                self._arm_probe(track)
         except Exception:
             self.ext.count_error("grads:alarms")
+
+    # --- forward probe (after a non-finite alarm; see probe.py) -----------------------
+
+    def _arm_probe(self, track: Track) -> None:
+        from .probe import ForwardProbe, probe_roots
+
+        plan = track.plan
+        roots = probe_roots(plan.roots) if plan is not None else []
+        if roots:
+            track.probe = ForwardProbe(track.name, track.step, roots)
+            self._probes.append(track.probe)
+
+    def _finish_probe(self, track: Track, cell_end: bool = False) -> None:
+        """Report once one forward pass has run (at the next step, or the cell's end)."""
+        probe = track.probe
+        if probe is None or (cell_end and not probe.ran):
+            return
+        try:
+            track.probe = None
+            if probe in self._probes:
+                self._probes.remove(probe)
+            alert = probe.report(track.step if probe.ran else probe.armed_at)
+            if alert is not None:
+                self.alerts.add([alert])
+                self._status_dirty = True
+        except Exception:
+            probe.remove()
+            self.ext.count_error("grads:probe")
 
     def _loss_nonfinite(self) -> bool:
         stream = self.ext.stream
@@ -403,6 +461,9 @@ class GradMonitor:
             self._last_eval = now
             for t in list(self.tracks.values()):
                 self._evaluate(t)
+        if force:  # the cell ended: a probe whose forward pass ran reports now
+            for t in list(self.tracks.values()):
+                self._finish_probe(t, cell_end=True)
         alerts = self.alerts.take(force)
         if alerts:
             self.ext.hub.broadcast(
@@ -428,9 +489,11 @@ class GradMonitor:
     def status(self, full: bool) -> dict[str, Any]:
         """The ``grads`` message; ``full`` always lists layers (snapshots)."""
         tracks = []
+        ctl = getattr(self.ext, "control", None)
+        clipping = ctl is not None and ctl.clip is not None
         for t in list(self.tracks.values()):
             send_layers = full or t.sent_layers_version != t.layers_version
-            tracks.append(t.to_json(send_layers))
+            tracks.append(t.to_json(send_layers, clipping))
             if send_layers and not full:
                 t.sent_layers_version = t.layers_version
         mode, fixed = self.mode

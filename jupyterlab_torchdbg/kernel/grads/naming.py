@@ -208,6 +208,8 @@ class Plan:
     scaler: Any = None  # weakref to a GradScaler, or None
     coarsened: bool = False
     unnamed: int = 0
+    #: The models that named the parameters, as (name, weakref) (the forward probe's roots).
+    roots: list[tuple[str, Any]] = field(default_factory=list)
 
     def full_sig(self) -> tuple[Any, ...]:
         return tuple((id(p), bool(p.requires_grad)) for p in self.params)
@@ -290,9 +292,11 @@ def build_plan(optimizer: Any, track: str, ns: dict[str, Any]) -> Plan:
 
     param_name: dict[int, tuple[str, str, int]] = {}  # id -> (layer, param, order)
     order = 0
+    roots: list[tuple[str, Any]] = []
     for prefix, module in sources:
         if len(param_name) == len(wanted_ids):
             break
+        named_before = len(param_name)
         for pname, p in _named_parameters(module):
             order += 1
             if id(p) in wanted_ids and id(p) not in param_name:
@@ -300,6 +304,8 @@ def build_plan(optimizer: Any, track: str, ns: dict[str, Any]) -> Plan:
                 layer, _, leaf = clean.rpartition(".")
                 full_layer = f"{prefix}.{layer}" if layer else prefix
                 param_name[id(p)] = (full_layer, leaf, order)
+        if len(param_name) > named_before:
+            roots.append((prefix, weakref.ref(module)))
 
     unnamed = 0
     for gi, i, p in wanted:
@@ -351,6 +357,7 @@ def build_plan(optimizer: Any, track: str, ns: dict[str, Any]) -> Plan:
         scaler=None if scaler is None else weakref.ref(scaler),
         coarsened=coarsened,
         unnamed=unnamed,
+        roots=roots,
     )
 
 

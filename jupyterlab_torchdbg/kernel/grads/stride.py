@@ -6,6 +6,10 @@ The step hook runs at every optimizer step but only *samples* (reads the gradien
 stays within ``budget`` (1%) of the measured step time. ``fixed`` samples every N steps
 (N=1 is "every step", on request); ``off`` never samples.
 
+``auto`` also samples every step while it matters most: the first ``WARMUP_STEPS`` steps
+(early blow-ups) and ``BOOST_STEPS`` steps after the alarms see the total norm climbing
+(``boost``), so an explosion is seen step by step instead of between two samples.
+
 Everything here is arithmetic on numbers handed in (no clock of its own), so the logic
 is tested without timing anything.
 """
@@ -33,6 +37,13 @@ INTERVALS = 15
 #: Lower the stride only when the smaller one fits with this much room, so it does not
 #: flap between two values when the ideal sits on a boundary.
 HYSTERESIS = 0.7
+#: In ``auto`` mode the first this many steps of a run are all sampled: a too-high
+#: learning rate usually blows up early, and within a stride a run can go from healthy
+#: to NaN without the explosion being seen. Over a run of thousands of steps this costs
+#: a few steps' worth of time; the stride is tuned meanwhile and applies afterwards.
+WARMUP_STEPS = 200
+#: Steps sampled every time once the alarms see the total norm climbing (``boost``).
+BOOST_STEPS = 200
 
 MODES = ("auto", "fixed", "off")
 
@@ -82,6 +93,10 @@ class Sampler:
     _since: int = 0
     _last_t: float | None = None
     _carry: float = 0.0
+    #: Steps left to sample every time in ``auto`` mode (warm-up, then ``boost``).
+    _boost: int = WARMUP_STEPS
+    #: Why it is boosting: "warmup" (the first steps) or "rising" (``boost``).
+    boost_reason: str = "warmup"
     _intervals: deque[float] = field(default_factory=lambda: deque(maxlen=INTERVALS))
 
     @property
@@ -102,6 +117,21 @@ class Sampler:
             self._retune()
         self._since = 0
 
+    @property
+    def boosting(self) -> bool:
+        """True while ``auto`` samples every step (warm-up, or the norm is climbing)."""
+        return self.mode == "auto" and self._boost > 0
+
+    @property
+    def effective_stride(self) -> int:
+        """The stride sampling actually follows now (1 while boosting)."""
+        return 1 if self.boosting else self.stride
+
+    def boost(self, steps: int = BOOST_STEPS) -> None:
+        """Sample the next ``steps`` steps every time (``auto`` mode only)."""
+        self._boost = max(self._boost, steps)
+        self.boost_reason = "rising"
+
     def tick(self, now: float) -> bool:
         """Called at every step boundary; True when this step should be sampled."""
         last, self._last_t = self._last_t, now
@@ -109,6 +139,10 @@ class Sampler:
             self._intervals.append(now - last)
         if self.mode == "off":
             return False
+        if self.mode == "auto" and self._boost > 0:
+            self._boost -= 1
+            self._since = 0
+            return True
         self._since += 1
         if self._since >= self.stride:
             self._since = 0
@@ -149,4 +183,4 @@ class Sampler:
         step = self.step_s
         if self.cost_ema is None or not step:
             return None
-        return self.cost_ema / (self.stride * step)
+        return self.cost_ema / (self.effective_stride * step)

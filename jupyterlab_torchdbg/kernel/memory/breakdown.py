@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,14 +146,20 @@ def compute(
     allocated: dict[str, int | None] | None = None,
     rss: int | None = None,
     max_tensors: int = MAX_TENSORS,
+    own: Callable[[Any], bool] | None = None,
 ) -> dict[str, Any]:
     """The breakdown per device (a ``MemoryBreakdown`` of the protocol).
 
     ``allocated``: the allocator's allocated bytes per CUDA device ("cuda:0": n);
     ``rss``: this process's resident memory (the CPU row's total).
+    ``own``: when training runs on several threads, which parameters and optimizers this
+    thread may read the gradients and state of (R34): reading ``p.grad`` while another
+    thread's ``backward()`` writes it is a data race inside torch that can crash the
+    process. The others are left out and counted in ``skipped_grads``.
     """
     t0 = time.perf_counter()
     tensor_t, _, _ = _types()
+    skipped = 0
     seen: set[tuple[str, int]] = set()
     per: dict[str, dict[str, int]] = {}
     visited = 0
@@ -186,10 +192,16 @@ def compute(
                 continue
         for _, opt in found.optimizers:
             params.extend(_optimizer_params(opt, tensor_t))
+        if own is not None:
+            mine = [p for p in params if own(p)]
+            skipped = len(params) - len(mine)
+        else:
+            mine = params
+        optimizers = [o for o in found.optimizers if own is None or own(o[1])]
         for category, tensors in (
             ("parameters", params),
-            ("gradients", _grads(params)),
-            ("optimizer_state", _states(found, tensor_t)),
+            ("gradients", _grads(mine)),
+            ("optimizer_state", _states(optimizers, tensor_t)),
         ):
             for t in tensors:
                 if not add(category, t):
@@ -228,6 +240,7 @@ def compute(
         if found.models or found.optimizers
         else "no nn.Module or optimizer in the notebook's namespace (or watch() one)",
         "cost_ms": round((time.perf_counter() - t0) * 1000, 2),
+        "skipped_grads": skipped,
     }
 
 
@@ -241,8 +254,8 @@ def _grads(params: list[Any]) -> Iterator[Any]:
             yield g
 
 
-def _states(found: Found, tensor_t: Any) -> Iterator[Any]:
-    for _, opt in found.optimizers:
+def _states(optimizers: list[tuple[str, Any]], tensor_t: Any) -> Iterator[Any]:
+    for _, opt in optimizers:
         try:
             yield from _optimizer_state_tensors(opt, tensor_t)
         except Exception:

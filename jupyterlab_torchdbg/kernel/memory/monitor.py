@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...protocol import jsonable
 from ..actions import ActionError
+from ..exceptions import current_monitor as exception_monitor
 from ..exceptions.diagnose.memory import sticky_cuda_error
 from . import autopsy
 from . import breakdown as bd
@@ -141,6 +142,10 @@ class MemoryMonitor:
         #: a probe cell on a subshell must not end the training cell's "running" state).
         self._running: set[int] = set()
         self.optimizers: weakref.WeakSet[Any] = weakref.WeakSet()
+        #: The thread that last stepped each optimizer, and the threads other than the
+        #: main one that step optimizers (training on several threads, R34).
+        self._owner: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._step_threads: set[int] = set()
         self.alloc_reading: Reading | None = None
         self.nvml_reading: Reading | None = None
         self.rss: int | None = None
@@ -199,11 +204,16 @@ class MemoryMonitor:
     def on_step(self, optimizer: Any, args: Any = None, kwargs: Any = None) -> None:
         """Optimizer step post-hook: cheap unless a sample, breakdown or job is due."""
         try:
+            tid = threading.get_ident()
             try:
                 if optimizer not in self.optimizers:
                     self.optimizers.add(optimizer)
+                if self._owner.get(optimizer) != tid:
+                    self._owner[optimizer] = tid
             except TypeError:
                 pass  # an optimizer without weakref support is found by name only (R24)
+            if tid not in self._step_threads and tid != threading.main_thread().ident:
+                self._step_threads.add(tid)
             if self._jobs:
                 self.run_jobs()
             now = self._clock()
@@ -248,12 +258,40 @@ class MemoryMonitor:
                 v = d.values.get("allocated")
                 allocated[f"cuda:{d.index}"] = int(v) if v is not None else None
         rss, _ = self.host.rss()
-        b = bd.compute(self.found(), allocated=allocated, rss=rss)
+        b = bd.compute(self.found(), allocated=allocated, rss=rss, own=self._own_predicate())
+        if b.get("skipped_grads"):
+            b["note"] = (
+                "training runs on several threads: gradients and optimizer state of models "
+                "stepped on other threads are not counted (reading them during their "
+                "backward() is unsafe)"
+            )
         b["time"] = round(self._wall(), 3)
         self.breakdown = b
         cost = b["cost_ms"] / 1000.0
         self._next_breakdown = self._clock() + max(BREAKDOWN_MIN_S, cost / BREAKDOWN_BUDGET)
         return b
+
+    def _own_predicate(self) -> Callable[[Any], bool] | None:
+        """None while training runs on the main thread only (everything may be read);
+        otherwise what this thread may read: its own optimizers and their parameters (R34).
+
+        Another thread may be inside ``backward()`` at any moment, writing ``p.grad`` of
+        its parameters: reading that from here is a data race inside torch that can crash
+        the process. Threads that ended no longer count.
+        """
+        if self._step_threads:
+            alive = {t.ident for t in threading.enumerate()}
+            self._step_threads &= alive
+        if not self._step_threads:
+            return None
+        me = threading.get_ident()
+        mine: set[int] = set()
+        for opt, tid in list(self._owner.items()):
+            if tid == me:
+                mine.add(id(opt))
+                for g in getattr(opt, "param_groups", []):
+                    mine.update(id(p) for p in g.get("params", []))
+        return lambda obj: id(obj) in mine
 
     # --- safe points (R12) -----------------------------------------------------------------
 
@@ -386,17 +424,9 @@ class MemoryMonitor:
     def _exception_id(self, execution_count: int | None) -> str | None:
         """The id of the ``exception`` message for the same failure, so the exception
         panel links to this autopsy. The exception monitor's post_run_cell ran before ours
-        (it attaches first); it is found among the registered callbacks."""
-        callbacks = getattr(getattr(self.ext.shell, "events", None), "callbacks", {})
-        for cb in list(callbacks.get("post_run_cell", [])):
-            owner = getattr(cb, "__self__", None)
-            if type(owner).__name__ != "ExceptionMonitor":
-                continue
-            last = getattr(owner, "last", None)
-            if isinstance(last, dict) and last.get("execution_count") == execution_count:
-                mid = last.get("id")
-                return mid if isinstance(mid, str) else None
-        return None
+        (it attaches first)."""
+        monitor = exception_monitor()
+        return monitor.exception_id(execution_count) if monitor is not None else None
 
     # --- the poller thread (R36: NVML and /proc only) ---------------------------------------
 

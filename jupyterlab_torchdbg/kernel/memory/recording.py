@@ -8,10 +8,17 @@ code initialises CUDA: the tool never initialises it (R02), and the first alloca
 as a pickle in the kernel's working directory (open it at PyTorch's memory viewer) and
 summarises the top allocation sites by bytes. The pickle is written, never read: nothing
 from the panel is unpickled (S4).
+
+The recorder talks to torch through a small ``AllocatorHistory`` (``TorchHistory`` here);
+``ReplayHistory`` replays a given snapshot dict instead, so the CPU tests (pytest, and
+Galata from a notebook cell) drive start, stop, the file and the summary with no GPU. The
+last summary stays in the ``memory`` status (``recording.last``) so every panel, a late
+one included, shows it.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import pickle
 import sys
@@ -19,7 +26,7 @@ import sysconfig
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from ..actions import ActionError
 
@@ -27,23 +34,36 @@ DEFAULT_MAX_ENTRIES = 100_000
 MIN_MAX_ENTRIES = 1_000
 MAX_MAX_ENTRIES = 2_000_000
 TOP_SITES = 10
+#: Longest file / function name sent in a site (R09: payloads stay bounded).
+SITE_TEXT_CHARS = 200
 _STDLIB = os.path.join(sysconfig.get_paths()["stdlib"], "")
 
 
-class HistoryRecorder:
-    """The state of one memory-history recording (off / armed / on)."""
+class AllocatorHistory(Protocol):
+    """What the recorder needs from the CUDA allocator's memory history."""
 
-    def __init__(self, cuda_unusable: Callable[[], str | None], cwd: Callable[[], str] = os.getcwd):
-        self._unusable = cuda_unusable
-        self._cwd = cwd
-        self._lock = threading.Lock()
-        self.state = "off"
-        self.max_entries: int | None = None
-        self.since: float | None = None
-        self._queued: Callable[[], None] | None = None
+    def check(self) -> None:
+        """Raise ``ActionError`` ("refused") when there is no CUDA to record."""
 
-    def status(self) -> dict[str, Any]:
-        return {"state": self.state, "max_entries": self.max_entries, "since": self.since}
+    def initialized(self) -> bool:
+        """The user's code has initialised CUDA (recording may start now)."""
+
+    def when_initialized(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` the moment CUDA gets initialised (never initialise it here)."""
+
+    def cancel(self, fn: Callable[[], None]) -> None:
+        """Forget a ``fn`` queued by ``when_initialized`` that has not run."""
+
+    def enable(self, max_entries: int) -> None: ...
+
+    def disable(self) -> None: ...
+
+    def snapshot(self) -> dict[str, Any]:
+        """``torch.cuda.memory._snapshot()``: segments → blocks, and device_traces."""
+
+
+class TorchHistory:
+    """The real one: ``torch.cuda.memory``'s private history API (torch ≥ 2.1)."""
 
     def _torch(self) -> Any:
         torch = sys.modules.get("torch")
@@ -51,44 +71,137 @@ class HistoryRecorder:
             raise ActionError("torch is not imported in this kernel", "refused")
         if not getattr(getattr(torch, "version", None), "cuda", None):
             raise ActionError("memory history needs CUDA: this torch build is CPU-only", "refused")
+        return torch
+
+    def check(self) -> None:
+        self._torch()
+
+    def initialized(self) -> bool:
+        return bool(self._torch().cuda.is_initialized())
+
+    def when_initialized(self, fn: Callable[[], None]) -> None:
+        self._torch().cuda._lazy_call(fn)
+
+    def cancel(self, fn: Callable[[], None]) -> None:
+        torch = sys.modules.get("torch")
+        queued = getattr(getattr(torch, "cuda", None), "_queued_calls", None)
+        if isinstance(queued, list):
+            queued[:] = [c for c in queued if not (isinstance(c, tuple) and c[0] is fn)]
+
+    def enable(self, max_entries: int) -> None:
+        self._torch().cuda.memory._record_memory_history(
+            enabled="all", context="all", stacks="python", max_entries=max_entries
+        )
+
+    def disable(self) -> None:
+        self._torch().cuda.memory._record_memory_history(enabled=None)
+
+    def snapshot(self) -> dict[str, Any]:
+        snap = self._torch().cuda.memory._snapshot()
+        return snap if isinstance(snap, dict) else {}
+
+
+class ReplayHistory:
+    """A stand-in for CUDA that "records" and returns a given snapshot dict.
+
+    For tests and demos on machines without a GPU (like ``sources.RecordedSource``): CUDA
+    counts as initialised, ``enable``/``disable`` only count, ``snapshot`` returns a copy
+    of ``snap`` shaped like ``torch.cuda.memory._snapshot()``.
+    """
+
+    def __init__(self, snap: dict[str, Any]) -> None:
+        self._snap = snap
+        self.enabled: int | None = None
+        self.calls: list[str] = []
+
+    def check(self) -> None:
+        pass
+
+    def initialized(self) -> bool:
+        return True
+
+    def when_initialized(self, fn: Callable[[], None]) -> None:
+        fn()
+
+    def cancel(self, fn: Callable[[], None]) -> None:
+        pass
+
+    def enable(self, max_entries: int) -> None:
+        self.calls.append("enable")
+        self.enabled = max_entries
+
+    def disable(self) -> None:
+        self.calls.append("disable")
+        self.enabled = None
+
+    def snapshot(self) -> dict[str, Any]:
+        self.calls.append("snapshot")
+        return copy.deepcopy(self._snap)
+
+
+class HistoryRecorder:
+    """The state of one memory-history recording (off / armed / on), and the summary of
+    the last one stopped."""
+
+    def __init__(
+        self,
+        cuda_unusable: Callable[[], str | None],
+        cwd: Callable[[], str] = os.getcwd,
+        history: AllocatorHistory | None = None,
+    ):
+        self._unusable = cuda_unusable
+        self._cwd = cwd
+        #: The allocator history recorded from (tests and demos swap in ``ReplayHistory``).
+        self.history: AllocatorHistory = history if history is not None else TorchHistory()
+        self._lock = threading.Lock()
+        self.state = "off"
+        self.max_entries: int | None = None
+        self.since: float | None = None
+        #: The summary of the last stopped recording (strings and numbers only).
+        self.last: dict[str, Any] | None = None
+        self._queued: Callable[[], None] | None = None
+
+    def status(self) -> dict[str, Any]:
+        return {**self._state(), "last": self.last}
+
+    def _state(self) -> dict[str, Any]:
+        return {"state": self.state, "max_entries": self.max_entries, "since": self.since}
+
+    def _check(self) -> AllocatorHistory:
+        history = self.history
+        history.check()
         bad = self._unusable()
         if bad:
             raise ActionError(bad, "refused")
-        return torch
+        return history
 
     def start(self, max_entries: int) -> dict[str, Any]:
         with self._lock:
-            torch = self._torch()
+            history = self._check()
             if self.state != "off":
-                return {**self.status(), "note": "already recording"}
+                return {**self._state(), "note": "already recording"}
             self.max_entries = max_entries
 
             def begin() -> None:
-                torch.cuda.memory._record_memory_history(
-                    enabled="all", context="all", stacks="python", max_entries=max_entries
-                )
+                history.enable(max_entries)
                 self.state = "on"
                 self.since = time.time()
                 self._queued = None
 
-            if torch.cuda.is_initialized():
+            if history.initialized():
                 begin()
-                return self.status()
+                return self._state()
             # Not initialised: start when the user's code initialises CUDA (never now).
             self.state = "armed"
             self._queued = begin
-            torch.cuda._lazy_call(begin)
-            return {**self.status(), "note": "starts when your code first uses CUDA"}
+            history.when_initialized(begin)
+            return {**self._state(), "note": "starts when your code first uses CUDA"}
 
     def disarm(self) -> None:
         """Remove a queued start (unload, or stop before CUDA started)."""
-        torch = sys.modules.get("torch")
         fn, self._queued = self._queued, None
-        if fn is None or torch is None:
-            return
-        queued = getattr(torch.cuda, "_queued_calls", None)
-        if isinstance(queued, list):
-            queued[:] = [c for c in queued if not (isinstance(c, tuple) and c[0] is fn)]
+        if fn is not None:
+            self.history.cancel(fn)
 
     def stop(self) -> dict[str, Any]:
         with self._lock:
@@ -97,10 +210,10 @@ class HistoryRecorder:
             if self.state == "armed":
                 self.disarm()
                 self.state, self.max_entries, self.since = "off", None, None
-                return {**self.status(), "note": "CUDA was never used: nothing was recorded"}
-            torch = self._torch()
-            snap = torch.cuda.memory._snapshot()
-            torch.cuda.memory._record_memory_history(enabled=None)
+                return {**self._state(), "note": "CUDA was never used: nothing was recorded"}
+            history = self._check()
+            snap = history.snapshot()
+            history.disable()
             self.state, self.max_entries, self.since = "off", None, None
             name = time.strftime("torchdbg_memory_%Y%m%d-%H%M%S.pickle")
             path = _unique(os.path.join(self._cwd(), name))
@@ -108,14 +221,14 @@ class HistoryRecorder:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
                 pickle.dump(snap, f)
-            result = {
-                **self.status(),
+            self.last = {
+                "time": round(time.time(), 3),
                 "file": os.path.basename(path),
                 "bytes": os.path.getsize(path),
                 **top_sites(snap),
             }
             del snap
-            return result
+            return {**self._state(), **self.last}
 
     def shutdown(self) -> None:
         """On unload: leave no recording running that the tool started."""
@@ -123,10 +236,9 @@ class HistoryRecorder:
             if self.state == "armed":
                 self.disarm()
             elif self.state == "on":
-                torch = sys.modules.get("torch")
                 try:
-                    if torch is not None and not self._unusable():
-                        torch.cuda.memory._record_memory_history(enabled=None)
+                    if not self._unusable():
+                        self.history.disable()
                 except Exception:
                     pass
             self.state, self.max_entries, self.since = "off", None, None
@@ -161,9 +273,9 @@ def _site(frames: Any) -> dict[str, Any] | None:
     filename = str(chosen.get("filename", "?"))
     short = "/".join(filename.split("/")[-2:])  # no home directories in payloads (S6)
     return {
-        "file": short,
-        "line": int(chosen.get("line", 0) or 0),
-        "function": str(chosen.get("name", "?")),
+        "file": short[-SITE_TEXT_CHARS:],
+        "line": max(0, int(chosen.get("line", 0) or 0)),
+        "function": str(chosen.get("name", "?"))[:SITE_TEXT_CHARS],
     }
 
 

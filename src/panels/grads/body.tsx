@@ -1,8 +1,9 @@
 import type { TranslationBundle } from '@jupyterlab/translation';
-import React, { useEffect, useRef, useState } from 'react';
+import React, { useEffect, useState } from 'react';
 
 import { Heatmap } from '../../charts/heatmap';
 import { LineChart, seriesColor } from '../../charts/lineChart';
+import { useMounted } from '../../charts/useMounted';
 import { TorchDbgConnection } from '../../connection/connection';
 import { TorchDbgModel } from '../../model/model';
 import { IAlertItem, IGradTrack, wireNumber } from '../../protocol/messages';
@@ -15,26 +16,6 @@ const TOP_K = 5;
 
 function pct(v: number | null): string {
   return v === null ? '–' : `${(v * 100).toFixed(v < 0.01 ? 2 : 1)}%`;
-}
-
-/** Mount a chart object's node in a React-managed host element. */
-function useMounted<T extends { node: HTMLElement; dispose(): void }>(
-  make: () => T,
-  deps: unknown[]
-): [React.RefObject<HTMLDivElement>, React.MutableRefObject<T | null>] {
-  const host = useRef<HTMLDivElement>(null);
-  const obj = useRef<T | null>(null);
-  useEffect(() => {
-    const o = make();
-    obj.current = o;
-    host.current?.appendChild(o.node);
-    return () => {
-      o.dispose();
-      o.node.remove();
-      obj.current = null;
-    };
-  }, deps);
-  return [host, obj];
 }
 
 function AlertList(props: {
@@ -239,12 +220,19 @@ function TrackView(props: {
     }
   }, [layers]);
 
+  const why: Record<string, string> = {
+    warmup: trans.__('every step (auto: first steps of the run)'),
+    rising: trans.__('every step (auto: norm climbing)'),
+    clip: trans.__('every step (clipping reads it anyway)')
+  };
   const stride =
     track.mode === 'off'
       ? trans.__('off')
-      : track.mode === 'auto'
-        ? trans.__('every %1 (auto)', String(track.stride))
-        : trans.__('every %1', String(track.stride));
+      : track.every_step
+        ? why[track.every_step]
+        : track.mode === 'auto'
+          ? trans.__('every %1 (auto)', String(track.stride))
+          : trans.__('every %1', String(track.stride));
   return (
     <section className="jp-TorchDbg-track" data-track={track.name}>
       <div className="jp-TorchDbg-trackHeader">

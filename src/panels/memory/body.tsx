@@ -1,34 +1,24 @@
 import type { TranslationBundle } from '@jupyterlab/translation';
-import React, { useEffect, useRef, useState } from 'react';
+import React, { useEffect, useState } from 'react';
 
 import { LineChart, seriesColor } from '../../charts/lineChart';
+import { useMounted } from '../../charts/useMounted';
 import { TorchDbgConnection } from '../../connection/connection';
 import { TorchDbgModel } from '../../model/model';
 import {
   ActionName,
-  Bytes,
   IActionArgs,
+  IMemory,
   IMemoryBreakdownRow,
   IMemoryDevice,
   IOom
 } from '../../protocol/messages';
 import { useSignalRender } from '../../sidebar/hooks';
 import { RichText } from '../exception/body';
+import { formatBytes } from './format';
+import { SnapshotSummary } from './snapshot';
 
-/** 1536 -> "1.5 KiB"; null -> "n/a". */
-export function formatBytes(v: Bytes | undefined): string {
-  if (v === null || v === undefined || !Number.isFinite(v)) {
-    return 'n/a';
-  }
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let x = v;
-  let i = 0;
-  while (Math.abs(x) >= 1024 && i < units.length - 1) {
-    x /= 1024;
-    i++;
-  }
-  return `${i === 0 ? x : x.toFixed(x >= 100 ? 0 : 1)} ${units[i]}`;
-}
+export { formatBytes } from './format';
 
 const CATEGORIES: {
   key: keyof IMemoryBreakdownRow;
@@ -90,6 +80,13 @@ function BreakdownBar(props: {
   );
 }
 
+/** Memory timelines: x is Unix time in seconds, y bytes. */
+const TIMELINE = {
+  time: true,
+  yFormat: (v: number) => formatBytes(v),
+  ySize: 64 // "1023 MiB"
+};
+
 function DeviceCard(props: {
   device: IMemoryDevice;
   model: TorchDbgModel;
@@ -97,24 +94,19 @@ function DeviceCard(props: {
   trans: TranslationBundle;
 }): JSX.Element {
   const { device: d, model, trans } = props;
-  const host = useRef<HTMLDivElement>(null);
-  const chart = useRef<LineChart | null>(null);
-  useEffect(() => {
-    const c = new LineChart({
-      series: [
-        { label: 'allocated', color: seriesColor(0) },
-        { label: 'reserved', color: seriesColor(1) },
-        { label: 'nvml used', color: seriesColor(4) }
-      ],
-      height: 100
-    });
-    chart.current = c;
-    host.current?.appendChild(c.node);
-    return () => {
-      c.dispose();
-      c.node.remove();
-    };
-  }, [d.device]);
+  const [host, chart] = useMounted(
+    () =>
+      new LineChart({
+        series: [
+          { label: 'allocated', color: seriesColor(0) },
+          { label: 'reserved', color: seriesColor(1) },
+          { label: 'nvml used', color: seriesColor(4) }
+        ],
+        height: 100,
+        ...TIMELINE
+      }),
+    [d.device]
+  );
   useEffect(() => {
     const names = [d.series.allocated, d.series.reserved, d.series.nvml_used];
     const rings = names.map(n => model.series.get(n));
@@ -165,6 +157,53 @@ function DeviceCard(props: {
       {(d.allocator_reason || d.nvml_reason) && (
         <div className="jp-TorchDbg-note">
           {[d.allocator_reason, d.nvml_reason].filter(Boolean).join(' · ')}
+        </div>
+      )}
+      <div className="jp-TorchDbg-chartHost" ref={host} />
+    </section>
+  );
+}
+
+/** The CPU-only state's timeline: this process's resident memory (`host.series`). */
+function RssCard(props: {
+  host: IMemory['host'];
+  model: TorchDbgModel;
+  tick: number;
+  trans: TranslationBundle;
+}): JSX.Element {
+  const { host: h, model, trans } = props;
+  const [host, chart] = useMounted(
+    () =>
+      new LineChart({
+        series: [{ label: 'rss', color: seriesColor(0) }],
+        height: 100,
+        ...TIMELINE
+      }),
+    [h.series]
+  );
+  const ring = model.series.get(h.series);
+  useEffect(() => {
+    if (ring) {
+      const { x, y } = ring.toArrays();
+      chart.current?.setData(x, y);
+    }
+  }, [props.tick, ring]);
+  return (
+    <section
+      className="jp-TorchDbg-deviceCard jp-TorchDbg-rssCard"
+      data-device="cpu"
+      data-series={h.series}
+    >
+      <header className="jp-TorchDbg-seriesHeader">
+        <span className="jp-TorchDbg-seriesName">
+          {trans.__('cpu · process RSS')}
+        </span>
+        <span className="jp-TorchDbg-seriesValue">{formatBytes(h.rss)}</span>
+      </header>
+      {h.reason && <div className="jp-TorchDbg-note">{h.reason}</div>}
+      {!ring && (
+        <div className="jp-TorchDbg-note">
+          {trans.__('The timeline fills while a cell runs.')}
         </div>
       )}
       <div className="jp-TorchDbg-chartHost" ref={host} />
@@ -276,6 +315,8 @@ export function MemoryPanel(props: {
   }
   const cuda = status.state === 'active' || status.state === 'corrupted';
   const recording = status.recording.state !== 'off';
+  // no device card to show: the process RSS gets the timeline instead
+  const cpuOnly = status.devices.length === 0;
   return (
     <div className="jp-TorchDbg-memory" data-state={status.state}>
       {status.state !== 'active' && (
@@ -330,10 +371,11 @@ export function MemoryPanel(props: {
               r =>
                 typeof r?.file === 'string'
                   ? trans.__(
-                      'Snapshot written to %1 (open it in PyTorch memory_viz).',
-                      r.file
+                      'Memory snapshot saved: its top allocation sites are below.'
                     )
-                  : trans.__('Recording memory history.')
+                  : typeof r?.note === 'string'
+                    ? r.note
+                    : trans.__('Recording memory history.')
             )
           }
         >
@@ -364,17 +406,34 @@ export function MemoryPanel(props: {
           trans={trans}
         />
       ))}
+      {cpuOnly && (
+        <RssCard host={status.host} model={model} tick={tick} trans={trans} />
+      )}
       {status.breakdown?.devices.map(row => (
         <BreakdownBar key={row.device} row={row} trans={trans} />
       ))}
       {status.breakdown?.reason && (
         <p className="jp-TorchDbg-muted">{status.breakdown.reason}</p>
       )}
+      {status.breakdown?.note && (
+        <p className="jp-TorchDbg-muted jp-TorchDbg-breakdownNote">
+          {status.breakdown.note}
+        </p>
+      )}
+      {status.recording.last && (
+        <SnapshotSummary snap={status.recording.last} trans={trans} />
+      )}
       <div className="jp-TorchDbg-muted">
-        {trans.__('process RSS %1', formatBytes(status.host.rss))}
-        {status.nvml.available
-          ? ''
-          : ` · ${status.nvml.reason ?? trans.__('NVML unavailable')}`}
+        {[
+          cpuOnly
+            ? ''
+            : trans.__('process RSS %1', formatBytes(status.host.rss)),
+          status.nvml.available
+            ? ''
+            : (status.nvml.reason ?? trans.__('NVML unavailable'))
+        ]
+          .filter(Boolean)
+          .join(' · ')}
       </div>
     </div>
   );
