@@ -13,6 +13,7 @@ import copy
 import pytest
 import torch
 import torch.nn as nn
+import torch.optim.optimizer as optim_mod
 from grads_support import session
 
 from jupyterlab_torchdbg import watch
@@ -164,4 +165,48 @@ def test_r32_clip_refused_while_gradients_are_still_scaled() -> None:
         assert control.last_refusal is None
         for p, ref in zip(model.parameters(), ps, strict=True):
             torch.testing.assert_close(p.grad, ref.grad)
+        assert not s.ext.errors
+
+
+def test_device_path_guards_on_the_device_exact_and_reports_refusals_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The accelerator path (no host read of the norm, R26), run on the CPU: finite steps
+    are bit for bit clip_grad_norm_, a NaN step leaves the grads as they are, and its
+    refusal is reported once the flag reaches the host (here at the next step)."""
+    from jupyterlab_torchdbg.kernel import control as control_mod
+
+    monkeypatch.setattr(control_mod, "HOST_CHECKED", frozenset())
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 2))
+    twin = reference(copy.deepcopy(model), batches(12), 0.5)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with session({"model": model, "opt": opt}) as s:
+        s.comm.action("clip", {"max_norm": 0.5})
+        train(model, opt, batches(12))
+        control = s.ext.control  # type: ignore[attr-defined]
+        assert control.last_refusal is None and control.reused == 12
+        for a, b in zip(model.parameters(), twin.parameters(), strict=True):
+            assert torch.equal(a, b)
+        # a NaN step: not clipped (the grads stay what backward made them)
+        x, y = batches(1)[0]
+        x[0, 0] = float("nan")
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        before = [p.grad.clone() for p in model.parameters()]
+        seen: list = []
+        h = optim_mod.register_optimizer_step_pre_hook(
+            lambda o, a, k: seen.append([p.grad.clone() for p in model.parameters()])
+        )  # registered after ours: sees the grads as clipping left them
+        try:
+            opt.step()
+        finally:
+            h.remove()
+        for g0, g1 in zip(before, seen[0], strict=True):
+            assert torch.equal(g0.isnan(), g1.isnan())
+            assert torch.equal(torch.nan_to_num(g0), torch.nan_to_num(g1))
+        s.end_cell()  # the cell's end collects the flags still in flight
+        assert control.last_refusal is not None
+        assert control.last_refusal.startswith("step 13: total gradient norm is nan")
+        assert s.comm.messages("control")[-1]["last_refusal"] == control.last_refusal
         assert not s.ext.errors

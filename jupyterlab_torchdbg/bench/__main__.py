@@ -131,8 +131,11 @@ def main(argv: list[str] | None = None) -> int:
             # The auto mode samples every step for the first WARMUP_STEPS steps of a run
             # (by design: early blow-ups); the default is measured after that, as in a
             # long run. Those steps cost what "monitor every step" costs, once per run.
+            # Every variant trains as many steps first, so the model copies stay alike
+            # (a model trained longer can step slower: tiny values, denormal floats).
             for _ in range(WARMUP_STEPS):
-                runners["monitor_default"].step()
+                for runner in runners.values():
+                    runner.step()
             mon = current_monitor()
             periodic0 = (mon.periodic_s, mon.periodic_n) if mon is not None else (0.0, 0)
             reused0 = _clip_reused(loaded.ext)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from .actions import ActionError, finite_number, no_args, only_keys
@@ -33,6 +34,10 @@ if TYPE_CHECKING:
 #: Largest accepted clip level / LR factor (1e309 and friends are rejected as non-finite).
 MAX_NORM_LIMIT = 1e12
 MAX_LR_FACTOR = 1e3
+#: Clip refusal flags in flight from an accelerator at most (then reports are skipped).
+MAX_PENDING_CHECKS = 64
+#: Devices whose norms the host may read at once (no sync): others get the device guard.
+HOST_CHECKED = frozenset({"cpu"})
 
 
 class Control:
@@ -51,6 +56,8 @@ class Control:
         self.last_refusal: str | None = None
         #: Clipped steps whose total norm came from the monitor's read (not a second one).
         self.reused = 0
+        #: Accelerator steps whose "was the norm finite" flag is on its way to the host.
+        self._checks: deque[tuple[int, Any, Any]] = deque()
         self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()
         self._names: dict[int, str] = {}
 
@@ -202,14 +209,58 @@ class Control:
             total = torch.nn.utils.get_total_norm([p.grad for p in params], 2.0)
         else:
             self.reused += 1
-        if not bool(torch.isfinite(total)):
-            self.last_refusal = (
-                f"step {self.steps}: total gradient norm is {float(total)}; not clipped "
-                "(clipping cannot repair NaN/Inf gradients: see the gradient alarms)"
-            )
-            self.broadcast()
+        if total.device.type in HOST_CHECKED:
+            if not bool(torch.isfinite(total)):  # a host value: no sync to ask
+                self._refuse_non_finite(self.steps, float(total))
+                return
+            torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
             return
-        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+        # On an accelerator, asking the host whether the norm is finite would sync at every
+        # step (R26). The guard stays on the device instead: a non-finite total becomes 0,
+        # for which clip_grads_with_norm_'s factor clamps to exactly 1 (grads untouched);
+        # a finite total is passed through unchanged, so the result is bit for bit
+        # clip_grad_norm_'s. Whether it was refused is read back later, without waiting.
+        finite = torch.isfinite(total)
+        guarded = torch.where(finite, total, torch.zeros_like(total))
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, guarded)
+        self._watch_finite(self.steps, finite, total)
+        self._check_refusals()
+
+    def _refuse_non_finite(self, step: int, total: float) -> None:
+        self.last_refusal = (
+            f"step {step}: total gradient norm is {total}; not clipped "
+            "(clipping cannot repair NaN/Inf gradients: see the gradient alarms)"
+        )
+        self.broadcast()
+
+    def _watch_finite(self, step: int, finite: Any, total: Any) -> None:
+        """Start a non-blocking copy of this step's finiteness flag to the host."""
+        import torch
+
+        if len(self._checks) >= MAX_PENDING_CHECKS:
+            return  # the device is far behind: skip a report rather than wait
+        flags = torch.stack([finite.float(), total.float()])
+        if total.device.type != "cuda":  # other accelerators: no event API here, so wait
+            self._checks.append((step, flags.cpu(), None))
+            return
+        host = torch.empty((2,), dtype=torch.float32, pin_memory=True)
+        host.copy_(flags, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self._checks.append((step, host, event))
+
+    def _check_refusals(self, wait: bool = False) -> None:
+        """Report steps whose clip was refused, once their flags have reached the host."""
+        while self._checks:
+            step, host, event = self._checks[0]
+            if event is not None and not event.query():
+                if not wait:
+                    return
+                event.synchronize()
+            self._checks.popleft()
+            ok, total = host.tolist()
+            if not ok:
+                self._refuse_non_finite(step, total)
 
     def _reused_total(self, optimizer: Any, params: list[Any]) -> Any:
         """``get_total_norm`` of the grads from the norms the monitor read this step.
@@ -320,6 +371,16 @@ def attach(ext: Extension) -> None:
     ):
         ext.add_cleanup(ext.actions.register(name, validate, handler))
     ext.add_cleanup(ext.hub.add_snapshot_part(lambda: [control.state()]))
+
+    def cell_ended(result: Any = None) -> None:
+        try:  # refusals still in flight from the device are reported with the cell's end
+            control._check_refusals(wait=True)
+        except Exception:
+            ext.count_error("control")
+
+    events = ext.shell.events
+    events.register("post_run_cell", cell_ended)
+    ext.add_cleanup(lambda: events.unregister("post_run_cell", cell_ended))
 
     def on_torch(ext: Extension) -> Any:
         from torch.optim.optimizer import register_optimizer_step_pre_hook

@@ -134,3 +134,60 @@ def test_r31_amp_on_cuda_unscaled_and_skip_counted() -> None:
         assert s.comm.alerts() == []
         got = s.comm.series()["grad/opt/total"][1].tolist()
         assert got == pytest.approx(refs, rel=1e-3)
+
+
+def test_r26_clip_action_adds_no_sync_and_equals_clip_grad_norm() -> None:
+    """The clip action on CUDA: the norm's finiteness is never asked of the host per step
+    (a device-side guard; the flag comes back later), and the result is clip_grad_norm_'s."""
+    import copy
+
+    model, opt = make()
+    twin = copy.deepcopy(model)
+    twin_opt = torch.optim.SGD(twin.parameters(), lr=1e-3)
+    x = torch.randn(32, 64, device="cuda") * 100  # large grads: clipping acts every step
+    with _session({"model": model, "opt": opt}) as s:
+        s.comm.action("clip", {"max_norm": 0.1})
+        step(model, opt, x)  # first sample builds the plan
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(20):
+                step(model, opt, x)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        assert s.ext.errors == {}, dict(s.ext.errors)
+        control = s.ext.control  # type: ignore[attr-defined]
+        assert control.reused == 21  # the monitor's read served the clip every step
+        s.end_cell()
+        assert control.last_refusal is None
+    for _ in range(21):
+        twin_opt.zero_grad(set_to_none=True)
+        twin(x).float().pow(2).mean().backward()
+        torch.nn.utils.clip_grad_norm_(twin.parameters(), 0.1)
+        twin_opt.step()
+    for a, b in zip(model.parameters(), twin.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_forward_probe_on_cuda_names_the_module() -> None:
+    """After a non-finite alarm the probe (which may sync: one forward pass) works on CUDA."""
+
+    class Log(nn.Module):
+        def forward(self, t: torch.Tensor) -> torch.Tensor:
+            return torch.log(t)
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), Log(), nn.Linear(8, 1)).cuda()
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(16, 4, device="cuda")
+    with _session({"model": model, "opt": opt}) as s:
+        s.comm.action("set_stride", {"stride": 1})
+        step(model, opt, x)
+        s.end_cell()
+        model.load_state_dict(saved)
+        step(model, opt, x)
+        s.end_cell()
+        probe = [a for a in s.comm.alerts() if a["kind"] == "non_finite_forward"]
+        assert len(probe) == 1 and probe[0]["layer"] == "model.1", s.comm.alerts()
+        assert s.ext.errors == {}, dict(s.ext.errors)

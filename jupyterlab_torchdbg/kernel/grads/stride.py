@@ -41,7 +41,7 @@ HYSTERESIS = 0.7
 #: learning rate usually blows up early, and within a stride a run can go from healthy
 #: to NaN without the explosion being seen. Over a run of thousands of steps this costs
 #: a few steps' worth of time; the stride is tuned meanwhile and applies afterwards.
-WARMUP_STEPS = 200
+WARMUP_STEPS = 100
 #: Steps sampled every time once the alarms see the total norm climbing (``boost``).
 BOOST_STEPS = 200
 
