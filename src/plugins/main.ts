@@ -25,6 +25,7 @@ import { ISessionWidget, KernelTracker } from '../connection/tracker';
 import { torchDbgIcon } from '../icon';
 import { download, gradsCsv, gradsJson } from '../panels/grads';
 import { exceptionActions } from './exceptionActions';
+import { GradSampling, GradSettingsSync, IGradSettings } from './gradSettings';
 import { TorchDbgSidebar } from '../sidebar/sidebar';
 import { ITorchDebugger } from '../tokens';
 
@@ -101,6 +102,16 @@ export const mainPlugin: JupyterFrontEndPlugin<ITorchDebugger> = {
       conn?.model.exception.raised.connect(onRaised);
     };
     tracker.currentChanged.connect((_, conn) => watch(conn));
+
+    // The user's gradient settings, applied to each kernel as it connects.
+    const gradSettings = new GradSettingsSync(message =>
+      Notification.warning(message, { autoClose: 8000 })
+    );
+    tracker.currentChanged.connect((_, conn) => {
+      if (conn) {
+        gradSettings.track(conn);
+      }
+    });
 
     const current = () => tracker.current;
     const lastException = () => current()?.model.exception.current ?? null;
@@ -353,6 +364,18 @@ export const mainPlugin: JupyterFrontEndPlugin<ITorchDebugger> = {
           const apply = () => {
             tracker.autoLoad = settings.get('autoLoad').composite as boolean;
             autoPopup = settings.get('autoPopup').composite as boolean;
+            gradSettings.update(
+              {
+                sampling: settings.get('gradientSampling')
+                  .composite as GradSampling,
+                thresholds: {
+                  ...(settings.get('gradientThresholds').composite as Partial<
+                    IGradSettings['thresholds']
+                  >)
+                }
+              },
+              tracker.connections
+            );
           };
           apply();
           settings.changed.connect(apply);
