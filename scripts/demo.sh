@@ -5,4 +5,7 @@ cd "$(dirname "$0")/.."
 SKIP_CHROMIUM=1 bash scripts/setup.sh
 # shellcheck disable=SC1091
 . .venv/bin/activate
-exec jupyter lab --notebook-dir=examples examples/demo.ipynb "$@"
+# JupyterLab refuses to start as root unless told (containers and CI-like machines run as root).
+ROOT_FLAG=()
+if [ "$(id -u)" = "0" ]; then ROOT_FLAG=(--allow-root); fi
+exec jupyter lab --notebook-dir=examples "${ROOT_FLAG[@]}" examples/demo.ipynb "$@"

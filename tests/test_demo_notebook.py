@@ -23,6 +23,17 @@ def test_demo_notebook_runs_and_logs() -> None:
             " s['accuracy'].hist_y[-1] > 0.9)"
         )
     )
+    nb.cells.append(
+        nbformat.v4.new_code_cell(
+            "from jupyterlab_torchdbg.kernel import exceptions, grads\n"
+            "kinds = [a['kind'] for a in grads.current_monitor().alerts.snapshot()]\n"
+            "print(kinds[:2], exceptions.current_monitor().last['diagnosis']['category'])"
+        )
+    )
     NotebookClient(nb, timeout=300, kernel_name="python3").execute()
-    out = nb.cells[-1].outputs[0]["text"].strip()
+    out = nb.cells[-2].outputs[0]["text"].strip()
     assert out == "['accuracy', 'loss', 'lr'] 1920 True"
+    # the exploding-RNN cell raised the gradient alarms; the failing cell was diagnosed
+    # (its error is expected: tagged raises-exception, as the demo means it to fail)
+    out = nb.cells[-1].outputs[0]["text"].strip()
+    assert out == "['explosion', 'non_finite'] shape_mismatch", out
