@@ -1,19 +1,13 @@
 import { TorchDbgConnection, LOAD_CODE } from '../connection/connection';
 import { PROTOCOL_VERSION } from '../protocol/version';
-import { encodeBlock, FakeComm, FakeKernel, flush, hello } from './fakeKernel';
-
-/** Play a kernel that has the extension loaded: hello + empty snapshot. */
-function loadedKernel(kernel: FakeKernel, helloOverrides = {}) {
-  kernel.onOpen = (comm: FakeComm) => {
-    comm.deliver(hello(helloOverrides));
-    comm.deliver({
-      method: 'snapshot',
-      seq: 0,
-      blocks: [],
-      stats: { messages: 0, points: 0, errors: {} }
-    });
-  };
-}
+import {
+  encodeBlock,
+  FakeComm,
+  FakeKernel,
+  flush,
+  hello,
+  loadedKernel
+} from './fakeKernel';
 
 describe('TorchDbgConnection', () => {
   it('opens the comm with the protocol version and becomes connected', async () => {

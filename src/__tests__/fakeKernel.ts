@@ -148,3 +148,19 @@ export function encodeBlock(
 }
 
 export const flush = () => new Promise(resolve => setTimeout(resolve, 5));
+
+/** Play a kernel that has the extension loaded: hello + empty snapshot on open. */
+export function loadedKernel(
+  kernel: FakeKernel,
+  helloOverrides: Record<string, unknown> = {}
+): void {
+  kernel.onOpen = (comm: FakeComm) => {
+    comm.deliver(hello(helloOverrides));
+    comm.deliver({
+      method: 'snapshot',
+      seq: 0,
+      blocks: [],
+      stats: { messages: 0, points: 0, errors: {} }
+    });
+  };
+}

@@ -5,22 +5,13 @@
  */
 import { TorchDbgConnection } from '../connection/connection';
 import { GradSettingsSync } from '../plugins/gradSettings';
-import { FakeComm, FakeKernel, flush, hello } from './fakeKernel';
+import { FakeKernel, flush, loadedKernel } from './fakeKernel';
 import { schemaDef } from './schema';
 
 const action = schemaDef('Action');
 
-function kernelSide(kernel: FakeKernel, session = 's1'): void {
-  kernel.onOpen = (comm: FakeComm) => {
-    comm.deliver(hello({ session_id: session }));
-    comm.deliver({
-      method: 'snapshot',
-      seq: 0,
-      blocks: [],
-      stats: { messages: 0, points: 0, errors: {} }
-    });
-  };
-}
+const kernelSide = (kernel: FakeKernel, session = 's1'): void =>
+  loadedKernel(kernel, { session_id: session });
 
 type Sent = {
   method: string;

@@ -45,18 +45,25 @@ def step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> None:
     opt.step()
 
 
+def steps_without_sync(
+    model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, n: int
+) -> None:
+    """``n`` steps under ``set_sync_debug_mode("error")``: any host-device sync raises."""
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(n):
+            step(model, opt, x)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+
+
 def test_r26_baseline_step_is_sync_free() -> None:
     """Guards the test below: without the tool these steps raise nothing either."""
     model, opt = make()
     x = torch.randn(32, 64, device="cuda")
     step(model, opt, x)
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        for _ in range(5):
-            step(model, opt, x)
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
+    steps_without_sync(model, opt, x, 5)
 
 
 def test_r26_monitored_steps_add_no_sync() -> None:
@@ -66,13 +73,7 @@ def test_r26_monitored_steps_add_no_sync() -> None:
         s.comm.action("set_stride", {"stride": 1})
         s.ext.stream.interval_s = 0.0  # flush at every step: the copies must not sync either
         step(model, opt, x)  # first sample builds the plan
-        torch.cuda.synchronize()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            for _ in range(50):
-                step(model, opt, x)
-        finally:
-            torch.cuda.set_sync_debug_mode(0)
+        steps_without_sync(model, opt, x, 50)
         assert s.ext.errors == {}, dict(s.ext.errors)
         s.end_cell()  # waits for the last copies (a sync at the cell's end is fine)
         xs, total = s.comm.series()["grad/opt/total"]
@@ -148,13 +149,7 @@ def test_r26_clip_action_adds_no_sync_and_equals_clip_grad_norm() -> None:
     with _session({"model": model, "opt": opt}) as s:
         s.comm.action("clip", {"max_norm": 0.1})
         step(model, opt, x)  # first sample builds the plan
-        torch.cuda.synchronize()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            for _ in range(20):
-                step(model, opt, x)
-        finally:
-            torch.cuda.set_sync_debug_mode(0)
+        steps_without_sync(model, opt, x, 20)
         assert s.ext.errors == {}, dict(s.ext.errors)
         control = s.ext.control  # type: ignore[attr-defined]
         assert control.reused == 21  # the monitor's read served the clip every step
