@@ -442,3 +442,52 @@ def test_r34_threads_whole_extension_reads_only_its_own_threads_grads() -> None:
         assert all(b["skipped_grads"] > 0 and "several threads" in b["note"] for b in breakdowns)
         mem.update_breakdown = real  # type: ignore[method-assign]
         s.end_cell()
+
+
+def test_r34_cpu_oom_autopsy_reads_only_its_own_threads_grads() -> None:
+    """The OOM autopsy (gradients by name, breakdown) run on one thread while another
+    thread owns a model: that model's ``.grad`` is not read (a race with its backward)."""
+    from jupyterlab_torchdbg.kernel.memory import autopsy
+    from jupyterlab_torchdbg.kernel.memory import breakdown as bd
+    from jupyterlab_torchdbg.kernel.memory.sources import DeviceReading, Reading, RecordedSource
+
+    mine, theirs = _owned_net(), _owned_net()
+    for model in (mine, theirs):
+        _loss(model, torch.randn(4, 6)).backward()
+    foreign: list[str] = []
+    for p in theirs.parameters():
+        p.owner, p.foreign, p.owner_name = -1, foreign, "trainer"  # type: ignore[attr-defined]
+    ns = {"mine": mine, "theirs": theirs}
+    allowed = {id(p) for p in mine.parameters()}
+
+    def fails() -> None:
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate "
+            "memory: you tried to allocate 400000000000 bytes."
+        )
+
+    try:
+        fails()
+    except RuntimeError as e:
+        exc = e
+    facts = autopsy.oom_facts(exc)
+    assert facts is not None
+
+    def build(own: Any) -> dict[str, Any]:
+        return autopsy.build(
+            exc,
+            facts,
+            ns=ns,
+            allocator=RecordedSource("allocator", [Reading(True, None, [DeviceReading(0, {})])]),
+            found=bd.discover(ns),
+            rss=2**30,
+            own=own,
+        )
+
+    body = build(lambda obj: id(obj) in allowed)
+    assert foreign == []
+    names = {r["name"] for r in body["tensors"]}
+    assert "mine.0.weight.grad" in names and "theirs.0.weight.grad" not in names
+    assert body["breakdown"]["gradients"] > 0  # its own model's gradients are counted
+    build(None)  # one thread only: everything may be read (and this test can fail)
+    assert foreign

@@ -70,10 +70,15 @@ def _wants(device_type: str, index: int | None) -> Callable[[Any], bool]:
 
 
 def _candidates(
-    ns: dict[str, Any] | None, tb: TracebackType | None, tensor_t: Any, module_t: Any
+    ns: dict[str, Any] | None,
+    tb: TracebackType | None,
+    tensor_t: Any,
+    module_t: Any,
+    own: Callable[[Any], bool] | None = None,
 ) -> Iterator[tuple[str, str, str | None, int | None, str, Any]]:
     """(name, where, function, lineno, kind, tensor), namespace first, then the frames
-    outermost first (the user's cell before the library internals)."""
+    outermost first (the user's cell before the library internals). ``own``: whose
+    ``.grad`` may be read from this thread (R34, see ``breakdown.compute``)."""
 
     def scan(
         items: list[tuple[Any, Any]], where: str, fn: str | None, line: int | None
@@ -83,7 +88,7 @@ def _candidates(
                 continue
             if isinstance(v, tensor_t):
                 yield name, where, fn, line, "variable", v
-                g = _leaf_grad(v)
+                g = _leaf_grad(v) if own is None or own(v) else None
                 if g is not None:
                     yield f"{name}.grad", where, fn, line, "gradient", g
             # Containers one level deep, through the base types' own iterators: a
@@ -104,7 +109,7 @@ def _candidates(
                         if n >= MAX_PARAMS:
                             break
                         yield f"{name}.{pname}", where, fn, line, "parameter", p
-                        g = p.grad
+                        g = p.grad if own is None or own(p) else None
                         if g is not None:
                             yield f"{name}.{pname}.grad", where, fn, line, "gradient", g
                 except Exception:
@@ -140,6 +145,7 @@ def largest_tensors(
     device_type: str,
     index: int | None = None,
     limit: int = MAX_TENSOR_ROWS,
+    own: Callable[[Any], bool] | None = None,
 ) -> tuple[list[dict[str, Any]], int, int]:
     """(rows, distinct storages, their bytes) for tensors on the device, largest first.
 
@@ -153,7 +159,7 @@ def largest_tensors(
         return [], 0, 0
     wants = _wants(device_type, index)
     rows: dict[tuple[str, int], dict[str, Any]] = {}
-    for name, where, fn, line, kind, t in _candidates(ns, tb, tensor_t, module_t):
+    for name, where, fn, line, kind, t in _candidates(ns, tb, tensor_t, module_t, own):
         try:
             if not wants(t):
                 continue
@@ -365,8 +371,13 @@ def build(
     found: bd.Found,
     rss: int | None,
     summary: Callable[[int], str | None] | None = None,
+    own: Callable[[Any], bool] | None = None,
 ) -> dict[str, Any]:
-    """The body of an ``oom`` message (without id/time/replay/cell fields)."""
+    """The body of an ``oom`` message (without id/time/replay/cell fields).
+
+    ``own``: with training on several threads, which parameters this thread may read the
+    gradients of (R34); the others' gradients are left out of the breakdown and tensors.
+    """
     t0 = time.perf_counter()
     device = str(facts.get("device") or "cuda")
     kind, _, idx = device.partition(":")
@@ -399,7 +410,9 @@ def build(
         unalloc = facts.get("reserved_unallocated_bytes")
         reserved = allocated + unalloc if unalloc is not None else None
 
-    b = bd.compute(found, allocated={dev_key: allocated} if kind == "cuda" else None, rss=rss)
+    b = bd.compute(
+        found, allocated={dev_key: allocated} if kind == "cuda" else None, rss=rss, own=own
+    )
     row = bd.device_row(b, dev_key) or {
         "device": dev_key,
         **dict.fromkeys(bd.CATEGORIES, 0),
@@ -409,7 +422,7 @@ def build(
     }
     tb = exc.__traceback__
     try:
-        tensors, n_tensors, tensor_bytes = largest_tensors(ns, tb, kind, index)
+        tensors, n_tensors, tensor_bytes = largest_tensors(ns, tb, kind, index, own=own)
     finally:
         del tb
     numbers = {

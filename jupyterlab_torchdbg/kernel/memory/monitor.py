@@ -404,6 +404,7 @@ class MemoryMonitor:
             found=self.found(),
             rss=rss,
             summary=summary if callable(summary) else None,
+            own=self._own_predicate(),
         )
         self.oom_count += 1
         count = execution_count if isinstance(execution_count, int) else None
