@@ -373,6 +373,8 @@ def attach(ext: Extension) -> None:
     ext.add_cleanup(ext.hub.add_snapshot_part(lambda: [control.state()]))
 
     def cell_ended(result: Any = None) -> None:
+        if ext.others_running():
+            return  # a probe cell on a subshell: the training cell's end collects them
         try:  # refusals still in flight from the device are reported with the cell's end
             control._check_refusals(wait=True)
         except Exception:

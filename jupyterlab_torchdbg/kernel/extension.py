@@ -53,6 +53,14 @@ class Extension:
         self._cleanups: list[Callable[[], None]] = []
         self._torch_attached = False
         self._torch_features: list[Attach] = []
+        #: Threads running a cell now (the main shell; subshells on ipykernel >= 7).
+        self._cells: set[int] = set()
+
+    def others_running(self) -> bool:
+        """A cell runs on another thread (e.g. a probe cell on a subshell ends while the
+        main shell trains): cell-end work that reads the training state must wait for
+        the training cell's own end (reading p.grad during its backward() races)."""
+        return bool(self._cells - {threading.get_ident()})
 
     # --- helpers for capabilities ----------------------------------------------------
 
@@ -139,12 +147,14 @@ class Extension:
     # --- IPython events ------------------------------------------------------------
 
     def _pre_run_cell(self, info: Any = None) -> None:
+        self._cells.add(threading.get_ident())
         try:
             self._maybe_attach_torch()
         except Exception:
             self.count_error("pre_run_cell")
 
     def _post_run_cell(self, result: Any = None) -> None:
+        self._cells.discard(threading.get_ident())
         try:
             self._maybe_attach_torch()
             self.stream.flush()

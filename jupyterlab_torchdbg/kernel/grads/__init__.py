@@ -53,7 +53,10 @@ def attach(ext: Extension) -> Callable[[], None]:
 
     def post_run_cell(result: Any = None) -> None:
         # The cell ended: send the last rows (waiting for in-flight device copies), any
-        # alerts the rate limit held back, and a final status.
+        # alerts the rate limit held back, and a final status. Not while another thread
+        # trains (a probe cell on a subshell): the training thread owns the alarm state.
+        if ext.others_running():
+            return
         try:
             if mon.torch_attached and len(mon.tracks):
                 ext.stream.flush(wait=True)

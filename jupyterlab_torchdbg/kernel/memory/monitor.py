@@ -356,7 +356,9 @@ class MemoryMonitor:
             self.rss = rss
             self._record_rss(rss)
             last = self.breakdown
-            if last is None or last.get("cost_ms", 0) <= BREAKDOWN_CELL_END_S * 1000:
+            if self._running:
+                pass  # another cell trains: reading its p.grad here races its backward()
+            elif last is None or last.get("cost_ms", 0) <= BREAKDOWN_CELL_END_S * 1000:
                 self.update_breakdown()
             elif self._clock() >= self._next_breakdown:
                 self.update_breakdown()
