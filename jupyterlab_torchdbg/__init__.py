@@ -9,15 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-try:
-    from ._version import __version__  # written by the build
-except ImportError:  # a source tree next to an installed wheel (e.g. tests from a clone)
-    try:
-        from importlib.metadata import version as _dist_version
-
-        __version__ = _dist_version("jupyterlab_torchdbg")
-    except Exception:
-        __version__ = "0.0.0.dev0"
+from .package_version import __version__
 
 __all__ = [
     "__version__",
@@ -46,14 +38,14 @@ def unload_ipython_extension(ipython: Any) -> None:
     unload(ipython)
 
 
-def log(step: int | None = None, /, **values: Any) -> None:
+def log(step: int | None = None, /, **values: object) -> None:
     """Record scalar series for the live chart: ``log(loss=loss, acc=acc)``.
 
     Values may be numbers or one-element tensors on any device (device values are copied
     to the host once per flush, not per call). Optional ``step`` sets the x value.
     A no-op when the extension is not loaded; never raises into the training loop.
     """
-    from .kernel.logger import log as _log
+    from .kernel.scalars import log as _log
 
     _log(step, **values)
 

@@ -16,8 +16,14 @@ say "lint: ruff"
 ruff check .
 ruff format --check .
 
+say "types: mypy (settings in pyproject.toml)"
+mypy
+
 say "lint: eslint, prettier, stylelint"
 jlpm lint:check
+
+say "protocol: src/protocol/generated.ts matches the schema"
+jlpm gen:protocol:check
 
 say "jest"
 jlpm test --ci

@@ -3,7 +3,7 @@ import { ReactWidget } from '@jupyterlab/ui-components';
 import React from 'react';
 
 import { KernelTracker } from './connection/tracker';
-import { useSignalRender } from './sidebar/hooks';
+import { useSignalRender } from './ui/useSignalRender';
 
 function StatusText(props: {
   tracker: KernelTracker;

@@ -1,7 +1,7 @@
 """In-process fakes for the gradient monitor's unit tests (no kernel needed).
 
-The fake shell, comm manager and comm are the benchmark's (``jupyterlab_torchdbg.bench.
-harness``, in the style of ipywidgets' DummyComm): the real extension is loaded against
+The fake shell, comm manager and comm are ``jupyterlab_torchdbg.testing``'s (shared with
+the benchmark, in the style of ipywidgets' DummyComm): the real extension is loaded against
 them, so the step hook, the stream, the actions and every message are the production
 code. Here the comm records every message and validates it against the protocol schema
 as it is sent, and decodes the stream as the panel does (with its name table).
@@ -18,16 +18,16 @@ from typing import Any
 import numpy as np
 from kernel_client import validate_kernel_message
 
-from jupyterlab_torchdbg.bench import harness
-from jupyterlab_torchdbg.bench.harness import FakeCommManager, FakeEvents, FakeShell
-from jupyterlab_torchdbg.kernel import extension
-from jupyterlab_torchdbg.kernel.grads import current_monitor, naming
+from jupyterlab_torchdbg import testing
+from jupyterlab_torchdbg.kernel import extension, watches
+from jupyterlab_torchdbg.kernel.grads import current_monitor
 from jupyterlab_torchdbg.kernel.grads.monitor import GradMonitor
+from jupyterlab_torchdbg.testing import FakeCommManager, FakeEvents, FakeShell
 
 __all__ = ["FakeComm", "FakeCommManager", "FakeEvents", "FakeShell", "Session", "session"]
 
 
-class FakeComm(harness.FakeComm):
+class FakeComm(testing.FakeComm):
     """Records every message; validates it against the schema like the real client."""
 
     def __init__(self) -> None:
@@ -105,10 +105,10 @@ def session(user_ns: dict[str, Any] | None = None, keep_watches: bool = False) -
 
     assert extension.current() is None, "a previous test left the extension loaded"
     if not keep_watches:
-        naming.clear_watches()
+        watches.clear_watches()
     try:
-        with harness.loaded_extension(user_ns, FakeComm()) as loaded:
+        with testing.loaded_extension(user_ns, FakeComm()) as loaded:
             assert isinstance(loaded.comm, FakeComm)
             yield Session(loaded.ext, loaded.shell, loaded.comm)
     finally:
-        naming.clear_watches()
+        watches.clear_watches()

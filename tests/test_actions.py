@@ -7,12 +7,8 @@ import math
 import pytest
 from kernel_client import KernelDriver
 
-from jupyterlab_torchdbg.kernel.actions import (
-    ActionError,
-    ActionRegistry,
-    finite_number,
-    no_args,
-)
+from jupyterlab_torchdbg.kernel.action_args import finite_number, no_args
+from jupyterlab_torchdbg.kernel.action_registry import ActionError, ActionRegistry
 
 
 def make_registry() -> tuple[ActionRegistry, list[float]]:

@@ -72,9 +72,9 @@ def test_clip_reuses_the_monitor_read_and_equals_clip_grad_norm(
         assert ack["method"] == "ack", ack
         train(model, opt, batches(30))
         s.end_cell()
-        control = s.ext.control  # type: ignore[attr-defined]
+        control = s.ext.control
         # every clipped step took its total from the monitor's read: no second read
-        assert control.reused == 30 and calls[0] == 0
+        assert control.clipper.reused == 30 and calls[0] == 0
         track = s.track()
         assert track["sampled"] == 30  # clipping made the monitor read every step
         assert track["stride"] == 1 and track["every_step"] == "clip"  # and says so
@@ -99,8 +99,8 @@ def test_clip_outside_the_watched_scope_reads_the_grads_itself(
         s.comm.action("clip", {"max_norm": 0.3})
         train(model, opt, batches(10))
         handle.remove()
-        control = s.ext.control  # type: ignore[attr-defined]
-        assert control.reused == 0 and calls[0] == 10
+        control = s.ext.control
+        assert control.clipper.reused == 0 and calls[0] == 10
         assert not s.ext.errors
     for a, b in zip(model.parameters(), twin.parameters(), strict=True):
         assert torch.equal(a, b)
@@ -120,7 +120,7 @@ def test_clip_of_a_subset_with_missing_grads_is_exact() -> None:
             opt.zero_grad(set_to_none=True)
             nn.functional.mse_loss(model["a"](x) + model["c"](x), y).backward()  # b unused
             opt.step()
-        assert s.ext.control.reused == 8  # type: ignore[attr-defined]
+        assert s.ext.control.clipper.reused == 8
         assert not s.ext.errors
     for x, y in data:
         topt.zero_grad(set_to_none=True)
@@ -144,7 +144,7 @@ def test_r32_clip_refused_while_gradients_are_still_scaled() -> None:
         scaler.scale(nn.functional.mse_loss(model(x), y)).backward()
         scaled = [p.grad.clone() for p in model.parameters()]
         opt.step()  # the bug being guarded against: bypassing scaler.step
-        control = s.ext.control  # type: ignore[attr-defined]
+        control = s.ext.control
         assert control.last_refusal is not None and "GradScaler" in control.last_refusal
         for p, g in zip(model.parameters(), scaled, strict=True):
             assert torch.equal(p.grad, g)  # untouched
@@ -174,7 +174,7 @@ def test_device_path_guards_on_the_device_exact_and_reports_refusals_later(
     """The accelerator path (no host read of the norm, R26), run on the CPU: finite steps
     are bit for bit clip_grad_norm_, a NaN step leaves the grads as they are, and its
     refusal is reported once the flag reaches the host (here at the next step)."""
-    from jupyterlab_torchdbg.kernel import control as control_mod
+    from jupyterlab_torchdbg.kernel.control import clip as control_mod
 
     monkeypatch.setattr(control_mod, "HOST_CHECKED", frozenset())
     torch.manual_seed(0)
@@ -184,8 +184,8 @@ def test_device_path_guards_on_the_device_exact_and_reports_refusals_later(
     with session({"model": model, "opt": opt}) as s:
         s.comm.action("clip", {"max_norm": 0.5})
         train(model, opt, batches(12))
-        control = s.ext.control  # type: ignore[attr-defined]
-        assert control.last_refusal is None and control.reused == 12
+        control = s.ext.control
+        assert control.last_refusal is None and control.clipper.reused == 12
         for a, b in zip(model.parameters(), twin.parameters(), strict=True):
             assert torch.equal(a, b)
         # a NaN step: not clipped (the grads stay what backward made them)

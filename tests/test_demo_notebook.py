@@ -19,8 +19,8 @@ def test_demo_notebook_runs_and_logs() -> None:
         nbformat.v4.new_code_cell(
             "from jupyterlab_torchdbg.kernel.extension import current\n"
             "s = current().stream._series\n"
-            "print(sorted(k for k in s if '/' not in k), s['loss'].seen,"
-            " s['accuracy'].hist_y[-1] > 0.9)"
+            "print(sorted(k for k in s if '/' not in k), s['loss'].history.seen,"
+            " s['accuracy'].history.y[-1] > 0.9)"
         )
     )
     nb.cells.append(

@@ -219,9 +219,19 @@ class FakeExt:
         self.shell = SimpleNamespace(events=None, compile=FakeCompiler({}), user_ns_hidden={})
         self.session_id = "0123456789abcdef"
         self.errors: dict[str, int] = {}
-        self.stream = SimpleNamespace(send_snapshot=lambda send: send([], [], 0), ignored_series=0)
-        self.actions = SimpleNamespace(names=lambda: [])
-        self.hub = CommHub(self, SimpleNamespace())  # type: ignore[arg-type]
+        self.hub = CommHub(
+            SimpleNamespace(),
+            hello=lambda: {
+                "capabilities": self.capabilities(),
+                "session_id": self.session_id,
+                "actions": [],
+            },
+            handle_action=lambda data: {},
+            snapshot=lambda deliver: deliver(
+                {"method": "snapshot", "seq": 0, "blocks": [], "stats": self.stats()}, []
+            ),
+            on_error=self.count_error,
+        )
 
     def count_error(self, site: str) -> None:
         self.errors[site] = self.errors.get(site, 0) + 1

@@ -362,7 +362,7 @@ def test_r16_last_value_tb_debug_and_pdb_still_work(k: SyncKernel) -> None:
 
 COUNT_MONITORS = (
     "ip = get_ipython()\n"
-    "print(*[sum(type(getattr(cb, '__self__', None)).__name__ == 'ExceptionMonitor'\n"
+    "print(*[sum(type(getattr(cb, '__self__', None)).__name__ == 'Extension'\n"
     "            for cb in ip.events.callbacks[ev]) for ev in ('pre_run_cell', 'post_run_cell')])"
 )
 

@@ -10,12 +10,8 @@ import torch.nn as nn
 from grads_support import session
 
 from jupyterlab_torchdbg import log
-from jupyterlab_torchdbg.kernel.grads.alarms import (
-    REARM_SAMPLES,
-    AlertLog,
-    Detector,
-    Thresholds,
-)
+from jupyterlab_torchdbg.kernel.grads.alarms import REARM_SAMPLES, Detector, Thresholds
+from jupyterlab_torchdbg.kernel.grads.alerts import AlertLog
 
 # --- detector logic on hand-made rows ---------------------------------------------------
 

@@ -13,18 +13,18 @@ import torch.nn as nn
 import torch.optim.optimizer as optim_mod
 from grads_support import session
 
-from jupyterlab_torchdbg.kernel import stream as stream_mod
 from jupyterlab_torchdbg.kernel.grads import collector
 from jupyterlab_torchdbg.kernel.grads.monitor import STATUS_INTERVAL_S
-from jupyterlab_torchdbg.kernel.stream import Stream
+from jupyterlab_torchdbg.kernel.step_read import StepRead
+from jupyterlab_torchdbg.kernel.stream import Stream, limits
 
 
 def ours() -> list:
-    """The gradient monitor's global step hooks (other features may add their own)."""
+    """The extension's global step pre-hooks (the step boundary calls the monitor)."""
     return [
         h
         for h in optim_mod._global_optimizer_pre_hooks.values()
-        if type(getattr(h, "__self__", None)).__name__ == "GradMonitor"
+        if type(getattr(h, "__self__", None)).__name__ == "StepBoundary"
     ]
 
 
@@ -265,7 +265,7 @@ def test_block_transform_runs_once_per_flush_on_the_host() -> None:
 
 
 def test_block_history_is_decimated_and_in_snapshots(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(stream_mod, "HISTORY_CAPACITY", 64)
+    monkeypatch.setattr(limits, "HISTORY_CAPACITY", 64)
     s = Stream(lambda h, b: None, interval_s=1e9)
     blk = s.block(["u", "v"])
     for i in range(1000):
@@ -274,7 +274,7 @@ def test_block_history_is_decimated_and_in_snapshots(monkeypatch: pytest.MonkeyP
             s.flush()
     s.flush()
     blocks, buffers, _ = s.snapshot()
-    assert blocks == [{"id": 1, "names": ["u", "v"], "count": len(blk.hist_x)}]
+    assert blocks == [{"id": 1, "names": ["u", "v"], "count": len(blk.history)}]
     n = blocks[0]["count"]
     assert n < 64
     x = np.frombuffer(bytes(buffers[0]), "<f8")
@@ -284,7 +284,7 @@ def test_block_history_is_decimated_and_in_snapshots(monkeypatch: pytest.MonkeyP
 
 
 def test_block_pending_rows_are_bounded_and_drops_counted(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(stream_mod, "BLOCK_PENDING_ROWS", 10)
+    monkeypatch.setattr(limits, "BLOCK_PENDING_ROWS", 10)
     sent: list = []
     s = Stream(lambda h, b: sent.append(h), interval_s=1e9)
     blk = s.block(["a"])
@@ -308,8 +308,9 @@ def test_block_clear_and_bad_transform_is_contained() -> None:
         s.block([])
 
 
-def test_step_norms_let_a_later_hook_clip_with_one_read() -> None:
-    """What clipping can reuse: this step's norms, exactly what clip_grad_norm_ computes."""
+def test_step_read_lets_control_clip_with_one_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What clipping can reuse: this step's norms, handed to control at the same step,
+    exactly what clip_grad_norm_ computes."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 8), nn.Linear(8, 2))
     twin = copy.deepcopy(model)
@@ -317,25 +318,21 @@ def test_step_norms_let_a_later_hook_clip_with_one_read() -> None:
     twin_opt = torch.optim.SGD(twin.parameters(), lr=0.1)
     seen: list[bool] = []
 
-    def clip_hook(optimizer: object, args: object, kwargs: object) -> None:
-        from jupyterlab_torchdbg.kernel.grads import current_monitor
-
-        got = current_monitor().step_norms(optimizer)  # type: ignore[union-attr]
-        seen.append(got is not None)
-        if got is not None:
-            params, norms = got
-            torch.nn.utils.clip_grads_with_norm_(params, 0.5, torch.linalg.vector_norm(norms))
+    def clip_with(optimizer: object, read: StepRead | None) -> None:
+        if optimizer is not opt:
+            return  # the twin's steps pass the boundary too
+        got = read is not None and read.norms is not None and read.params is not None
+        seen.append(got)
+        if read is not None and read.norms is not None and read.params is not None:
+            norms = read.norms
+            torch.nn.utils.clip_grads_with_norm_(read.params, 0.5, torch.linalg.vector_norm(norms))
 
     with session({"model": model, "opt": opt}) as s:
         s.comm.action("set_stride", {"stride": 1})
-        handle = optim_mod.register_optimizer_step_pre_hook(clip_hook)  # after the monitor's
-        try:
-            train(model, opt, 3)
-        finally:
-            handle.remove()
+        assert s.ext.control is not None
+        monkeypatch.setattr(s.ext.control, "at_step", clip_with)  # what the boundary calls
+        train(model, opt, 3)
         s.comm.action("set_stride", {"stride": "off"})
-        other = torch.optim.SGD(model.parameters(), lr=0.0)
-        assert s.monitor.step_norms(other) is None  # another optimizer: not its step
         g = torch.Generator().manual_seed(0)
         for _ in range(3):
             twin_opt.zero_grad()
@@ -346,7 +343,7 @@ def test_step_norms_let_a_later_hook_clip_with_one_read() -> None:
         for a, b in zip(model.parameters(), twin.parameters(), strict=True):
             torch.testing.assert_close(a, b)
         train(model, opt, 1)  # sampling is off: this step was not read
-        assert s.monitor.step_norms(opt) is None
+        assert seen[-1] is False
 
 
 def test_grads_feature_imports_without_torch() -> None:

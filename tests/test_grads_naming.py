@@ -11,6 +11,7 @@ import torch.nn as nn
 from grads_support import session
 
 import jupyterlab_torchdbg
+from jupyterlab_torchdbg.kernel import watches
 from jupyterlab_torchdbg.kernel.grads import naming
 
 
@@ -77,8 +78,8 @@ def test_watch_handle_is_a_context_manager_and_removal_is_idempotent() -> None:
     model = Net()
     with session({}) as s:
         with jupyterlab_torchdbg.watch(model) as h:
-            assert h.active and naming.watches()[1] == [h]
-        assert not h.active and naming.watches()[1] == []
+            assert h.active and watches.watches()[1] == [h]
+        assert not h.active and watches.watches()[1] == []
         h.remove()
         assert "removed" in repr(h)
         assert s.ext.errors == {}
@@ -96,7 +97,7 @@ def test_watch_validates_its_arguments() -> None:
 
 
 def test_watch_without_the_extension_warns_and_applies_later() -> None:
-    naming.clear_watches()
+    watches.clear_watches()
     model = Net()
     with pytest.warns(RuntimeWarning, match="not loaded"):
         h = jupyterlab_torchdbg.watch(model, stride=2)

@@ -18,7 +18,7 @@ import torch.nn as nn
 import torch.optim.optimizer as optim_mod
 from grads_support import Session, session
 
-from jupyterlab_torchdbg.kernel.actions import no_args
+from jupyterlab_torchdbg.kernel.action_args import no_args
 from jupyterlab_torchdbg.kernel.memory import current_monitor
 from jupyterlab_torchdbg.kernel.memory import monitor as monitor_mod
 from jupyterlab_torchdbg.kernel.memory.monitor import MemoryMonitor
@@ -98,12 +98,14 @@ def test_r01_hook_thread_events_and_actions_removed_on_unload() -> None:
         assert {"empty_cache", "release_refs", "record_memory", "save_checkpoint"} <= set(
             s.ext.actions.names()
         )
-        assert m.post_run_cell in s.shell.events.callbacks["post_run_cell"]
+        # the extension's cell events call the monitor's (in the order extension.py gives)
+        assert s.ext._post_run_cell in s.shell.events.callbacks["post_run_cell"]
+        assert s.ext.memory is m
         poller = m.poller
     assert len(ours()) == before
     assert not poller.alive
-    assert m.post_run_cell not in s.shell.events.callbacks["post_run_cell"]
-    assert m.pre_run_cell not in s.shell.events.callbacks["pre_run_cell"]
+    assert s.ext._post_run_cell not in s.shell.events.callbacks["post_run_cell"]
+    assert s.ext._pre_run_cell not in s.shell.events.callbacks["pre_run_cell"]
     assert current_monitor() is None
     assert not [t for t in threading.enumerate() if t.name == "torchdbg-memory"]
 
@@ -455,7 +457,7 @@ def test_r12_save_while_a_cell_trains_runs_at_the_next_step(
         t = threading.Thread(target=lambda: reply.append(m.at_safe_point(save)), name="subshell")
         t.start()
         deadline = time.monotonic() + 5
-        while not m._jobs and time.monotonic() < deadline:
+        while not m.jobs.waiting and time.monotonic() < deadline:
             time.sleep(0.01)
         assert ran_on == []  # not applied mid-step on the comm thread
         train(model, opt, 1)  # the step boundary runs it
@@ -490,7 +492,7 @@ def test_r22_after_a_device_side_assert_empty_cache_says_restart(
         assert "CUDA context is corrupted — restart the kernel" in reply["message"]
         assert s.comm.messages("memory")[-1]["state"] == "corrupted"
         assert s.comm.action("record_memory", {"op": "start"})["code"] == "refused"
-        mon().on_step(None)
+        mon().after_step(None)
     assert touched == []
 
 
@@ -517,8 +519,8 @@ def test_release_refs_in_process_frees_traceback_frames() -> None:
 def test_r14_schema_and_validators_agree_on_memory_actions() -> None:
     from jsonschema import Draft202012Validator
 
-    from jupyterlab_torchdbg.kernel.actions import ActionError
-    from jupyterlab_torchdbg.kernel.memory.actions import validate_checkpoint, validate_record
+    from jupyterlab_torchdbg.kernel.action_registry import ActionError
+    from jupyterlab_torchdbg.kernel.memory.action_args import validate_checkpoint, validate_record
     from jupyterlab_torchdbg.protocol import load_schema
 
     schema = load_schema()

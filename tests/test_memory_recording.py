@@ -19,7 +19,7 @@ from grads_support import session
 from jsonschema import Draft202012Validator
 
 from jupyterlab_torchdbg.kernel import exceptions
-from jupyterlab_torchdbg.kernel.actions import ActionError
+from jupyterlab_torchdbg.kernel.action_registry import ActionError
 from jupyterlab_torchdbg.kernel.memory import current_monitor
 from jupyterlab_torchdbg.kernel.memory.recording import (
     SITE_TEXT_CHARS,

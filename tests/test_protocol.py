@@ -81,9 +81,9 @@ def test_stream_flush_is_throttled_by_interval() -> None:
 
 
 def test_stream_pending_overflow_is_counted_as_dropped(monkeypatch) -> None:
-    import jupyterlab_torchdbg.kernel.stream as stream
+    from jupyterlab_torchdbg.kernel.stream import limits
 
-    monkeypatch.setattr(stream, "PENDING_CAPACITY", 100)
+    monkeypatch.setattr(limits, "PENDING_CAPACITY", 100)
     sent: list[dict] = []
     s = Stream(lambda h, b: sent.append(h), interval_s=1e9)
     for i in range(150):
@@ -93,10 +93,10 @@ def test_stream_pending_overflow_is_counted_as_dropped(monkeypatch) -> None:
 
 
 def test_stream_series_cap() -> None:
-    import jupyterlab_torchdbg.kernel.stream as stream
+    from jupyterlab_torchdbg.kernel.stream import limits
 
     s = Stream(lambda h, b: None)
-    for i in range(stream.MAX_SERIES + 5):
+    for i in range(limits.MAX_SERIES + 5):
         s.record(f"s{i}", 1.0)
-    assert len(s.names()) == stream.MAX_SERIES
+    assert len(s.names()) == limits.MAX_SERIES
     assert s.ignored_series == 5

@@ -10,8 +10,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from jupyterlab_torchdbg.kernel.actions import ActionError
-from jupyterlab_torchdbg.kernel.grads.actions import _BOUNDS, validate_stride, validate_thresholds
+from jupyterlab_torchdbg.kernel.action_args import bounds
+from jupyterlab_torchdbg.kernel.action_registry import ActionError
+from jupyterlab_torchdbg.kernel.grads.action_args import (
+    THRESHOLD_NAMES,
+    validate_stride,
+    validate_thresholds,
+)
 
 SETTINGS = json.loads((Path(__file__).parents[1] / "schema" / "plugin.json").read_text())
 THRESHOLDS = SETTINGS["properties"]["gradientThresholds"]
@@ -19,8 +24,10 @@ THRESHOLDS = SETTINGS["properties"]["gradientThresholds"]
 
 def test_every_kernel_threshold_is_a_setting_with_the_same_bounds() -> None:
     props = THRESHOLDS["properties"]
-    assert set(props) == set(_BOUNDS)
-    for key, (lo, hi, exclusive, integer) in _BOUNDS.items():
+    assert set(props) == set(THRESHOLD_NAMES)
+    for key in THRESHOLD_NAMES:
+        b = bounds("set_thresholds", key)
+        lo, hi, exclusive, integer = b.minimum, b.maximum, b.exclusive_minimum, b.integer
         p = props[key]
         types = p["type"] if isinstance(p["type"], list) else [p["type"]]
         assert ("integer" in types) == integer, key
@@ -31,9 +38,11 @@ def test_every_kernel_threshold_is_a_setting_with_the_same_bounds() -> None:
             assert p["minimum"] == lo and "exclusiveMinimum" not in p, key
 
 
-@pytest.mark.parametrize("key", sorted(_BOUNDS))
+@pytest.mark.parametrize("key", sorted(THRESHOLD_NAMES))
 def test_settings_schema_and_kernel_accept_and_refuse_the_same_values(key: str) -> None:
-    lo, hi, exclusive, integer = _BOUNDS[key]
+    b = bounds("set_thresholds", key)
+    lo, hi, exclusive, integer = b.minimum, b.maximum, b.exclusive_minimum, b.integer
+    assert lo is not None and hi is not None
     inside = hi if not integer else int(hi)
     outside = [hi * 10, lo if exclusive else lo - 1]
     settings = jsonschema.Draft7Validator(THRESHOLDS)

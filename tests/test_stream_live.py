@@ -127,11 +127,11 @@ async def test_explicit_step_and_history_bounded_for_a_long_run(loaded: KernelDr
             for step in range(0, 400_000, 2):
                 current().stream.record('lr', 0.1, step)
             current().stream.flush()
-            s = current().stream._series['lr']
-            print(len(s.hist_x), s.hist_x[-1] >= 390_000)
+            h = current().stream._series['lr'].history
+            print(len(h.x), h.x[-1] >= 390_000)
             """
         ),
         timeout=300,
     )
-    out = (await loaded.run("print(len(s.hist_x) <= 4096, s.keep_every > 1)")).stdout.split()
+    out = (await loaded.run("print(len(h.x) <= 4096, h.keep_every > 1)")).stdout.split()
     assert out == ["True", "True"]

@@ -2,8 +2,8 @@
 
 Names go out once per block id: in the first ``series`` message that carries the block,
 and in every snapshot. Every comm (a late panel, a second client, one that resynced) can
-decode every block it receives. In-process, against the benchmark's fake comm, which keeps
-the panel's table and counts any block it could not have decoded.
+decode every block it receives. In-process, against ``jupyterlab_torchdbg.testing``'s fake
+comm, which keeps the panel's table and counts any block it could not have decoded.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ import pytest
 import torch
 from grads_support import FakeComm
 
-from jupyterlab_torchdbg.bench import harness
-from jupyterlab_torchdbg.kernel import stream as stream_mod
-from jupyterlab_torchdbg.kernel.stream import Stream
+from jupyterlab_torchdbg import testing
+from jupyterlab_torchdbg.kernel.stream import Stream, limits
 
 LAYERS = [f"grad/opt/model.layers.{i}.weight" for i in range(400)]
 
@@ -91,7 +90,7 @@ def test_changed_names_get_a_new_id_announced_with_them() -> None:
 
 
 def test_r05_r06_second_and_late_clients_decode_every_block() -> None:
-    with harness.loaded_extension(comm=FakeComm()) as loaded:
+    with testing.loaded_extension(comm=FakeComm()) as loaded:
         first = loaded.comm
         stream = loaded.ext.stream
         blk = stream.block(LAYERS)
@@ -121,7 +120,7 @@ def test_r05_r06_second_and_late_clients_decode_every_block() -> None:
 
 
 def test_r06_resync_snapshot_goes_to_the_requester_only_with_the_table() -> None:
-    with harness.loaded_extension(comm=FakeComm()) as loaded:
+    with testing.loaded_extension(comm=FakeComm()) as loaded:
         other = loaded.manager.open(FakeComm())
         loaded.ext.stream.record("loss", 1.0)
         loaded.ext.stream.flush()
@@ -135,14 +134,14 @@ def test_r06_resync_snapshot_goes_to_the_requester_only_with_the_table() -> None
 
 def test_r05_comms_joining_while_training_flushes_never_miss_names_or_seq() -> None:
     """The snapshot and joining the broadcast happen in one step against flushes."""
-    with harness.loaded_extension() as loaded:
+    with testing.loaded_extension() as loaded:
         stream = loaded.ext.stream
         stop = threading.Event()
-        comms: list[harness.FakeComm] = []
+        comms: list[testing.FakeComm] = []
 
         def open_comms() -> None:
             while not stop.is_set() and len(comms) < 60:
-                comms.append(loaded.manager.open(harness.FakeComm()))
+                comms.append(loaded.manager.open(testing.FakeComm()))
 
         opener = threading.Thread(target=open_comms)
         opener.start()
@@ -168,7 +167,7 @@ def test_r05_comms_joining_while_training_flushes_never_miss_names_or_seq() -> N
 def test_history_decimates_in_chunks_and_snapshot_bytes_stay_valid(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(stream_mod, "HISTORY_CAPACITY", 64)
+    monkeypatch.setattr(limits, "HISTORY_CAPACITY", 64)
     s, _ = recording_stream()
     blk = s.block(["u", "v"])
     for i in range(50):
@@ -186,7 +185,7 @@ def test_history_decimates_in_chunks_and_snapshot_bytes_stay_valid(
     x = np.frombuffer(bytes(buffers[0]), "<f8")
     y = np.frombuffer(bytes(buffers[1]), "<f4").reshape(n, 2)
     assert n < 64 and x[0] == 0 and x[-1] > 900
-    assert np.all(np.diff(x) == blk.keep_every)  # evenly thinned over the whole run
+    assert np.all(np.diff(x) == blk.history.keep_every)  # evenly thinned over the whole run
     assert y[:, 0].tolist() == x.tolist() and y[:, 1].tolist() == (-x).tolist()
 
 
@@ -197,4 +196,4 @@ def test_rows_that_require_grad_are_kept_without_their_graph() -> None:
     blk.record(w * 2, 0)  # a row recorded without detaching
     s.flush()
     assert np.frombuffer(sent[0][1][1], "<f4").tolist() == [2.0, 2.0, 2.0]
-    assert not blk._rows().requires_grad and blk._rows().grad_fn is None
+    assert not blk.history.rows().requires_grad and blk.history.rows().grad_fn is None

@@ -6,7 +6,8 @@ discarded; per model the median ratio to "no monitoring" with a 95% bootstrap in
 and the monitor's own time divided by ``get_total_norm``'s. Plus a streaming section
 (points, messages and bytes per second through the real stream, sequence gaps).
 
-Modules: ``models`` (workloads), ``harness`` (the extension loaded in-process against a
-counting comm), ``variants`` (one training step per variant), ``paired`` (rounds and
-statistics), ``streaming``, ``report`` (table), ``__main__`` (CLI).
+Modules: ``models`` (workloads), ``variants`` (one training step per variant), ``paired``
+(rounds and statistics), ``streaming``, ``report`` (table), ``__main__`` (CLI). The
+extension is loaded in-process against counting fake comms from ``..testing``, which the
+tests share.
 """

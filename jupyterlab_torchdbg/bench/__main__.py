@@ -53,7 +53,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _cuda_extras(runners: dict[str, Any], steps: int) -> dict[str, Any]:
+def _cuda_extras(runners: dict[str, Any], steps: int) -> dict[str, object]:
     """Host-device syncs added per monitored step (R26), counted by torch's sync debug mode."""
     import torch
 
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from ..kernel.grads import current_monitor
     from ..kernel.grads.stride import WARMUP_STEPS
-    from .harness import loaded_extension
+    from ..testing import loaded_extension
     from .models import FACTORIES, build
     from .paired import median_ci, paired_ratios, ratio_of_medians_ci, run_rounds
     from .report import table, targets
@@ -197,11 +197,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _clip_reused(ext: Any) -> int | None:
     """Clipped steps so far whose total norm came from the monitor's read (if counted)."""
-    reused = getattr(getattr(ext, "control", None), "reused", None)
+    reused = getattr(getattr(getattr(ext, "control", None), "clipper", None), "reused", None)
     return reused if isinstance(reused, int) else None
 
 
-def _finite(o: Any) -> Any:
+def _finite(o: object) -> Any:
     return str(o)
 
 

@@ -91,7 +91,8 @@ class _TinyLM(nn.Module):
         self.head = nn.Linear(d, vocab)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.encoder(self.embed(x)))
+        out: torch.Tensor = self.head(self.encoder(self.embed(x)))
+        return out
 
 
 def transformer(quick: bool) -> Workload:

@@ -75,7 +75,7 @@ def _us(v: float | None) -> str:
     return "n/a" if v is None or not math.isfinite(v) else f"{v:.0f}"
 
 
-def targets(results: dict[str, Any]) -> dict[str, Any]:
+def targets(results: dict[str, Any]) -> dict[str, object]:
     """Each PERFORMANCE.md target this run can check, with its measured value."""
     out: dict[str, Any] = {}
     for name, m in results["models"].items():

@@ -30,8 +30,8 @@ from typing import Any
 import torch
 import torch.optim.optimizer as optim_mod
 
-from ..kernel import extension
-from ..kernel.grads import current_monitor, naming
+from ..kernel import extension, watches
+from ..kernel.grads import current_monitor
 from .models import Workload
 
 #: The clip level of both clipping variants (the usual ``clip_grad_norm_(..., 1.0)``).
@@ -88,9 +88,9 @@ class Runner:
         self.own: list[float] = []  # per step: time of the norm computation itself
         self.watch: Any = None
         if variant == "monitor_every_step":
-            self.watch = naming.add_watch(self.model, self.opt, 1)
+            self.watch = watches.add_watch(self.model, self.opt, 1)
         elif variant in ("monitor_default", "monitor_clip"):
-            self.watch = naming.add_watch(self.model, self.opt, None)
+            self.watch = watches.add_watch(self.model, self.opt, None)
 
     def _forward_backward(self) -> None:
         self.opt.zero_grad(set_to_none=True)
@@ -103,7 +103,9 @@ class Runner:
             if v == "monitor_clip":
                 # The clip action's state, as the panel's Clip button sets it; on for this
                 # variant's step only, so no other variant is clipped.
-                control = extension.current().control  # type: ignore[union-attr]
+                ext = extension.current()
+                control = ext.control if ext is not None else None
+                assert control is not None  # the harness loaded the extension with control
                 control.clip = MAX_NORM
                 try:
                     self.opt.step()
@@ -138,7 +140,7 @@ class Runner:
         if self.watch is not None:
             self.watch.remove()
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, object]:
         """What the monitor itself reports for this optimizer (stride, its overhead)."""
         mon = current_monitor()
         track = mon.track_for(self.opt) if mon is not None else None

@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 
-def torch_info() -> dict[str, Any]:
+def torch_info() -> dict[str, object]:
     torch = sys.modules.get("torch")
     if torch is not None:
         return {
@@ -82,7 +82,7 @@ class Nvml:
         except Exception:
             return None
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> dict[str, object]:
         ok = self.init()
         return {"available": ok, "version": self.driver, "reason": None if ok else self.reason}
 
@@ -96,7 +96,7 @@ class Nvml:
         self._tried = False
 
 
-def cuda_info(nvml: Nvml) -> dict[str, Any]:
+def cuda_info(nvml: Nvml) -> dict[str, object]:
     torch = sys.modules.get("torch")
     if torch is None:
         return {
@@ -142,7 +142,7 @@ def supports_subshells(shell: Any) -> bool:
         return False
 
 
-def capabilities(shell: Any, nvml: Nvml) -> dict[str, Any]:
+def capabilities(shell: Any, nvml: Nvml) -> dict[str, object]:
     return {
         "torch": torch_info(),
         "cuda": cuda_info(nvml),

@@ -8,25 +8,46 @@ broadcast in the same step as its snapshot (``Stream.send_snapshot``), so it get
 (names go out once per block; the snapshot carries them all). A comm whose protocol
 major version differs is refused with a message naming both versions (R07).
 Sending never raises: failures are counted and the comm is dropped if it is closed.
+
+The hub knows nothing of the extension: ``extension.py`` gives it four callables (the
+``hello`` fields, the action handler, the snapshot writer, the error counter).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .. import __version__
+from ..package_version import __version__
 from ..protocol import COMM_TARGET, PROTOCOL_VERSION, jsonable, major
 
-if TYPE_CHECKING:
-    from .extension import Extension
+Message = dict[str, Any]
+Buffers = list[memoryview]
+#: Sends one message (with its binary buffers) to one comm.
+Deliver = Callable[[Message, Buffers], None]
 
 
 class CommHub:
-    def __init__(self, ext: Extension, comm_manager: Any) -> None:
-        self._ext = ext
+    def __init__(
+        self,
+        comm_manager: Any,
+        *,
+        hello: Callable[[], Message],
+        handle_action: Callable[[Any], Message],
+        snapshot: Callable[[Deliver], None],
+        on_error: Callable[[str], None],
+    ) -> None:
+        """``hello()``: the handshake's kernel-side fields (capabilities, session id,
+        action names). ``handle_action(data)``: exactly one reply for one ``action``.
+        ``snapshot(deliver)``: calls ``deliver(header, buffers)`` once with the stream's
+        snapshot, at the moment no ``series`` message can slip in between (the comm joins
+        the broadcast inside ``deliver``). ``on_error(site)``: count a caught failure."""
         self._manager = comm_manager
+        self._hello = hello
+        self._handle_action = handle_action
+        self._write_snapshot = snapshot
+        self._on_error = on_error
         self._comms: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._registered = False
@@ -70,7 +91,7 @@ class CommHub:
         try:
             comm.send(data=data, buffers=buffers or None)
         except Exception:
-            self._ext.count_error("send")
+            self._on_error("send")
             if getattr(comm, "_closed", False):
                 self._forget(comm)
         self._keep_route(comm)
@@ -85,7 +106,8 @@ class CommHub:
     def _forget(self, comm: Any) -> None:
         self._routes.pop(getattr(comm, "comm_id", ""), None)
         with self._lock:
-            self._comms.pop(getattr(comm, "comm_id", id(comm)), None)
+            # id(comm): a key no comm has (every comm joins under its comm_id).
+            self._comms.pop(getattr(comm, "comm_id", id(comm)), None)  # type: ignore[arg-type]
 
     # --- handlers (may run on a subshell thread) -------------------------------------
 
@@ -143,15 +165,13 @@ class CommHub:
         comm.on_close(lambda m, c=comm: self._forget(c))
         self.send_snapshot(comm, join=True)
 
-    def hello(self, accepted: bool) -> dict[str, Any]:
+    def hello(self, accepted: bool) -> dict[str, object]:
         return {
             "method": "hello",
             "protocol_version": PROTOCOL_VERSION,
             "package_version": __version__,
-            "capabilities": self._ext.capabilities(),
-            "session_id": self._ext.session_id,
+            **self._hello(),
             "accepted": accepted,
-            "actions": self._ext.actions.names(),
         }
 
     def send_snapshot(self, comm: Any, join: bool = False) -> None:
@@ -160,26 +180,17 @@ class CommHub:
         ``join``: a new comm, added to the broadcast together with its snapshot, so no
         ``series`` message falls between the two (see ``Stream.send_snapshot``).
         """
-        stream = self._ext.stream
 
-        def send(blocks: list[dict[str, Any]], buffers: list[memoryview], seq: int) -> None:
-            header: dict[str, Any] = {
-                "method": "snapshot",
-                "seq": seq,
-                "blocks": blocks,
-                "stats": jsonable(self._ext.stats()),
-            }
-            if stream.ignored_series:
-                header["truncated"] = True
+        def deliver(header: Message, buffers: Buffers) -> None:
             self._send(comm, header, buffers)
             if join:
                 with self._lock:
                     self._comms[comm.comm_id] = comm
 
         try:
-            stream.send_snapshot(send)
+            self._write_snapshot(deliver)
         except Exception:
-            self._ext.count_error("snapshot")
+            self._on_error("snapshot")
             if join:  # still stream to it; its panel resyncs on the first unknown block
                 with self._lock:
                     self._comms[comm.comm_id] = comm
@@ -212,14 +223,14 @@ class CommHub:
 
         return remove
 
-    def snapshot_parts(self) -> list[dict[str, Any]]:
+    def snapshot_parts(self) -> list[dict[str, object]]:
         """Every registered part's messages, JSON-safe; a failing part is counted, skipped."""
         out: list[dict[str, Any]] = []
         for part in list(self._snapshot_parts):
             try:
                 out.extend(jsonable(m) for m in part())
             except Exception:
-                self._ext.count_error("snapshot_part")
+                self._on_error("snapshot_part")
         return out
 
     def _on_msg(self, comm: Any, msg: dict[str, Any]) -> None:
@@ -229,7 +240,7 @@ class CommHub:
             if isinstance(data, dict) and data.get("method") == "action":
                 self._local.comm = comm
                 try:
-                    reply = self._ext.actions.handle(data)
+                    reply = self._handle_action(data)
                 finally:
                     self._local.comm = None
             else:
@@ -241,11 +252,15 @@ class CommHub:
                 }
             self._send(comm, jsonable(reply))
         except Exception:
-            self._ext.count_error("dispatch")
+            self._on_error("dispatch")
 
     def requester(self) -> Callable[[dict[str, Any], list[memoryview] | None], None] | None:
         """During an action handler: a function that sends to the requesting comm only."""
         comm = getattr(self._local, "comm", None)
         if comm is None:
             return None
-        return lambda data, buffers=None: self._send(comm, data, buffers)
+
+        def send(data: Message, buffers: Buffers | None = None) -> None:
+            self._send(comm, data, buffers)
+
+        return send

@@ -1,19 +1,24 @@
-"""Extension lifecycle: ``%load_ext`` / ``%unload_ext`` and the one live instance.
+"""Extension lifecycle: ``%load_ext`` / ``%unload_ext``, the one live instance, the wiring.
 
 R01: loading twice keeps one instance; ``%reload_ext`` unloads then loads; unload runs
 every cleanup registered with ``add_cleanup`` in reverse order, so each hook, event
 callback and comm target is removed and whatever was there before is back.
 R11: ``count_error`` is how every hook reports a failure it caught.
 
-Features that need torch (gradient hooks, memory sampling) register with ``on_torch``;
-they attach when the extension loads if torch is already imported, else the moment the
-user's ``import torch`` finishes (even mid-cell; see torch_import.py). Loading never imports
-torch itself.
+``Extension.start`` is where the features are put together, explicitly: each is created
+with what it needs of the others as arguments (control's "clipping is on" for the
+gradient monitor, the exception monitor's ids for the memory autopsy), the step boundary
+gets gradients, control and memory in its fixed order (step_boundary.py), and the cell
+events call the features in the order written in ``_pre_run_cell`` / ``_post_run_cell``.
+Features see the extension only as a ``Host`` (host.py) and never import this module.
+
+The step boundary attaches when the extension loads if torch is already imported, else
+the moment the user's ``import torch`` finishes (even mid-cell; see torch_import.py).
+Loading never imports torch itself.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 import threading
 import uuid
@@ -21,17 +26,18 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from .actions import ActionRegistry, no_args, only_keys, string_list
+from ..protocol import jsonable
+from . import control, exceptions, grads, memory
+from .action_args import no_args, only_keys, string_list
+from .action_registry import ActionRegistry
 from .capabilities import Nvml, capabilities
-from .comms import CommHub
-from .features import FEATURE_MODULES
+from .comms import CommHub, Deliver
+from .step_boundary import StepBoundary
 from .stream import Stream
 from .torch_import import TorchImportWatcher
 
 _current: Extension | None = None
 _lock = threading.Lock()
-
-Attach = Callable[["Extension"], Callable[[], None] | None]
 
 
 def current() -> Extension | None:
@@ -47,12 +53,22 @@ class Extension:
         self.session_id = uuid.uuid4().hex
         self.errors: Counter[str] = Counter()
         self.nvml = Nvml()
-        self.hub = CommHub(self, comm_manager)
-        self.stream = Stream(self.hub.broadcast)
         self.actions = ActionRegistry(self.count_error)
+        self.hub = CommHub(
+            comm_manager,
+            hello=self._hello_fields,
+            handle_action=self.actions.handle,
+            snapshot=self._write_snapshot,
+            on_error=self.count_error,
+        )
+        self.stream = Stream(self.hub.broadcast)
         self._cleanups: list[Callable[[], None]] = []
         self._torch_attached = False
-        self._torch_features: list[Attach] = []
+        self.exceptions: exceptions.ExceptionMonitor | None = None
+        self.control: control.Control | None = None
+        self.grads: grads.GradMonitor | None = None
+        self.memory: memory.MemoryMonitor | None = None
+        self.boundary: StepBoundary | None = None
         #: Threads running a cell now (the main shell; subshells on ipykernel >= 7).
         self._cells: set[int] = set()
 
@@ -71,19 +87,33 @@ class Extension:
     def add_cleanup(self, fn: Callable[[], None]) -> None:
         self._cleanups.append(fn)
 
-    def on_torch(self, attach: Attach) -> None:
-        """Call ``attach(self)`` once torch is imported (now, or at a later cell boundary).
-
-        Its return value, if callable, is run on unload.
-        """
-        self._torch_features.append(attach)
-        if self._torch_attached:
-            self._attach_one(attach)
-
-    def capabilities(self) -> dict[str, Any]:
+    def capabilities(self) -> dict[str, object]:
         return capabilities(self.shell, self.nvml)
 
-    def stats(self) -> dict[str, Any]:
+    def _hello_fields(self) -> dict[str, object]:
+        return {
+            "capabilities": self.capabilities(),
+            "session_id": self.session_id,
+            "actions": self.actions.names(),
+        }
+
+    def _write_snapshot(self, deliver: Deliver) -> None:
+        stream = self.stream
+
+        def send(blocks: list[dict[str, Any]], buffers: list[memoryview], seq: int) -> None:
+            header: dict[str, Any] = {
+                "method": "snapshot",
+                "seq": seq,
+                "blocks": blocks,
+                "stats": jsonable(self.stats()),
+            }
+            if stream.ignored_series:
+                header["truncated"] = True
+            deliver(header, buffers)
+
+        stream.send_snapshot(send)
+
+    def stats(self) -> dict[str, object]:
         return {
             "messages": self.stream.messages,
             "points": self.stream.points,
@@ -105,11 +135,24 @@ class Extension:
         self.hub.register()
         self.add_cleanup(self.hub.close)
         self.add_cleanup(self.nvml.shutdown)
-        for name in FEATURE_MODULES:
-            self._attach_one(importlib.import_module(name).attach)
+        # The features, each given what it needs of the others (no feature reaches another).
+        self.exceptions, cleanup = exceptions.attach(self)
+        self.add_cleanup(cleanup)
+        self.control, cleanup = control.attach(self)
+        self.add_cleanup(cleanup)
+        self.grads, cleanup = grads.attach(self, clipping=lambda: self._clipping())
+        self.add_cleanup(cleanup)
+        self.memory, cleanup = memory.attach(self, exception_id=self.exceptions.exception_id)
+        self.add_cleanup(cleanup)
+        self.boundary = StepBoundary(self.grads, self.control, self.memory, self.count_error)
+        # Removed before the features' own cleanups run (cleanups run in reverse).
+        self.add_cleanup(self.boundary.detach)
         if "torch" not in sys.modules:
             self.add_cleanup(TorchImportWatcher(self._on_torch_imported).install())
         self._maybe_attach_torch()
+
+    def _clipping(self) -> bool:
+        return self.control is not None and self.control.clipping
 
     def _on_torch_imported(self) -> None:
         try:
@@ -126,52 +169,69 @@ class Extension:
         self._cleanups.clear()
 
     def _maybe_attach_torch(self) -> None:
-        if self._torch_attached or "torch" not in sys.modules:
+        if self._torch_attached or "torch" not in sys.modules or self.boundary is None:
             return
         self._torch_attached = True
-        for attach in list(self._torch_features):
-            self._attach_one(attach)
+        try:
+            self.boundary.attach()
+        except Exception:
+            self.count_error("attach:torch")
         # torch arrived after the panels connected: tell them the new capabilities.
         if self.hub.count:
             self.hub.broadcast(self.hub.hello(True))
 
-    def _attach_one(self, attach: Attach) -> None:
-        try:
-            cleanup = attach(self)
-        except Exception:
-            self.count_error(f"attach:{getattr(attach, '__module__', 'feature')}")
-            return
-        if callable(cleanup):
-            self.add_cleanup(cleanup)
-
     # --- IPython events ------------------------------------------------------------
 
     def _pre_run_cell(self, info: Any = None) -> None:
+        """A cell starts: torch may have arrived; then exceptions, then memory."""
         self._cells.add(threading.get_ident())
-        try:
-            self._maybe_attach_torch()
-        except Exception:
-            self.count_error("pre_run_cell")
+        self._guarded("pre_run_cell", self._maybe_attach_torch)
+        if self.exceptions is not None:
+            self._guarded("exceptions:pre_run_cell", self.exceptions.pre_run_cell, info)
+        if self.memory is not None:
+            self._guarded("memory:pre_run_cell", self.memory.pre_run_cell, info)
 
     def _post_run_cell(self, result: Any = None) -> None:
+        """A cell ended. The order matters:
+
+        1. exceptions first: the failed cell's ``exception`` message exists before the
+           memory autopsy looks up its id;
+        2. gradients and control (only when no other cell still runs: a probe cell ending
+           on a subshell while the main shell trains must not read the training thread's
+           gradients or alarm state mid-backward): the last rows, alerts, refusals;
+        3. memory (its own rule for other running cells; it runs waiting jobs);
+        4. the stream's last points.
+        """
         self._cells.discard(threading.get_ident())
+        self._guarded("post_run_cell", self._maybe_attach_torch)
+        if self.exceptions is not None:
+            self._guarded("exceptions:post_run_cell", self.exceptions.post_run_cell, result)
+        if not self.others_running():
+            if self.grads is not None:
+                self._guarded("grads:post_run_cell", self.grads.post_run_cell)
+            if self.control is not None:
+                self._guarded("control", self.control.post_run_cell)
+        if self.memory is not None:
+            self._guarded("memory:post_run_cell", self.memory.post_run_cell, result)
+        self._guarded("post_run_cell", self.stream.flush)
+
+    def _guarded(self, site: str, fn: Callable[..., Any], *args: Any) -> None:
         try:
-            self._maybe_attach_torch()
-            self.stream.flush()
+            fn(*args)
         except Exception:
-            self.count_error("post_run_cell")
+            self.count_error(site)
 
     # --- actions -------------------------------------------------------------------
 
-    def _action_snapshot(self, args: dict[str, Any]) -> dict[str, Any]:
+    def _action_snapshot(self, args: dict[str, object]) -> dict[str, object]:
         self.hub.resend_snapshot()  # to the requesting comm only, with the name table
         return {"series": len(self.stream.names())}
 
-    def _action_clear_history(self, args: dict[str, Any]) -> dict[str, Any]:
+    def _action_clear_history(self, args: dict[str, Any]) -> dict[str, object]:
         return {"cleared": self.stream.clear(args.get("names"))}
 
 
-def _clear_args(args: dict[str, Any]) -> dict[str, Any]:
+def _clear_args(args: dict[str, object]) -> dict[str, object]:
     only_keys(args, {"names"})
     names = string_list(args, "names")
     return {} if names is None else {"names": names}

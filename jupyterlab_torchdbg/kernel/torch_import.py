@@ -57,5 +57,5 @@ class TorchImportWatcher(importlib.abc.MetaPathFinder):
             self.remove()
             self._on_import()
 
-        loader.exec_module = exec_and_notify  # type: ignore[method-assign]
+        loader.exec_module = exec_and_notify
         return spec

@@ -76,7 +76,7 @@ def jsonable(value: Any, _depth: int = 0) -> Any:
     return f"<{type(value).__name__}>"
 
 
-def json_depth(value: Any, _depth: int = 0) -> int:
+def json_depth(value: object, _depth: int = 0) -> int:
     """Nesting depth of a decoded JSON value (stops counting past MAX_JSON_DEPTH + 1)."""
     if _depth > MAX_JSON_DEPTH:
         return _depth

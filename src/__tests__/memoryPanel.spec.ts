@@ -11,7 +11,7 @@ import type * as ReactT from 'react';
 
 import type { TorchDbgConnection } from '../connection/connection';
 import type { LineChart as LineChartT } from '../charts/lineChart';
-import type { useMounted as useMountedT } from '../charts/useMounted';
+import type { useMounted as useMountedT } from '../ui/useMounted';
 import { TorchDbgModel } from '../model/model';
 import { SeriesRing } from '../model/ringbuffer';
 import type { MemoryPanel as MemoryPanelT } from '../panels/memory/body';
@@ -57,7 +57,7 @@ const {
 }: { LineChart: typeof LineChartT } = require('../charts/lineChart');
 const {
   useMounted
-}: { useMounted: typeof useMountedT } = require('../charts/useMounted');
+}: { useMounted: typeof useMountedT } = require('../ui/useMounted');
 /* eslint-enable @typescript-eslint/no-require-imports */
 
 const memoryMessage = schemaDef('Memory');

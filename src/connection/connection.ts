@@ -1,48 +1,27 @@
-import type { Kernel, KernelMessage } from '@jupyterlab/services';
+import type { Kernel } from '@jupyterlab/services';
 import { PromiseDelegate, UUID } from '@lumino/coreutils';
 import { IDisposable } from '@lumino/disposable';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import {
-  ActionName,
-  IAck,
-  IActionArgs,
-  IError,
-  IHello,
-  IOpen,
-  KernelMessage as WireMessage
-} from '../protocol/messages';
+import { ActionName, IActionArgs, IHello, IOpen } from '../protocol/messages';
 import { COMM_TARGET, majorOf, PROTOCOL_VERSION } from '../protocol/version';
 import { TorchDbgModel } from '../model/model';
+import { kernelLanguage, loadKernelSide } from './loader';
+import { PendingRequests } from './requests';
+import { routeMessage } from './router';
+import { ActionReply, IKernelLike, KernelMessageEvent } from './types';
 
-/** The subset of a kernel connection this module uses (a fake in jest). */
-export type IKernelLike = Pick<
-  Kernel.IKernelConnection,
-  | 'id'
-  | 'status'
-  | 'connectionStatus'
-  | 'createComm'
-  | 'requestExecute'
-  | 'statusChanged'
-  | 'connectionStatusChanged'
-  | 'disposed'
-  | 'info'
-  | 'isDisposed'
->;
-
-/** The reply to an action: the kernel's ack or error. */
-export type ActionReply = IAck | IError;
-
-/** The command that loads the kernel side. The only code the panel runs. */
-export const LOAD_CODE = '%load_ext jupyterlab_torchdbg';
+export { LOAD_CODE } from './loader';
+export type { ActionReply, IKernelLike, KernelMessageEvent } from './types';
 
 /** How long to wait for `hello` before saying the kernel is busy. */
 const HELLO_PATIENCE_MS = 3000;
 
 /**
  * One kernel's side of the wire: opens the comm, checks the handshake, loads
- * the kernel extension when allowed, reattaches after restarts and reconnects
- * (R04), and sends actions with one reply each (R13).
+ * the kernel extension when allowed (`./loader`), reattaches after restarts and
+ * reconnects (R04), and sends actions with one reply each (R13, `./requests`).
+ * Incoming messages are dispatched to the model by `./router`.
  */
 export class TorchDbgConnection implements IDisposable {
   constructor(options: TorchDbgConnection.IOptions) {
@@ -87,7 +66,7 @@ export class TorchDbgConnection implements IDisposable {
     try {
       this._closeComm();
       this.model.state = { kind: 'connecting' };
-      const language = await this._language();
+      const language = await kernelLanguage(this.kernel);
       if (this._disposed) {
         return;
       }
@@ -122,41 +101,12 @@ export class TorchDbgConnection implements IDisposable {
    * state) when the package is missing or the load failed.
    */
   async load(): Promise<boolean> {
-    const future = this.kernel.requestExecute(
-      {
-        code: LOAD_CODE,
-        silent: true,
-        store_history: false,
-        allow_stdin: false,
-        stop_on_error: false
-      },
-      true
-    );
-    const reply = (await future.done) as KernelMessage.IExecuteReplyMsg;
-    const content = reply.content as KernelMessage.IExecuteReplyMsg['content'];
-    if (content.status === 'ok') {
-      return true;
-    }
-    if (content.status === 'error') {
-      const err = content as KernelMessage.IReplyErrorContent;
-      if (err.ename === 'ModuleNotFoundError' || err.ename === 'ImportError') {
-        this.model.state = {
-          kind: 'package_missing',
-          detail: `${err.ename}: ${err.evalue}`
-        };
-      } else {
-        this.model.state = {
-          kind: 'not_loaded',
-          reason: `Loading failed: ${err.ename}: ${err.evalue}`
-        };
-      }
+    const failure = await loadKernelSide(this.kernel);
+    if (failure) {
+      this.model.state = failure;
       return false;
     }
-    this.model.state = {
-      kind: 'not_loaded',
-      reason: 'Loading was aborted by the kernel.'
-    };
-    return false;
+    return true;
   }
 
   /**
@@ -179,8 +129,7 @@ export class TorchDbgConnection implements IDisposable {
       );
     }
     const requestId = UUID.uuid4();
-    const delegate = new PromiseDelegate<ActionReply>();
-    this._pending.set(requestId, delegate);
+    const reply = this._pending.add(requestId);
     try {
       comm.send({ method: 'action', request_id: requestId, action, args });
     } catch (e) {
@@ -194,7 +143,7 @@ export class TorchDbgConnection implements IDisposable {
         onPending();
       }
     }
-    return delegate.promise;
+    return reply;
   }
 
   dispose(): void {
@@ -208,15 +157,6 @@ export class TorchDbgConnection implements IDisposable {
   }
 
   // --- private -----------------------------------------------------------------
-
-  private async _language(): Promise<string | null> {
-    try {
-      const info = await this.kernel.info;
-      return info.language_info?.name ?? null;
-    } catch {
-      return null;
-    }
-  }
 
   /**
    * Open a comm and wait for `hello`. Resolves 'hello' once connected or
@@ -324,58 +264,20 @@ export class TorchDbgConnection implements IDisposable {
       return;
     }
     try {
-      switch (data.method) {
-        case 'series':
-          if (!this.model.applySeries(data, buffers)) {
-            this._resync();
-          }
+      if (data.method === 'snapshot') {
+        this._resyncing = false;
+      }
+      const outcome = routeMessage(this.model, data, buffers, this._sessionId);
+      switch (outcome.kind) {
+        case 'resync':
+          this._resync();
           return;
-        case 'snapshot':
-          this._resyncing = false;
-          this.model.applySnapshot(data, buffers);
+        case 'stream':
           return;
-        case 'grads':
-          this.model.grads.apply(data);
+        case 'reply':
+          this._pending.resolve(outcome.reply);
           break;
-        case 'alert':
-          this.model.grads.applyAlert(data);
-          break;
-        case 'exception':
-          this.model.exception.apply(data);
-          break;
-        case 'control':
-          this.model.control.apply(data);
-          break;
-        case 'memory':
-          this.model.memory.apply(data);
-          break;
-        case 'oom':
-          this.model.memory.applyOom(data);
-          break;
-        case 'hello':
-          // capabilities changed (e.g. torch was imported after loading)
-          if (data.accepted && data.session_id === this._sessionId) {
-            this.model.hello = data;
-          }
-          break;
-        case 'ack':
-        case 'error': {
-          const reply: ActionReply = data;
-          if (reply.method === 'error' && reply.code === 'protocol_mismatch') {
-            this.model.state = {
-              kind: 'version_mismatch',
-              message: reply.message
-            };
-          }
-          const id = reply.request_id;
-          const pending = id ? this._pending.get(id) : undefined;
-          if (id && pending) {
-            this._pending.delete(id);
-            pending.resolve(reply);
-          }
-          break;
-        }
-        default:
+        case 'message':
           break;
       }
       this._message.emit({ data, buffers });
@@ -452,15 +354,7 @@ export class TorchDbgConnection implements IDisposable {
   }
 
   private _rejectPending(reason: string): void {
-    for (const [id, delegate] of this._pending) {
-      delegate.resolve({
-        method: 'error',
-        request_id: id,
-        code: 'failed',
-        message: reason
-      });
-    }
-    this._pending.clear();
+    this._pending.failAll(reason);
   }
 
   private _comm: Kernel.IComm | null = null;
@@ -471,14 +365,8 @@ export class TorchDbgConnection implements IDisposable {
   private _wasDisconnected = false;
   private _resyncing = false;
   private _sessionId: string | null = null;
-  private _pending = new Map<string, PromiseDelegate<ActionReply>>();
+  private _pending = new PendingRequests();
   private _message = new Signal<this, KernelMessageEvent>(this);
-}
-
-/** A kernel message as delivered to listeners. */
-export interface KernelMessageEvent {
-  data: WireMessage;
-  buffers: (ArrayBuffer | ArrayBufferView)[];
 }
 
 export namespace TorchDbgConnection {

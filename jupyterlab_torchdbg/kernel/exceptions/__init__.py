@@ -1,6 +1,6 @@
 """Exception context: capture a failed cell's exception, diagnose it, send it to panels.
 
-``attach(ext)`` registers two IPython events and one snapshot part:
+``attach(host)`` registers one snapshot part; ``extension.py`` calls the cell events:
 
 - ``pre_run_cell`` remembers the cell id JupyterLab sent;
 - ``post_run_cell`` records which file name that cell compiled to (``cells``) and, when
@@ -10,9 +10,8 @@
 - on (re)connect a panel gets the last message once more with ``replay: true`` (R06): its
   ``id`` and ``time`` tell the panel it is old, so it shows it without popping up.
 
-Other features find the loaded monitor with ``current_monitor()`` and ask it
-``exception_id(execution_count)`` (the memory autopsy links its ``oom`` to the
-``exception`` of the same failure that way).
+``exception_id(execution_count)`` is handed to the memory monitor by ``extension.py``:
+the memory autopsy links its ``oom`` to the ``exception`` of the same failure that way.
 
 IPython's own error path is never touched (no ``set_custom_exc``): the traceback, ``%tb``,
 ``%debug``, ``%pdb`` and nbclient behave as without the extension (R15, R16, R18).
@@ -31,7 +30,7 @@ from .capture import capture
 from .cells import CellMap
 
 if TYPE_CHECKING:
-    from ..extension import Extension
+    from ..host import Host
 
 __all__ = ["ExceptionMonitor", "attach", "current_monitor"]
 
@@ -56,7 +55,7 @@ def _quiet_types() -> tuple[type[BaseException], ...]:
 
 
 class ExceptionMonitor:
-    def __init__(self, ext: Extension) -> None:
+    def __init__(self, ext: Host) -> None:
         self._ext = ext
         self.cells = CellMap(ext.shell)
         self.count = 0
@@ -91,7 +90,7 @@ class ExceptionMonitor:
 
     def build(
         self, exc: BaseException, execution_count: Any = None, cell_id: Any = None
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """The full ``exception`` message for ``exc``."""
         t0 = time.perf_counter()
         body = capture(exc, shell=self._ext.shell, cells=self.cells)
@@ -122,34 +121,26 @@ class ExceptionMonitor:
         mid = last.get("id")
         return mid if isinstance(mid, str) else None
 
-    def snapshot_messages(self) -> list[dict[str, Any]]:
+    def snapshot_messages(self) -> list[dict[str, object]]:
         """For a panel that (re)connects: the last exception once, marked as a replay."""
         last = self.last
         return [] if last is None else [{**last, "replay": True}]
 
 
-def attach(ext: Extension) -> Callable[[], None]:
+def attach(host: Host) -> tuple[ExceptionMonitor, Callable[[], None]]:
+    """Create the monitor and register its snapshot part; returns it and its cleanup.
+    ``extension.py`` calls its ``pre_run_cell`` / ``post_run_cell`` (first of all the
+    features at a cell's end, so an OOM autopsy can link to this cell's exception)."""
     global _monitor
-    monitor = ExceptionMonitor(ext)
-    events = ext.shell.events
-    events.register("pre_run_cell", monitor.pre_run_cell)
-    events.register("post_run_cell", monitor.post_run_cell)
-    remove_part = ext.hub.add_snapshot_part(monitor.snapshot_messages)
+    monitor = ExceptionMonitor(host)
+    remove_part = host.hub.add_snapshot_part(monitor.snapshot_messages)
     _monitor = monitor
 
     def cleanup() -> None:
         global _monitor
-        for name, cb in (
-            ("pre_run_cell", monitor.pre_run_cell),
-            ("post_run_cell", monitor.post_run_cell),
-        ):
-            try:
-                events.unregister(name, cb)
-            except ValueError:
-                pass
         remove_part()
         monitor.last = None
         if _monitor is monitor:
             _monitor = None
 
-    return cleanup
+    return monitor, cleanup

@@ -102,7 +102,7 @@ class CellMap:
 
     # --- helpers -------------------------------------------------------------------
 
-    def _filename_map(self) -> dict[str, Any]:
+    def _filename_map(self) -> dict[str, object]:
         fmap = getattr(getattr(self._shell, "compile", None), "_filename_map", None)
         return fmap if isinstance(fmap, dict) else {}
 

@@ -4,8 +4,7 @@ Detectors run at flush time on rows already on the host (``[total, layer_1..L, (
 per sampled step), vectorised with torch on CPU, so they add nothing to the step itself.
 Each alarm fires once and re-arms only after the condition has cleared for a while, so a
 run that stays broken gives one alert, not one per step. Alerts carry the step, the layer
-and a one-line remedy; ``AlertLog`` keeps the recent ones for the snapshot (R06) and
-hands out new ones at most ``MAX_ALERT_MESSAGES_PER_S`` times a second.
+and a one-line remedy (``Alert`` and ``AlertLog`` are in alerts.py).
 
 Which layer is named:
 - non-finite: at the first step with a non-finite gradient norm (a NaN/Inf value, or
@@ -20,29 +19,22 @@ Which layer is named:
 
 from __future__ import annotations
 
-import itertools
 import math
 import statistics
-import threading
-import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
+
+from .alerts import REMEDY, Alert
 
 #: Totals kept for the running median.
 MEDIAN_WINDOW = 64
-#: Recent alerts kept for the snapshot.
-ALERT_HISTORY = 100
-#: Alert messages sent per second at most (the rest wait, coalesced).
-MAX_ALERT_MESSAGES_PER_S = 2.0
 #: Sampled steps back inside the limits before an alarm re-arms.
 REARM_SAMPLES = 20
 #: Optimizer steps over which AMP skips are counted.
 AMP_WINDOW = 100
 #: Sampled steps a high level must last before the running median follows it.
 ADAPT_SAMPLES = 100
-
-_ids = itertools.count(1)
 
 
 @dataclass
@@ -67,96 +59,8 @@ class Thresholds:
     #: A GradScaler scale below this has collapsed.
     amp_min_scale: float = 1.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return asdict(self)
-
-
-@dataclass
-class Alert:
-    kind: str
-    severity: str
-    step: int
-    layer: str | None
-    message: str
-    remedy: str
-    track: str
-    value: float | None = None
-    id: str = field(default_factory=lambda: f"grads-{next(_ids)}")
-    source: str = "grads"
-    time: float = field(default_factory=time.time)
-
-    def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        v = self.value
-        if v is not None and not math.isfinite(v):
-            out["value"] = "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
-        return out
-
-
-REMEDY = {
-    "non_finite": "Lower the learning rate or clip gradients "
-    "(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)); if the loss is NaN, look "
-    "for log(0), division by zero or an fp16 overflow in the forward pass.",
-    "non_finite_loss": "The loss itself is NaN/Inf: check the inputs and labels of this "
-    "batch, the loss for log(0) or division by zero, and lower the learning rate if the "
-    "weights have blown up.",
-    "explosion": "Clip gradients (torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)) "
-    "or lower the learning rate.",
-    "vanishing": "Use ReLU/GELU instead of sigmoid/tanh, add residual connections or "
-    "normalisation layers, or check for a detached or frozen branch.",
-    "amp_skips": "GradScaler keeps finding inf/NaN: use bf16 autocast, lower the learning "
-    "rate, or look for an overflow in the forward pass.",
-    "amp_scale_collapse": "The gradients overflow even at a tiny loss scale: look for a "
-    "NaN source in the forward pass, use bf16 autocast, or lower the learning rate.",
-}
-
-
-class AlertLog:
-    """Recent alerts (for snapshots) and an outbox drained at a bounded rate."""
-
-    def __init__(self, clock: Any = time.monotonic) -> None:
-        self._lock = threading.Lock()
-        self._clock = clock
-        self.history: deque[Alert] = deque(maxlen=ALERT_HISTORY)
-        self._outbox: list[Alert] = []
-        self._last_sent = -math.inf
-        self.total = 0
-
-    def add(self, alerts: list[Alert]) -> None:
-        if not alerts:
-            return
-        with self._lock:
-            self.history.extend(alerts)
-            self._outbox.extend(alerts)
-            self.total += len(alerts)
-            del self._outbox[:-ALERT_HISTORY]
-
-    def take(self, force: bool = False) -> list[Alert]:
-        """New alerts to send now, if the rate limit allows (``force``: cell end)."""
-        with self._lock:
-            if not self._outbox:
-                return []
-            now = self._clock()
-            if not force and now - self._last_sent < 1.0 / MAX_ALERT_MESSAGES_PER_S:
-                return []
-            self._last_sent = now
-            out, self._outbox = self._outbox, []
-            return out
-
-    @property
-    def waiting(self) -> bool:
-        return bool(self._outbox)
-
-    def snapshot(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return [a.to_json() for a in self.history]
-
-    def clear(self) -> int:
-        with self._lock:
-            n = len(self.history)
-            self.history.clear()
-            self._outbox.clear()
-            return n
 
 
 class Detector:

@@ -11,8 +11,8 @@ import warnings
 from typing import Any
 
 from ..extension import current
-from .actions import MAX_FIXED_STRIDE
-from .naming import WatchHandle, add_watch
+from ..watches import WatchHandle, add_watch
+from .action_args import MAX_FIXED_STRIDE
 
 _warned = False
 

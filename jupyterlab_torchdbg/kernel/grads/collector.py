@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 import torch
 from torch import Tensor
 
 _LOW = (torch.float16, torch.bfloat16)
-_zeros: dict[Any, Tensor] = {}
-_nans: dict[Any, Tensor] = {}
+_zeros: dict[torch.device, Tensor] = {}
+_nans: dict[torch.device, Tensor] = {}
 
 
 def one_norm(t: Tensor) -> Tensor:
@@ -36,9 +36,10 @@ def one_norm(t: Tensor) -> Tensor:
         t = t.coalesce().values() if t.layout == torch.sparse_coo else t.values()
     if t.is_complex():
         t = torch.view_as_real(t.resolve_conj())
+    # torch.linalg is untyped (its functions return Any).
     if t.dtype in _LOW:
-        return torch.linalg.vector_norm(t, 2, dtype=torch.float32)
-    return torch.linalg.vector_norm(t, 2)
+        return cast(Tensor, torch.linalg.vector_norm(t, 2, dtype=torch.float32))
+    return cast(Tensor, torch.linalg.vector_norm(t, 2))
 
 
 def _group_norms(ts: list[Tensor], dtype: torch.dtype) -> list[Tensor]:
@@ -53,20 +54,22 @@ def _group_norms(ts: list[Tensor], dtype: torch.dtype) -> list[Tensor]:
 
 def norms_in_order(tensors: list[Tensor]) -> list[Tensor]:
     """0-d L2 norms of ``tensors`` in their order, all on the first tensor's device."""
-    grouped = torch._C._group_tensors_by_device_and_dtype([tensors], True)
+    # Typed for lists that may hold None; none of ours do, so no group does either.
+    nested = cast("list[list[Tensor | None]]", [tensors])
+    grouped = torch._C._group_tensors_by_device_and_dtype(nested, True)
     if len(grouped) == 1:
         # The common case: one device, one dtype, already in order.
         ((_device, dtype), ([ts], _idx)) = next(iter(grouped.items()))
-        return _group_norms(ts, dtype)
+        return _group_norms(cast("list[Tensor]", ts), dtype)
     first = tensors[0].device
-    out: list[Any] = [None] * len(tensors)
+    out: list[Tensor | None] = [None] * len(tensors)
     for (device, dtype), ([ts], idx) in grouped.items():
-        norms = _group_norms(ts, dtype)
+        norms = _group_norms(cast("list[Tensor]", ts), dtype)
         if device != first:
             norms = [n.to(first, non_blocking=True) for n in norms]
         for i, n in zip(idx, norms, strict=True):
             out[i] = n
-    return out
+    return cast("list[Tensor]", out)  # every index is in exactly one group
 
 
 def _local(t: Tensor) -> tuple[Tensor, bool]:
@@ -77,7 +80,7 @@ def _local(t: Tensor) -> tuple[Tensor, bool]:
     return t, False
 
 
-def _cached(cache: dict[Any, Tensor], device: Any, value: float) -> Tensor:
+def _cached(cache: dict[torch.device, Tensor], device: torch.device, value: float) -> Tensor:
     t = cache.get(device)
     if t is None:
         t = cache[device] = torch.full((), value, dtype=torch.float32, device=device)

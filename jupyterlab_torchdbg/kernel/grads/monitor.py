@@ -1,15 +1,17 @@
-"""The gradient monitor: a global optimizer-step pre-hook that samples gradient norms.
+"""The gradient monitor: samples gradient norms at every optimizer step boundary.
 
-Zero code change: ``torch.optim.optimizer.register_optimizer_step_pre_hook`` fires before
-every ``optimizer.step()`` of every optimizer. Gradients are final there — after DDP's
-all-reduce (R34) and after GradScaler's ``unscale_`` (a step GradScaler skips never gets
-here, R31). Per optimizer a ``Track`` keeps the step count, the sampling stride, the plan
-(names and layers), the stream block its rows go to and the alarm state.
+Zero code change: the step boundary (``step_boundary.py``, torch's global optimizer step
+pre-hook) calls ``on_step`` before every ``optimizer.step()`` of every optimizer.
+Gradients are final there — after DDP's all-reduce (R34) and after GradScaler's
+``unscale_`` (a step GradScaler skips never gets here, R31). Per optimizer a ``Track``
+(track.py) keeps the step count, the sampling stride, the plan (names and layers), the
+stream block its rows go to and the alarm state. What was read is returned as a
+``StepRead`` for training control in the same step.
 
 Cost per step when not sampling: a dict lookup, a counter and a clock read. At a sampled
 step: one foreach norm pass, one stack, one row queued on the device. Everything else
 (host copy, per-layer sums, alarms) happens at flush, at most 10 times a second.
-R11: nothing here raises into ``step()``; failures are counted in ``ext.errors``.
+R11: nothing here raises into ``step()``; failures are counted in ``host.errors``.
 """
 
 from __future__ import annotations
@@ -21,13 +23,22 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...protocol import jsonable
+from ..gradscaler import scale_of_step
+from ..step_read import StepRead
+from ..watches import watch_version
 from . import naming
-from .alarms import AlertLog, Detector, Thresholds
-from .stride import DEFAULT_BUDGET, Sampler
+from .alarms import Thresholds
+from .alerts import AlertLog
+from .status import grads_message
+from .stride import Sampler
+from .track import Track, table_stats
 
 if TYPE_CHECKING:
-    from ..extension import Extension
-    from ..stream import BlockSeries
+    import torch
+
+    from ..host import Host
+    from . import collector
+    from .probe import ForwardProbe
 
 #: How often a plan is re-validated in full (watches, requires_grad, GradScaler).
 FULL_CHECK_S = 5.0
@@ -50,116 +61,24 @@ NO_GRADS_REASON = (
 )
 
 
-class Track:
-    """One optimizer seen at the step boundary (held weakly by the optimizer's key)."""
-
-    def __init__(self, optimizer: Any, name: str, sampler: Sampler, th: Thresholds) -> None:
-        self.opt_ref = weakref.ref(optimizer)
-        self.name = name
-        self.sampler = sampler
-        self.step = 0
-        self.sampled = 0
-        self.plan: naming.Plan | None = None
-        self.plan_checked = -math.inf
-        self.all_sig: tuple[Any, ...] = ()
-        self.scaler_id: int | None = None
-        self.layout: Any = None
-        self.param_layout: Any = None
-        self.recorder: BlockSeries | None = None
-        self.param_recorder: BlockSeries | None = None
-        self.last_param_t = -math.inf
-        self.detector = Detector(name, th)
-        self.state = "waiting"
-        self.reason: str | None = None
-        self.local_shard = False
-        self.layers_version = 0
-        self.sent_layers_version = -1
-        self.stats: dict[str, Any] | None = None
-        self.mode_from_watch = False
-        self.rows: list[tuple[list[float], Any]] = []  # flushed, not yet checked
-        self.rows_count = 0
-        self.probe: Any = None  # a ForwardProbe armed after a non-finite alarm
-
-    # --- names of this track's series ------------------------------------------------
-
-    @property
-    def total_series(self) -> str:
-        return f"grad/{self.name}/total"
-
-    @property
-    def scale_series(self) -> str:
-        return f"grad/{self.name}/amp_scale"
-
-    def layer_series(self, layer: str) -> str:
-        return f"grad/{self.name}/{layer}"
-
-    def param_series(self, layer: str) -> str:
-        return f"param/{self.name}/{layer}"
-
-    @property
-    def layer_names(self) -> list[str]:
-        return [] if self.plan is None else [li.name for li in self.plan.layers]
-
-    def to_json(self, full: bool, clipping: bool = False) -> dict[str, Any]:
-        s = self.sampler
-        plan = self.plan
-        amp = bool(self.layout is not None and self.layout.amp)
-        out: dict[str, Any] = {
-            "name": self.name,
-            "state": self.state,
-            "reason": self.reason,
-            "step": self.step,
-            "sampled": self.sampled,
-            "mode": s.mode,
-            "stride": 1 if clipping and s.mode != "off" else s.effective_stride,
-            "every_step": (
-                None
-                if s.mode == "off" or (s.mode == "fixed" and s.fixed == 1)
-                else "clip"
-                if clipping
-                else s.boost_reason
-                if s.boosting
-                else None
-            ),
-            "overhead": s.overhead,
-            "step_time_s": s.step_s,
-            "sample_cost_s": s.cost_ema,
-            "skipped_steps": self.detector.skipped,
-            "amp_scale": self.detector.last_scale if amp else None,
-            "local_shard": self.local_shard,
-            "coarsened": bool(plan and plan.coarsened),
-            "total_series": self.total_series,
-            "scale_series": self.scale_series if amp else None,
-            "layers_version": self.layers_version,
-        }
-        if full and plan is not None:
-            out["layers"] = [
-                {
-                    **li.to_json(),
-                    "series": self.layer_series(li.name),
-                    "param_series": self.param_series(li.name),
-                }
-                for li in plan.layers
-            ]
-        if self.stats is not None:
-            out["stats"] = self.stats
-        if self.detector.skip_steps:
-            out["skipped_at"] = list(self.detector.skip_steps)[-100:]
-        return out
-
-
 class GradMonitor:
     """Owns the step hook, the tracks, the alert log and the grads actions' state."""
 
-    def __init__(self, ext: Extension, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        ext: Host,
+        clipping: Callable[[], bool] = lambda: False,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self.ext = ext
+        #: Whether clipping is on (it reads every step's norms: this read is the one).
+        self.clipping = clipping
         self.clock = clock
         self.thresholds = Thresholds()
         self.alerts = AlertLog()
         self.mode: tuple[str, int] = ("auto", 1)
         self.tracks: weakref.WeakKeyDictionary[Any, Track] = weakref.WeakKeyDictionary()
         self._step_base: dict[str, int] = {}
-        self._handle: Any = None
         self._collector: Any = None
         self._status_dirty = True
         self._last_status = -math.inf
@@ -171,39 +90,31 @@ class GradMonitor:
         #: and how many flushes / checks it took.
         self.periodic_s = 0.0
         self.periodic_n = 0
-        # This step's read, for a later hook in the same step (clipping): see step_norms.
-        # Only weak references and the small norms row: never the parameters (R24).
-        self._current: tuple[Any, Any, int, Any] | None = None
         #: Forward probes armed and not yet reported (their hooks are removed on unload).
-        self._probes: list[Any] = []
+        self._probes: list[ForwardProbe] = []
 
     # --- lifecycle -------------------------------------------------------------------
 
-    def attach_torch(self, ext: Extension) -> Callable[[], None]:
-        """Register the global step pre-hook (called once torch is imported)."""
-        import torch.optim.optimizer as optim_mod
-
+    def attach_torch(self) -> None:
+        """torch is imported: the step boundary will call ``on_step`` from now on."""
         from . import collector
 
         self._collector = collector
-        self._handle = optim_mod.register_optimizer_step_pre_hook(self._hook)
         self.torch_attached = True
         self._status_dirty = True
-        return self.detach_torch
 
     def detach_torch(self) -> None:
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            handle.remove()
         probes, self._probes = self._probes, []
         for probe in probes:
             probe.remove()
         self.tracks = weakref.WeakKeyDictionary()
         self.torch_attached = False
 
-    # --- the hook (training thread) --------------------------------------------------
+    # --- the step boundary (training thread) -----------------------------------------
 
-    def _hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+    def on_step(self, optimizer: torch.optim.Optimizer) -> StepRead | None:
+        """Before ``optimizer.step()``: sample this step's norms if due (always while
+        clipping), then the periodic flush and alarm checks. Returns what was read."""
         try:
             now = self.clock()
             track = self.tracks.get(optimizer)
@@ -212,14 +123,10 @@ class GradMonitor:
             track.step += 1
             if track.probe is not None:
                 self._finish_probe(track)
-            sample = track.sampler.tick(now)
-            if not sample:
-                # While the clip action is on, clipping reads every step's norms anyway:
-                # this read is the one it reuses (one read of the grads serves both).
-                ctl = getattr(self.ext, "control", None)
-                sample = ctl is not None and ctl.clip is not None
-            if sample:
-                self._sample(track, optimizer, now)
+            # While the clip action is on, clipping reads every step's norms anyway:
+            # this read is the one it reuses (one read of the grads serves both).
+            sample = track.sampler.tick(now) or self.clipping()
+            norms = self._sample(track, optimizer, now) if sample else None
             stream = self.ext.stream
             due = stream.due()
             if due or (self._rows_waiting and now - self._last_eval >= EVALUATE_INTERVAL_S):
@@ -232,10 +139,18 @@ class GradMonitor:
                 track.sampler.add_cost(dt)
                 self.periodic_s += dt
                 self.periodic_n += 1
+            plan = track.plan
+            return StepRead(
+                step=track.step,
+                params=plan.params if norms is not None and plan is not None else None,
+                norms=norms,
+                scaler=plan.scaler() if plan is not None and plan.scaler is not None else None,
+            )
         except Exception:
             self.ext.count_error("grads:hook")
+            return None
 
-    def _new_track(self, optimizer: Any) -> Track:
+    def _new_track(self, optimizer: torch.optim.Optimizer) -> Track:
         taken = {t.name for t in self.tracks.values()}
         name = naming.optimizer_name(optimizer, self._ns(), taken)
         mode, fixed = self.mode
@@ -248,30 +163,34 @@ class GradMonitor:
         self._status_dirty = True
         return track
 
-    def _sample(self, track: Track, optimizer: Any, now: float) -> None:
+    def _sample(
+        self, track: Track, optimizer: torch.optim.Optimizer, now: float
+    ) -> torch.Tensor | None:
+        """Read this step's per-tensor norms into the track's block; returns them (the
+        first ``len(plan.params)`` values of the row, aligned with ``plan.params``)."""
         plan = track.plan
         if (
             plan is None
             or now - track.plan_checked > FULL_CHECK_S
-            or plan.watch_version != naming._version
+            or plan.watch_version != watch_version()
             or naming.group_sig(optimizer) != plan.sig
         ):
             self._check_plan(track, optimizer, now)
             plan = track.plan
-        if plan is None or not plan.enabled or track.recorder is None:
-            return
+        if plan is None or not plan.enabled or track.recorder is None or track.layout is None:
+            return None
         col = self._collector
         amp = bool(track.layout.amp)
-        row = col.grad_row(plan.params, self._scale(plan, optimizer) if amp else None, amp)
+        scaler = plan.scaler() if amp and plan.scaler is not None else None
+        row: collector.Row | None = col.grad_row(plan.params, scale_of_step(scaler, optimizer), amp)
         if row is None:
             self._set_state(track, "no_grads", NO_GRADS_REASON)
-            return
+            return None
         self._set_state(track, "active", None)
         if row.local_shard and not track.local_shard:
             track.local_shard = True
             self._status_dirty = True
         track.recorder.record(row.values, track.step, track.layout)
-        self._current = (weakref.ref(optimizer), weakref.ref(track), track.step, row.values)
         track.sampled += 1
         self._step_base[track.name] = track.step
         t_read = self.clock()
@@ -286,84 +205,23 @@ class GradMonitor:
             track.sampler.add_cost(dt)
             self.periodic_s += dt
         track.sampler.observe(t_read - now)
+        return row.values[: len(plan.params)]
 
     def _set_state(self, track: Track, state: str, reason: str | None) -> None:
-        if track.state != state:
-            track.state, track.reason = state, reason
+        if track.set_state(state, reason):
             self._status_dirty = True
 
-    def _check_plan(self, track: Track, optimizer: Any, now: float) -> None:
+    def _check_plan(self, track: Track, optimizer: torch.optim.Optimizer, now: float) -> None:
         """Validate the plan in full; rebuild names, layout and block when it changed."""
-        track.plan_checked = now
-        ns = self._ns()
-        naming.watches()  # drops dead watches (bumps the version if any died)
-        all_sig = tuple(
-            (id(p), bool(getattr(p, "requires_grad", False)))
-            for _, _, p in naming.optimizer_params(optimizer)
-        )
-        scaler = naming.find_scaler(ns)
-        scaler_id = None if scaler is None else id(scaler)
-        plan = track.plan
-        if (
-            plan is not None
-            and plan.watch_version == naming._version
-            and plan.sig == naming.group_sig(optimizer)
-            and all_sig == track.all_sig
-            and scaler_id == track.scaler_id
-        ):
-            return
-        new = naming.build_plan(optimizer, track.name, ns)
-        track.all_sig, track.scaler_id = all_sig, scaler_id
-        if new.stride is not None:
-            track.sampler.set_mode("fixed", new.stride)
-            track.mode_from_watch = True
-        elif track.mode_from_watch:
-            track.sampler.set_mode(*self.mode)
-            track.mode_from_watch = False
-        same = (
-            plan is not None
-            and [li.name for li in plan.layers] == [li.name for li in new.layers]
-            and plan.layer_of == new.layer_of
-            and [id(p) for p in plan.params] == [id(p) for p in new.params]
-            and (plan.scaler is None) == (new.scaler is None)
-        )
-        track.plan = new
-        if not new.enabled:
-            self._set_state(track, "disabled", new.reason)
-            return
-        if same:
-            return
-        col = self._collector
-        amp = new.scaler is not None
-        layers = [li.name for li in new.layers]
-        track.layout = col.Layout(new.layer_of, len(layers), amp)
-        track.param_layout = col.Layout(new.layer_of, len(layers), False)
-        names = [track.total_series] + [track.layer_series(n) for n in layers]
-        if amp:
-            names.append(track.scale_series)
-        stream = self.ext.stream
-        track.recorder = stream.block(names)
         wt = weakref.ref(track)
-        track.recorder.on_rows = lambda xs, m: self._on_rows(wt, xs, m)
-        pnames = [f"param/{track.name}/total"] + [track.param_series(n) for n in layers]
-        track.param_recorder = stream.block(pnames)
-        track.stats = None
-        track.layers_version += 1
-        self._set_state(track, "active", None)
-        self._status_dirty = True
 
-    def _scale(self, plan: naming.Plan, optimizer: Any) -> Any:
-        """GradScaler's scale tensor if this step came through it (stage UNSCALED)."""
-        scaler = plan.scaler() if plan.scaler is not None else None
-        if scaler is None:
-            return None
-        states = getattr(scaler, "_per_optimizer_states", None)
-        st = states.get(id(optimizer)) if isinstance(states, dict) else None
-        if not isinstance(st, dict) or getattr(st.get("stage"), "name", None) != "UNSCALED":
-            return None
-        return getattr(scaler, "_scale", None)
+        def on_rows(xs: list[float], m: Any) -> None:
+            self._on_rows(wt, xs, m)
 
-    def _ns(self) -> dict[str, Any]:
+        if track.check_plan(optimizer, now, self._ns(), self.mode, self.ext.stream, on_rows):
+            self._status_dirty = True
+
+    def _ns(self) -> dict[str, object]:
         ns = getattr(self.ext.shell, "user_ns", None)
         return ns if isinstance(ns, dict) else {}
 
@@ -388,6 +246,8 @@ class GradMonitor:
         try:
             import torch
 
+            # Rows are only recorded once the track has a layout (a None fails as before).
+            assert track.layout is not None
             width = 1 + len(track.layer_names) + (1 if track.layout.amp else 0)
             rows = [(xs, m) for xs, m in rows if m.shape[1] == width]  # layout changed
             if not rows:
@@ -403,7 +263,7 @@ class GradMonitor:
                 loss_nonfinite=self._loss_nonfinite(),
                 amp=bool(track.layout.amp),
             )
-            track.stats = _stats(m, track.stats, len(track.layer_names))
+            track.stats = table_stats(m, track.stats, len(track.layer_names))
             if det.rising and track.sampler.mode == "auto":
                 # The norm is climbing: watch every step for a while (see stride.boost).
                 if not track.sampler.boosting:
@@ -486,36 +346,32 @@ class GradMonitor:
         self._status_dirty = False
         self.ext.hub.broadcast(jsonable(self.status(full=False)))
 
-    def status(self, full: bool) -> dict[str, Any]:
+    def snapshot_messages(self) -> list[dict[str, object]]:
+        """Replayed on (re)connect (R06): the panel lists these alerts without popping up."""
+        out = [self.status(full=True)]
+        alerts = self.alerts.snapshot()
+        if alerts:
+            out.append({"method": "alert", "alerts": alerts, "replay": True})
+        return out
+
+    def post_run_cell(self) -> None:
+        """The cell ended: send the last rows (waiting for in-flight device copies), any
+        alerts the rate limit held back, and a final status."""
+        if self.torch_attached and len(self.tracks):
+            self.ext.stream.flush(wait=True)
+        self._after_flush(force=True)
+
+    def status(self, full: bool) -> dict[str, object]:
         """The ``grads`` message; ``full`` always lists layers (snapshots)."""
-        tracks = []
-        ctl = getattr(self.ext, "control", None)
-        clipping = ctl is not None and ctl.clip is not None
-        for t in list(self.tracks.values()):
-            send_layers = full or t.sent_layers_version != t.layers_version
-            tracks.append(t.to_json(send_layers, clipping))
-            if send_layers and not full:
-                t.sent_layers_version = t.layers_version
-        mode, fixed = self.mode
-        if not self.torch_attached:
-            state, reason = "waiting", "torch is not imported yet"
-        elif not tracks:
-            state, reason = "waiting", "no optimizer step yet: train and the norms appear"
-        elif mode == "off":
-            state, reason = "off", "sampling is off (set_stride)"
-        else:
-            state, reason = "active", None
-        return {
-            "method": "grads",
-            "state": state,
-            "reason": reason,
-            "mode": mode,
-            "stride": fixed if mode == "fixed" else None,
-            "budget": DEFAULT_BUDGET,
-            "thresholds": self.thresholds.to_json(),
-            "alerts": self.alerts.total,
-            "tracks": tracks,
-        }
+        return grads_message(
+            list(self.tracks.values()),
+            full=full,
+            clipping=self.clipping(),
+            torch_attached=self.torch_attached,
+            mode=self.mode,
+            thresholds=self.thresholds,
+            alerts_total=self.alerts.total,
+        )
 
     # --- settings (actions; may run on a subshell thread) ----------------------------
 
@@ -534,56 +390,5 @@ class GradMonitor:
         self._status_dirty = True
         return th
 
-    def track_for(self, optimizer: Any) -> Track | None:
+    def track_for(self, optimizer: torch.optim.Optimizer) -> Track | None:
         return self.tracks.get(optimizer)
-
-    def step_norms(self, optimizer: Any) -> tuple[list[Any], Any] | None:
-        """This step's per-tensor gradient norms, if the monitor sampled this step.
-
-        For a step pre-hook that runs after the monitor's (clipping): ``(params, norms)``
-        with ``norms`` a 1-D device tensor aligned with ``params`` (0 where grad is None),
-        so one read of the gradients serves both; ``torch.linalg.vector_norm(norms)`` is
-        ``get_total_norm`` of the grads. None when this step was not sampled (or the
-        optimizer is another one): read the gradients yourself then.
-        """
-        cur = self._current
-        if cur is None or cur[0]() is not optimizer:
-            return None
-        track = cur[1]()
-        if track is None or track.plan is None or track.step != cur[2]:
-            return None
-        params = track.plan.params
-        return params, cur[3][: len(params)]
-
-
-def _stats(m: Any, prev: dict[str, Any] | None, n_layers: int) -> dict[str, Any]:
-    """Per-series last / max / min (finite values) / non-finite count, total first."""
-    import torch
-
-    m = m[:, : 1 + n_layers].double()
-    fin = torch.isfinite(m)
-    inf = torch.tensor(math.inf, dtype=torch.float64)
-    mx = torch.where(fin, m, -inf).amax(0)
-    mn = torch.where(fin, m, inf).amin(0)
-    nf = (~fin).sum(0)
-    if prev is not None and len(prev["last"]) == 1 + n_layers:
-        mx = torch.maximum(mx, _t(prev["max"], -math.inf))
-        mn = torch.minimum(mn, _t(prev["min"], math.inf))
-        nf = nf + torch.tensor(prev["nonfinite"], dtype=torch.long)
-    return {
-        "last": m[-1].tolist(),  # NaN/Inf kept: jsonable() spells them out (R10)
-        "max": [_num(v) for v in mx.tolist()],
-        "min": [_num(v) for v in mn.tolist()],
-        "nonfinite": [int(v) for v in nf.tolist()],
-    }
-
-
-def _t(values: list[Any], missing: float) -> Any:
-    import torch
-
-    return torch.tensor([missing if v is None else float(v) for v in values], dtype=torch.float64)
-
-
-def _num(v: float) -> float | None:
-    """A finite float, or None (never seen a finite value: the panel shows "n/a")."""
-    return v if math.isfinite(v) else None

@@ -8,20 +8,25 @@ otherwise ``<optimizer>.group<g>.p<i>``. A layer is the module owning the parame
 FSDP, activation checkpointing and DataParallel/DDP are dropped, so names read as the
 user's model.
 
-Watches (``watch(model, optimizer=None, *, stride=None)``) also limit scope: once any
-watch is active, only watched models' parameters (of the given optimizer, or of any
-optimizer stepping them) are monitored. Everything here holds models and optimizers by
-weakref (R24); the plan built for an optimizer holds its parameters only as long as the
-optimizer itself does (the monitor keys plans weakly by optimizer).
+Watches (``watch(model, optimizer=None, *, stride=None)``; the registry is
+``kernel/watches.py``) also limit scope: once any watch is active, only watched models'
+parameters (of the given optimizer, or of any optimizer stepping them) are monitored.
+Everything here holds models and optimizers by weakref (R24); the plan built for an
+optimizer holds its parameters only as long as the optimizer itself does (the monitor keys
+plans weakly by optimizer).
 """
 
 from __future__ import annotations
 
 import sys
-import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from ..watches import watches
+
+if TYPE_CHECKING:
+    import torch
 
 #: More layers than this are merged into their parent modules (one level at a time), so a
 #: model with 10,000 tensors stays a readable chart and a bounded message (R09).
@@ -31,92 +36,6 @@ MAX_PARAMS_LISTED = 32
 #: Attribute names of wrappers whose level is not part of the user's model.
 _WRAPPER_PARTS = frozenset({"_orig_mod", "_fsdp_wrapped_module", "_checkpoint_wrapped_module"})
 _DATA_PARALLEL = frozenset({"DataParallel", "DistributedDataParallel"})
-
-
-# --- watch() registry ---------------------------------------------------------------
-
-
-class WatchHandle:
-    """What ``watch()`` returns: ``.remove()`` ends the watch; also a context manager.
-
-    Holds the model and optimizer by weakref only: deleting the model ends the watch.
-    """
-
-    def __init__(self, model: Any, optimizer: Any = None, stride: int | None = None) -> None:
-        self._model = weakref.ref(model)
-        self._optimizer = None if optimizer is None else weakref.ref(optimizer)
-        self.stride = stride
-        self.removed = False
-
-    @property
-    def model(self) -> Any:
-        return self._model()
-
-    @property
-    def optimizer(self) -> Any:
-        return None if self._optimizer is None else self._optimizer()
-
-    @property
-    def active(self) -> bool:
-        if self.removed or self._model() is None:
-            return False
-        return self._optimizer is None or self._optimizer() is not None
-
-    def remove(self) -> None:
-        """Stop watching (idempotent)."""
-        global _version
-        with _lock:
-            self.removed = True
-            if self in _watches:
-                _watches.remove(self)
-            _version += 1
-
-    def __enter__(self) -> WatchHandle:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.remove()
-
-    def __repr__(self) -> str:
-        model = self._model()
-        kind = type(model).__name__ if model is not None else "dead model"
-        state = "active" if self.active else "removed"
-        return f"<jupyterlab_torchdbg watch of {kind} ({state}, stride={self.stride or 'auto'})>"
-
-
-_lock = threading.Lock()
-_watches: list[WatchHandle] = []
-_version = 0
-
-
-def add_watch(model: Any, optimizer: Any = None, stride: int | None = None) -> WatchHandle:
-    global _version
-    handle = WatchHandle(model, optimizer, stride)
-    with _lock:
-        _watches.append(handle)
-        _version += 1
-    return handle
-
-
-def watches() -> tuple[int, list[WatchHandle]]:
-    """(version, active watches); dead ones are dropped (the version moves on)."""
-    global _version
-    with _lock:
-        alive = [w for w in _watches if w.active]
-        if len(alive) != len(_watches):
-            _watches[:] = alive
-            _version += 1
-        return _version, list(alive)
-
-
-def clear_watches() -> None:
-    """Forget every watch (tests; a fresh kernel state)."""
-    global _version
-    with _lock:
-        for w in _watches:
-            w.removed = True
-        _watches.clear()
-        _version += 1
 
 
 # --- namespace scan -------------------------------------------------------------------
@@ -186,7 +105,7 @@ class LayerInfo:
     numel: int = 0
     more: int = 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         out: dict[str, Any] = {"name": self.name, "params": self.params, "numel": self.numel}
         if self.more:
             out["more_params"] = self.more
@@ -198,7 +117,7 @@ class Plan:
     """How one optimizer's step is read: parameters in order and their layers."""
 
     sig: tuple[tuple[int, int], ...]
-    params: list[Any]
+    params: list[torch.Tensor]
     layer_of: list[int]
     layers: list[LayerInfo]
     enabled: bool = True
@@ -215,12 +134,12 @@ class Plan:
         return tuple((id(p), bool(p.requires_grad)) for p in self.params)
 
 
-def group_sig(optimizer: Any) -> tuple[tuple[int, int], ...]:
+def group_sig(optimizer: torch.optim.Optimizer) -> tuple[tuple[int, int], ...]:
     """Cheap identity of the optimizer's parameter lists (checked at every sample)."""
     return tuple((id(g["params"]), len(g["params"])) for g in optimizer.param_groups)
 
 
-def optimizer_params(optimizer: Any) -> list[tuple[int, int, Any]]:
+def optimizer_params(optimizer: torch.optim.Optimizer) -> list[tuple[int, int, Any]]:
     """(group index, index in group, tensor), each tensor once (tied params, R33)."""
     seen: set[int] = set()
     out: list[tuple[int, int, Any]] = []
@@ -232,7 +151,7 @@ def optimizer_params(optimizer: Any) -> list[tuple[int, int, Any]]:
     return out
 
 
-def build_plan(optimizer: Any, track: str, ns: dict[str, Any]) -> Plan:
+def build_plan(optimizer: torch.optim.Optimizer, track: str, ns: dict[str, Any]) -> Plan:
     """Name and scope one optimizer's parameters."""
     version, active = watches()
     all_params = optimizer_params(optimizer)
@@ -385,7 +304,7 @@ def _numel(p: Any) -> int:
         return 0
 
 
-def optimizer_name(optimizer: Any, ns: dict[str, Any], taken: set[str]) -> str:
+def optimizer_name(optimizer: torch.optim.Optimizer, ns: dict[str, Any], taken: set[str]) -> str:
     """The user's name for the optimizer (``opt``), else ``optimizer``/``optimizer2``..."""
     for k, v in list(ns.items()):
         if v is optimizer and isinstance(k, str) and not k.startswith("_") and k not in taken:

@@ -26,9 +26,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .alarms import Alert
+from .alerts import Alert
+
+if TYPE_CHECKING:
+    from torch.utils.hooks import RemovableHandle
 
 #: Modules hooked per root at most (a huge model is probed at its first levels only).
 MAX_MODULES = 4096
@@ -47,7 +50,7 @@ REMEDY = {
 }
 
 
-def _tensors(value: Any, depth: int = 0) -> Iterable[Any]:
+def _tensors(value: object, depth: int = 0) -> Iterable[Any]:
     import torch
 
     if isinstance(value, torch.Tensor):
@@ -60,7 +63,7 @@ def _tensors(value: Any, depth: int = 0) -> Iterable[Any]:
             yield from _tensors(v, depth + 1)
 
 
-def _finite(value: Any) -> bool:
+def _finite(value: object) -> bool:
     """True when every floating tensor in ``value`` is finite (metadata-safe)."""
     import torch
 
@@ -77,7 +80,7 @@ def _finite(value: Any) -> bool:
     return True
 
 
-def _abs_max(value: Any) -> float | None:
+def _abs_max(value: object) -> float | None:
     """The largest finite |value| among the floating tensors of ``value`` (None if none)."""
     import torch
 
@@ -123,7 +126,7 @@ class ForwardProbe:
         self.track = track
         self.armed_at = step
         self._lock = threading.Lock()
-        self._handles: list[Any] = []
+        self._handles: list[RemovableHandle] = []
         self.ran = False
         self.input_bad: str | None = None
         self.origin: tuple[str, bool] | None = None  # (module name, its weights finite)

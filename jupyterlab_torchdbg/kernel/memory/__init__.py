@@ -3,13 +3,16 @@
 Files: ``sources`` (torch allocator, NVML, host RSS, a recorded fake; device mapping by
 UUID), ``breakdown`` (parameters / gradients / optimizer state / everything else),
 ``autopsy`` (what filled the memory when a cell died of OOM, and the remedies that fit),
-``recording`` (memory-history start/stop and the top allocation sites), ``actions``
-(``empty_cache``, ``release_refs``, ``record_memory``, ``save_checkpoint``), ``monitor``
-(sampling, the ``memory`` status message, the poller thread).
+``recording`` (memory-history start/stop and the top allocation sites),
+``action_args`` / ``action_handlers`` (``empty_cache``, ``release_refs``,
+``record_memory``, ``save_checkpoint``), ``monitor`` (sampling, the OOM trigger),
+``status`` (the ``memory`` message), ``poller`` (the NVML / RSS thread), ``safe_point``
+(actions that wait for the training thread).
 
-``attach(ext)`` registers the actions, the cell events and the snapshot part, starts the
-poller thread, and asks ``ext.on_torch`` for the optimizer step post-hook; nothing here
-imports torch or initialises CUDA (R02). Every registration is undone on unload (R01).
+``attach(host, exception_id)`` registers the actions and the snapshot part and starts the
+poller thread; the step boundary calls ``MemoryMonitor.after_step`` and ``extension.py``
+the cell events. Nothing here imports torch or initialises CUDA (R02). Every
+registration is undone on unload (R01).
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..actions import no_args
-from .actions import MemoryActions, validate_checkpoint, validate_record
-from .monitor import POLL_INTERVAL_S, MemoryMonitor, Poller
+from ..action_args import no_args
+from .action_args import validate_checkpoint, validate_record
+from .action_handlers import MemoryActions
+from .monitor import POLL_INTERVAL_S, MemoryMonitor
+from .poller import Poller
 
 if TYPE_CHECKING:
-    from ..extension import Extension
+    from ..host import Host
 
 __all__ = ["MemoryMonitor", "attach", "current_monitor"]
 
@@ -30,35 +35,26 @@ _monitor: MemoryMonitor | None = None
 
 
 def current_monitor() -> MemoryMonitor | None:
-    """The loaded extension's memory monitor, or None."""
+    """The loaded extension's memory monitor, or None (for tests and the benchmark)."""
     return _monitor
 
 
-def attach(ext: Extension) -> Callable[[], None]:
+def attach(
+    host: Host, exception_id: Callable[[int | None], str | None]
+) -> tuple[MemoryMonitor, Callable[[], None]]:
+    """Create the monitor, register its actions and start its poller; returns it and its
+    cleanup. ``exception_id`` links an OOM autopsy to the ``exception`` of the same cell."""
     global _monitor
-    mon = MemoryMonitor(ext)
+    mon = MemoryMonitor(host, exception_id=exception_id)
     handlers = MemoryActions(mon)
     removers: list[Callable[[], None]] = [
-        ext.actions.register("empty_cache", no_args, handlers.empty_cache),
-        ext.actions.register("release_refs", no_args, handlers.release_refs),
-        ext.actions.register("record_memory", validate_record, handlers.record_memory),
-        ext.actions.register("save_checkpoint", validate_checkpoint, handlers.save_checkpoint),
-        ext.hub.add_snapshot_part(mon.snapshot_messages),
+        host.actions.register("empty_cache", no_args, handlers.empty_cache),
+        host.actions.register("release_refs", no_args, handlers.release_refs),
+        host.actions.register("record_memory", validate_record, handlers.record_memory),
+        host.actions.register("save_checkpoint", validate_checkpoint, handlers.save_checkpoint),
+        host.hub.add_snapshot_part(mon.snapshot_messages),
     ]
-    events = ext.shell.events
-    events.register("pre_run_cell", mon.pre_run_cell)
-    events.register("post_run_cell", mon.post_run_cell)
-
-    def unregister_events() -> None:
-        for name, cb in (("pre_run_cell", mon.pre_run_cell), ("post_run_cell", mon.post_run_cell)):
-            try:
-                events.unregister(name, cb)
-            except ValueError:
-                pass
-
-    removers.append(unregister_events)
-    ext.on_torch(mon.attach_torch)
-    poller = Poller(mon.poll_once, POLL_INTERVAL_S, lambda: ext.count_error("memory:poll"))
+    poller = Poller(mon.poll_once, POLL_INTERVAL_S, lambda: host.count_error("memory:poll"))
     mon.poller = poller
     removers.append(poller.start())
     removers.append(mon.recorder.shutdown)
@@ -70,10 +66,10 @@ def attach(ext: Extension) -> Callable[[], None]:
             try:
                 remove()
             except Exception:
-                ext.count_error("memory:unload")
+                host.count_error("memory:unload")
         # A waiting save_checkpoint must not hang past unload.
         mon.run_jobs()
         if _monitor is mon:
             _monitor = None
 
-    return cleanup
+    return mon, cleanup

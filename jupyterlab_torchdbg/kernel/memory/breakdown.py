@@ -146,7 +146,7 @@ def compute(
     allocated: dict[str, int | None] | None = None,
     rss: int | None = None,
     max_tensors: int = MAX_TENSORS,
-    own: Callable[[Any], bool] | None = None,
+    own: Callable[[object], bool] | None = None,
 ) -> dict[str, Any]:
     """The breakdown per device (a ``MemoryBreakdown`` of the protocol).
 
@@ -267,7 +267,7 @@ def _device_key(dev: str) -> tuple[int, str, int]:
     return (0 if kind == "cpu" else 1, kind, int(idx) if idx.isdigit() else -1)
 
 
-def device_row(breakdown: dict[str, Any] | None, device: str) -> dict[str, Any] | None:
+def device_row(breakdown: dict[str, Any] | None, device: str) -> dict[str, object] | None:
     if not breakdown:
         return None
     return next((r for r in breakdown.get("devices", []) if r.get("device") == device), None)

@@ -28,11 +28,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..actions import ActionError
+from ..action_registry import ActionError
 
 DEFAULT_MAX_ENTRIES = 100_000
-MIN_MAX_ENTRIES = 1_000
-MAX_MAX_ENTRIES = 2_000_000
 TOP_SITES = 10
 #: Longest file / function name sent in a site (R09: payloads stay bounded).
 SITE_TEXT_CHARS = 200
@@ -58,7 +56,7 @@ class AllocatorHistory(Protocol):
 
     def disable(self) -> None: ...
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         """``torch.cuda.memory._snapshot()``: segments → blocks, and device_traces."""
 
 
@@ -96,7 +94,7 @@ class TorchHistory:
     def disable(self) -> None:
         self._torch().cuda.memory._record_memory_history(enabled=None)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         snap = self._torch().cuda.memory._snapshot()
         return snap if isinstance(snap, dict) else {}
 
@@ -134,7 +132,7 @@ class ReplayHistory:
         self.calls.append("disable")
         self.enabled = None
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         self.calls.append("snapshot")
         return copy.deepcopy(self._snap)
 
@@ -161,10 +159,10 @@ class HistoryRecorder:
         self.last: dict[str, Any] | None = None
         self._queued: Callable[[], None] | None = None
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> dict[str, object]:
         return {**self._state(), "last": self.last}
 
-    def _state(self) -> dict[str, Any]:
+    def _state(self) -> dict[str, object]:
         return {"state": self.state, "max_entries": self.max_entries, "since": self.since}
 
     def _check(self) -> AllocatorHistory:
@@ -175,7 +173,7 @@ class HistoryRecorder:
             raise ActionError(bad, "refused")
         return history
 
-    def start(self, max_entries: int) -> dict[str, Any]:
+    def start(self, max_entries: int) -> dict[str, object]:
         with self._lock:
             history = self._check()
             if self.state != "off":
@@ -203,7 +201,7 @@ class HistoryRecorder:
         if fn is not None:
             self.history.cancel(fn)
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self) -> dict[str, object]:
         with self._lock:
             if self.state == "off":
                 raise ActionError("no memory recording is running", "refused")
@@ -279,7 +277,7 @@ def _site(frames: Any) -> dict[str, Any] | None:
     }
 
 
-def top_sites(snap: dict[str, Any], n: int = TOP_SITES) -> dict[str, Any]:
+def top_sites(snap: dict[str, Any], n: int = TOP_SITES) -> dict[str, object]:
     """Top allocation sites by bytes: still live at the stop, and allocated in total."""
     live: dict[tuple[str, int, str], list[int]] = {}
     for seg in snap.get("segments", []) or []:
@@ -312,7 +310,7 @@ def top_sites(snap: dict[str, Any], n: int = TOP_SITES) -> dict[str, Any]:
             acc[0] += int(e.get("size", 0) or 0)
             acc[1] += 1
 
-    def rows(d: dict[tuple[str, int, str], list[int]]) -> list[dict[str, Any]]:
+    def rows(d: dict[tuple[str, int, str], list[int]]) -> list[dict[str, object]]:
         ordered = sorted(d.items(), key=lambda kv: -kv[1][0])[:n]
         return [
             {"file": f, "line": ln, "function": fn, "bytes": b, "count": c}

@@ -3,33 +3,8 @@ import React, { useState } from 'react';
 
 import { TorchDbgConnection } from '../../connection/connection';
 import { ActionName, IActionArgs } from '../../protocol/messages';
-import { useSignalRender } from '../../sidebar/hooks';
-
-/**
- * Send a control action: note it as pending while the kernel is busy without
- * subshells, and resolve to the kernel's error message (or '' on success).
- */
-export async function sendControl<K extends ActionName>(
-  conn: TorchDbgConnection,
-  action: K,
-  args: IActionArgs[K]
-): Promise<string> {
-  const control = conn.model.control;
-  let pending = false;
-  try {
-    const reply = await conn.sendAction(action, args, () => {
-      pending = true;
-      control.addPending(action);
-    });
-    return reply.method === 'error' ? reply.message : '';
-  } catch (e) {
-    return (e as Error).message;
-  } finally {
-    if (pending) {
-      control.removePending(action);
-    }
-  }
-}
+import { useSignalRender } from '../../ui/useSignalRender';
+import { sendControl } from './sendControl';
 
 /** Clip, pause / resume / single step and LR scaling of the running loop. */
 export function ControlPanel(props: {

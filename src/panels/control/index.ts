@@ -1,2 +1,3 @@
-export { ControlPanel, sendControl } from './body';
+export { ControlPanel } from './body';
+export { sendControl } from './sendControl';
 export { ControlModel } from './model';

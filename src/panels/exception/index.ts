@@ -1,4 +1,5 @@
-export { ExceptionPanel, RichText } from './body';
-export type { IExceptionActions } from './body';
+export { ExceptionPanel } from './body';
+export { RichText } from '../../ui/richText';
+export type { IExceptionActions } from './actions';
 export { ExceptionModel } from './model';
 export { exceptionReport } from './report';

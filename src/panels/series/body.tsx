@@ -1,10 +1,9 @@
 import type { TranslationBundle } from '@jupyterlab/translation';
-import React, { useEffect, useRef } from 'react';
+import React from 'react';
 
-import { LineChart, seriesColor } from '../../charts/lineChart';
 import { TorchDbgModel } from '../../model/model';
-import { SeriesRing } from '../../model/ringbuffer';
-import { useSignalRender } from '../../sidebar/hooks';
+import { useSignalRender } from '../../ui/useSignalRender';
+import { SeriesCard } from './seriesCard';
 
 /**
  * Names under `grad/` and `param/` (gradient monitor) and `mem/` (memory) are
@@ -15,75 +14,6 @@ export function isMonitorSeries(name: string): boolean {
     name.startsWith('grad/') ||
     name.startsWith('param/') ||
     name.startsWith('mem/')
-  );
-}
-
-/** Format a value for the card header: short, and honest about NaN/Inf. */
-export function formatValue(v: number): string {
-  if (Number.isNaN(v)) {
-    return 'NaN';
-  }
-  if (!Number.isFinite(v)) {
-    return v > 0 ? '+Inf' : '-Inf';
-  }
-  const a = Math.abs(v);
-  if (a !== 0 && (a < 1e-3 || a >= 1e5)) {
-    return v.toExponential(3);
-  }
-  return v.toPrecision(4);
-}
-
-/** One series: its name, last value and a live chart. */
-function SeriesCard(props: {
-  name: string;
-  ring: SeriesRing;
-  index: number;
-  tick: number;
-  trans: TranslationBundle;
-}): JSX.Element {
-  const host = useRef<HTMLDivElement>(null);
-  const chart = useRef<LineChart | null>(null);
-  useEffect(() => {
-    const c = new LineChart({
-      series: [{ label: props.name, color: seriesColor(props.index) }],
-      height: 120
-    });
-    chart.current = c;
-    host.current?.appendChild(c.node);
-    return () => {
-      c.dispose();
-      c.node.remove();
-      chart.current = null;
-    };
-  }, [props.name, props.index]);
-  useEffect(() => {
-    const { x, y } = props.ring.toArrays();
-    chart.current?.setData(x, y);
-  }, [props.tick, props.ring]);
-  const { trans } = props;
-  return (
-    <section className="jp-TorchDbg-seriesCard" data-series={props.name}>
-      <header className="jp-TorchDbg-seriesHeader">
-        <span
-          className="jp-TorchDbg-swatch"
-          style={{ background: seriesColor(props.index) }}
-        />
-        <span className="jp-TorchDbg-seriesName" title={props.name}>
-          {props.name}
-        </span>
-        <span className="jp-TorchDbg-seriesValue">
-          {formatValue(props.ring.last)}
-        </span>
-      </header>
-      <div className="jp-TorchDbg-chartHost" ref={host} />
-      <footer className="jp-TorchDbg-seriesFooter">
-        {trans.__(
-          'step %1 · %2 points',
-          Number.isFinite(props.ring.lastX) ? String(props.ring.lastX) : '–',
-          String(props.ring.total)
-        )}
-      </footer>
-    </section>
   );
 }
 

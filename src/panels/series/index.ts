@@ -1,1 +1,2 @@
-export { SeriesPanel, formatValue } from './body';
+export { SeriesPanel } from './body';
+export { formatValue } from '../../ui/formatValue';

@@ -53,7 +53,7 @@ def inplace_modification(ctx: Context) -> Diagnosis | None:
         shape = ints_in(m.group(2))
         op, version, expected = m.group(4), int(m.group(5)), int(m.group(6))
         facts = {"shape": shape, "op": op, "version": version, "expected_version": expected}
-        seen: set[Any] = set()
+        seen: set[object] = set()
         for i in user_frames(ctx):
             for r in frame_rows(ctx.frames[i]):
                 if (
@@ -100,7 +100,7 @@ def _inplace_modules(ctx: Context) -> list[Row]:
         for r in frame_rows(ctx.frames[i]):
             if r.get("kind") != "module":
                 continue
-            model = ctx.resolve(r.get("_id"))
+            model = ctx.resolve_row(r)
             if model is None:
                 continue
             try:

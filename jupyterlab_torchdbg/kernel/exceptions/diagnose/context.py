@@ -40,6 +40,11 @@ class Context:
     #: exception itself is not recognised.
     others: list[tuple[str, str]] = field(default_factory=list)
 
+    def resolve_row(self, row: Row) -> Any:
+        """The live object a row summarises; None for a row without an ``_id``."""
+        obj_id = row.get("_id")
+        return None if obj_id is None else self.resolve(obj_id)
+
 
 def frame_rows(frame: dict[str, Any]) -> list[Row]:
     rows = frame.get("locals")
@@ -118,7 +123,7 @@ def name_for(ctx: Context, obj_id: Any) -> tuple[str, int | None] | None:
     for i, r in rows:
         if r.get("kind") != "module":
             continue
-        path = _path_in_module(ctx.resolve(r.get("_id")), obj_id)
+        path = _path_in_module(ctx.resolve_row(r), obj_id)
         if path is not None:
             return f"{r['name']}.{path}", i
     return None
@@ -178,7 +183,7 @@ def user_name_or(c: Row | None, fallback: str) -> str:
 
 def merge_culprits(*groups: list[Row]) -> list[Row]:
     """Culprits without duplicates (same object), first occurrence wins."""
-    seen: set[Any] = set()
+    seen: set[object] = set()
     out = []
     for g in groups:
         for c in g:

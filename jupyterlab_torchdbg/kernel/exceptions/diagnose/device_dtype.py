@@ -138,7 +138,7 @@ def device_mismatch(ctx: Context) -> Diagnosis | None:
 
 def _odd_parameters(ctx: Context, module: Row, devices: list[str]) -> list[Row]:
     """Parameters of a multi-device model that sit on its less common device(s)."""
-    model = ctx.resolve(module.get("_id"))
+    model = ctx.resolve_row(module)
     if model is None:
         return []
     by_device: dict[str, list[str]] = {}

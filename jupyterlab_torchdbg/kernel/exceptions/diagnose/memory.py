@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ...units import BYTE_UNITS, fmt_bytes
 from .context import (
     LOSS_FUNCS,
     LOSS_TYPES,
@@ -24,18 +25,7 @@ from .context import (
     user_name_or,
 )
 
-_UNITS = {
-    "B": 1,
-    "bytes": 1,
-    "KiB": 2**10,
-    "MiB": 2**20,
-    "GiB": 2**30,
-    "TiB": 2**40,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "TB": 10**12,
-}
+_UNITS = BYTE_UNITS
 _SIZE = r"(\d+(?:\.\d+)?)\s*(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)\b"
 
 
@@ -43,15 +33,6 @@ def _bytes(m: re.Match[str] | None, at: int = 1) -> int | None:
     if m is None:
         return None
     return int(float(m.group(at)) * _UNITS[m.group(at + 1)])
-
-
-def fmt_bytes(n: int | None) -> str:
-    if n is None:
-        return "n/a"
-    for unit in ("TiB", "GiB", "MiB", "KiB"):
-        if abs(n) >= _UNITS[unit]:
-            return f"{n / _UNITS[unit]:.2f} {unit}"
-    return f"{n} bytes"
 
 
 def parse_oom(message: str, exc_type: str = "") -> dict[str, Any] | None:

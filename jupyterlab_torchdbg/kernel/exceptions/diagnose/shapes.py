@@ -58,7 +58,7 @@ def _dataset_lengths(ctx: Context) -> Diagnosis | None:
     tensors = frame_row(ctx.frames[frame], "tensors") if frame is not None else None
     items = (tensors or {}).get("items") or []
     culprits = []
-    lengths: list[Any] = []
+    lengths: list[object] = []
     for k, item in enumerate(items):
         named = name_for(ctx, item.get("_id"))
         shape = item.get("shape")

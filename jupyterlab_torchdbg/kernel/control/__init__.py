@@ -1,0 +1,56 @@
+"""Live training control: the clip / pause / step / learning-rate actions.
+
+Files: ``controller`` (the mailbox the actions write and the step boundary reads: pause,
+single step, LR scaling), ``clip`` (clipping exactly as ``clip_grad_norm_``, reusing the
+gradient monitor's read of the step). ``attach(host)`` registers the actions, the
+snapshot part and nothing else: the step boundary (``step_boundary.py``) calls
+``Control.at_step``; ``extension.py`` calls ``post_run_cell`` and ``detach``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..action_args import no_args, only_keys, schema_number
+from .controller import Control
+
+if TYPE_CHECKING:
+    from ..host import Host
+
+__all__ = ["Control", "attach"]
+
+
+def _clip_args(args: dict[str, object]) -> dict[str, object]:
+    only_keys(args, {"max_norm"})
+    return {"max_norm": schema_number(args, "clip", "max_norm")}
+
+
+def _lr_args(args: dict[str, object]) -> dict[str, object]:
+    only_keys(args, {"factor"})
+    return {"factor": schema_number(args, "scale_lr", "factor")}
+
+
+def attach(host: Host) -> tuple[Control, Callable[[], None]]:
+    """Create the controller and register its actions; returns it and its cleanup."""
+    control = Control(host)
+    removers = [
+        host.actions.register(name, validate, handler)
+        for name, validate, handler in (
+            ("clip", _clip_args, control.act_clip),
+            ("unclip", no_args, control.act_unclip),
+            ("pause", no_args, control.act_pause),
+            ("resume", no_args, control.act_resume),
+            ("step", no_args, control.act_step),
+            ("scale_lr", _lr_args, control.act_scale_lr),
+            ("reset_lr", no_args, control.act_reset_lr),
+        )
+    ]
+    removers.append(host.hub.add_snapshot_part(lambda: [control.state()]))
+
+    def cleanup() -> None:
+        for remove in reversed(removers):
+            remove()
+        control.release()
+
+    return control, cleanup

@@ -1,0 +1,174 @@
+"""``capture``: a failed cell's exception as the body of an ``exception`` message.
+
+The capture runs inside ``post_run_cell``, after IPython has shown the traceback and set
+``sys.last_value``/``sys.last_traceback``; it only reads. It walks the traceback once
+(``stack``), marks cell / user-file / library frames (``origin``), builds each kept
+frame's row with its locals summarised (metadata only, R21; ``frame``), adds the linked
+exceptions (``linked``) and asks the classifier for a diagnosis. While it runs, the live
+objects of the summarised locals sit in one ``CaptureState`` so the classifier can
+resolve identities (the ``input`` of ``Linear.forward`` is the user's ``x``); that state
+and every frame reference are dropped before it returns, so the tool never keeps a
+tensor or a frame alive (R23). Only ``sys.last_traceback`` (IPython's, used by
+``%debug``) does. The finished message is bounded in size (``bounds``, R09).
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from ....protocol import jsonable
+from ..cells import CellMap
+from ..diagnose import Context, diagnose
+from ..summarize import TENSOR, Classifier, strip_private
+from .bounds import LIMITS, Limits, bound
+from .exception import exception_summary, syntax_details
+from .frame import add_locals, frame_row
+from .linked import exception_chain, group_leaves
+from .stack import elide, skip_ipython_prefix, walk
+
+
+@dataclass
+class CaptureState:
+    """What one capture holds while it runs; dropped when it returns."""
+
+    live: dict[int, Any] = field(default_factory=dict)
+    frames_live: list[FrameType] = field(default_factory=list)
+
+
+def capture(
+    exc: BaseException,
+    *,
+    shell: Any = None,
+    cells: CellMap | None = None,
+    limits: Limits = LIMITS,
+) -> dict[str, object]:
+    """The body of an ``exception`` message for ``exc`` (without id, time, replay).
+
+    Never raises for a broken exception or broken locals; an unexpected internal error
+    propagates to the caller, which counts it.
+    """
+    state = CaptureState()
+    # The capture makes many short-lived objects; a full collection of a big training
+    # heap in the middle of it would cost ~100 ms, so the collector waits until it ends.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _capture(exc, shell, cells, limits, state)
+    finally:
+        state.live.clear()
+        state.frames_live.clear()
+        if was_enabled:
+            gc.enable()
+
+
+def _capture(
+    exc: BaseException,
+    shell: Any,
+    cells: CellMap | None,
+    limits: Limits,
+    state: CaptureState,
+) -> dict[str, object]:
+    cls = Classifier()
+    head = exception_summary(exc, limits.message_chars)
+    msg: dict[str, Any] = {"exception": head}
+    truncated = bool(head.get("message_truncated"))
+
+    syntax = syntax_details(exc, cells, limits)
+    if syntax is not None:
+        msg["exception"]["syntax"] = syntax
+
+    entries, walked_all = walk(exc.__traceback__, limits.walk)
+    entries = skip_ipython_prefix(entries)
+    kept, elided = elide(entries, limits)
+    truncated = truncated or not walked_all or bool(elided)
+
+    hidden = getattr(shell, "user_ns_hidden", None)
+    frames: list[dict[str, Any]] = []
+    mentioned: list[str] = []
+    for pos in kept:
+        entry = entries[pos]
+        frame = frame_row(entry.tb, pos, cells, limits)
+        frames.append(frame)
+        state.frames_live.append(entry.tb.tb_frame)
+    focus = next((i for i in range(len(frames) - 1, -1, -1) if frames[i]["user"]), None)
+    for i, frame in enumerate(frames):
+        f = state.frames_live[i]
+        prefer: list[str] = []
+        if frame["user"]:
+            prefer = frame.pop("_names", [])
+            if i == focus:
+                mentioned = prefer
+        else:
+            frame.pop("_names", None)
+        add_locals(frame, f, prefer, hidden, cls, state.live, limits)
+    for e in elided:
+        e["after"] = kept.index(e["after_pos"])
+        del e["after_pos"]
+
+    chain = exception_chain(exc, cells, limits)
+    group = group_leaves(exc, cells, limits)
+
+    ctx = Context(
+        exc_type=head["type"],
+        exc_module=head["module"],
+        message=head["message"],
+        frames=frames,
+        focus=focus,
+        mentioned=mentioned,
+        resolve=state.live.get,
+        scan_tensors=lambda device: _scan_tensors(frames, state, cls, device),
+        others=[(c["type"], c["message"]) for c in chain]
+        + [(g["type"], g["message"]) for g in group],
+    )
+    diagnosis = diagnose(ctx)
+
+    msg.update(
+        diagnosis=diagnosis,
+        frames=frames,
+        focus=focus,
+        frames_total=len(entries),
+        elided=elided,
+        chain=chain,
+    )
+    if group:
+        msg["group"] = group
+    msg["truncated"] = truncated
+    state.live.clear()
+    state.frames_live.clear()
+    clean = jsonable(strip_private(msg))
+    return bound(clean, limits)
+
+
+def _scan_tensors(
+    frames: list[dict[str, Any]], state: CaptureState, cls: Classifier, device: str
+) -> list[dict[str, object]]:
+    """Every tensor reachable by a name in a user frame on ``device`` ("cuda", "cpu"), by
+    size: the OOM autopsy's "largest live tensors". Metadata only; runs only on OOM."""
+    from ..summarize import summarize
+
+    found: dict[int, dict[str, Any]] = {}
+    for i, f in enumerate(state.frames_live):
+        if not frames[i]["user"]:
+            continue
+        try:
+            ns = f.f_locals
+            items = list(ns.items()) if type(ns) is dict else []
+        except Exception:
+            continue
+        for name, value in items[:200_000]:
+            if type(name) is not str or name.startswith("_") or cls.kind(value) != TENSOR:
+                continue
+            if id(value) in found:
+                continue
+            try:  # the device type first: only tensors on the failing device get a row
+                if value.device.type != device:
+                    continue
+            except Exception:
+                continue
+            found[id(value)] = {"name": name, "frame": i, **summarize(value, cls)}
+    rows = [r for r in found.values() if isinstance(r.get("nbytes"), int)]
+    rows.sort(key=lambda r: -r["nbytes"])
+    return rows[:10]

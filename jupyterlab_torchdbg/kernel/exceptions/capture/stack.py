@@ -1,0 +1,81 @@
+"""Walking a traceback and choosing which of its frames to send (R09).
+
+The walk is bounded (a deeper stack is marked truncated); IPython's own ``run_code``
+frames at the top are skipped as its traceback does; runs of an identical frame (plain
+recursion) and the middle of a very deep stack are elided, each gap recorded with its
+size and reason.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from .bounds import Limits
+
+
+@dataclass
+class StackEntry:
+    tb: TracebackType
+    key: tuple[str, int, str]
+
+
+def walk(tb: TracebackType | None, cap: int) -> tuple[list[StackEntry], bool]:
+    out: list[StackEntry] = []
+    while tb is not None:
+        if len(out) >= cap:
+            return out, False
+        code = tb.tb_frame.f_code
+        out.append(StackEntry(tb, (code.co_filename, tb.tb_lineno or 0, code.co_name)))
+        tb = tb.tb_next
+    return out, True
+
+
+def _ipython_shell_file() -> str | None:
+    mod = sys.modules.get("IPython.core.interactiveshell")
+    f = getattr(mod, "__file__", None)
+    return f if isinstance(f, str) else None
+
+
+def skip_ipython_prefix(entries: list[StackEntry]) -> list[StackEntry]:
+    """Drop IPython's own ``run_code`` frame(s) at the top, as its traceback does."""
+    shell_file = _ipython_shell_file()
+    i = 0
+    while i < len(entries) - 1 and shell_file and entries[i].key[0] == shell_file:
+        i += 1
+    return entries[i:] if i else entries
+
+
+def elide(entries: list[StackEntry], limits: Limits) -> tuple[list[int], list[dict[str, Any]]]:
+    """Positions of frames to send and the gaps between them.
+
+    Runs of an identical frame (same file, line, function: plain recursion) keep their
+    first ``repeats``; if more than ``frames`` remain, the outermost ``head`` and the
+    innermost rest are kept. Each gap is ``{after_pos, count, reason}``.
+    """
+    n = len(entries)
+    kept: list[int] = []
+    i = 0
+    while i < n:
+        j = i
+        while j + 1 < n and entries[j + 1].key == entries[i].key:
+            j += 1
+        kept.extend(range(i, min(j + 1, i + limits.repeats)))
+        i = j + 1
+    if n and kept[-1] != n - 1:
+        kept.append(n - 1)  # the frame that raised is always shown (and is the focus)
+    if len(kept) > limits.frames:
+        tail = limits.frames - limits.head
+        kept = kept[: limits.head] + kept[-tail:]
+    elided: list[dict[str, Any]] = []
+    for a, b in itertools.pairwise(kept):
+        if b - a > 1:
+            key = entries[a].key
+            repeated = all(entries[k].key == key for k in range(a + 1, b))
+            elided.append(
+                {"after_pos": a, "count": b - a - 1, "reason": "repeated" if repeated else "limit"}
+            )
+    return kept, elided

@@ -1,0 +1,32 @@
+"""Metadata-only summaries of frame locals (R17, R21).
+
+A summary is a small dict of plain values the panel shows as one row of a locals table.
+Nothing here calls ``repr``, ``str``, ``len``, ``bool`` or ``__eq__`` on a user object:
+values are dispatched on their exact type, torch and numpy objects are read through
+their metadata (shape, dtype, device, ...), and every other object is shown by its type
+name only. No CUDA call is ever made (R22, R23).
+
+Files, one idea each: ``safe_read`` (guarded reads, safe text, size bounds), ``kinds``
+(a value's kind by exact type), ``row`` (``summarize``: one value -> one row),
+``torch_rows`` and ``plain_rows`` (the per-kind fillers), ``frame_locals``
+(``summarize_locals`` and ``strip_private``).
+"""
+
+from __future__ import annotations
+
+from .frame_locals import strip_private, summarize_locals
+from .kinds import TENSOR, Classifier, rank
+from .row import summarize
+from .safe_read import NA, safe_text, type_name
+
+__all__ = [
+    "NA",
+    "TENSOR",
+    "Classifier",
+    "rank",
+    "safe_text",
+    "strip_private",
+    "summarize",
+    "summarize_locals",
+    "type_name",
+]

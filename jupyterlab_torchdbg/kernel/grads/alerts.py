@@ -1,0 +1,111 @@
+"""Gradient alerts: what an alarm says (``Alert``, its remedy) and the log that keeps them.
+
+``AlertLog`` keeps the recent alerts for the snapshot (R06) and hands out new ones at most
+``MAX_ALERT_MESSAGES_PER_S`` times a second; the detectors that raise them are in
+alarms.py, the forward probe's in probe.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: Alerts kept for snapshots.
+ALERT_HISTORY = 100
+#: ``alert`` messages at most this often (a burst is sent together).
+MAX_ALERT_MESSAGES_PER_S = 2.0
+
+_ids = itertools.count(1)
+
+
+@dataclass
+class Alert:
+    kind: str
+    severity: str
+    step: int
+    layer: str | None
+    message: str
+    remedy: str
+    track: str
+    value: float | None = None
+    id: str = field(default_factory=lambda: f"grads-{next(_ids)}")
+    source: str = "grads"
+    time: float = field(default_factory=time.time)
+
+    def to_json(self) -> dict[str, object]:
+        out = asdict(self)
+        v = self.value
+        if v is not None and not math.isfinite(v):
+            out["value"] = "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+        return out
+
+
+REMEDY = {
+    "non_finite": "Lower the learning rate or clip gradients "
+    "(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)); if the loss is NaN, look "
+    "for log(0), division by zero or an fp16 overflow in the forward pass.",
+    "non_finite_loss": "The loss itself is NaN/Inf: check the inputs and labels of this "
+    "batch, the loss for log(0) or division by zero, and lower the learning rate if the "
+    "weights have blown up.",
+    "explosion": "Clip gradients (torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)) "
+    "or lower the learning rate.",
+    "vanishing": "Use ReLU/GELU instead of sigmoid/tanh, add residual connections or "
+    "normalisation layers, or check for a detached or frozen branch.",
+    "amp_skips": "GradScaler keeps finding inf/NaN: use bf16 autocast, lower the learning "
+    "rate, or look for an overflow in the forward pass.",
+    "amp_scale_collapse": "The gradients overflow even at a tiny loss scale: look for a "
+    "NaN source in the forward pass, use bf16 autocast, or lower the learning rate.",
+}
+
+
+class AlertLog:
+    """Recent alerts (for snapshots) and an outbox drained at a bounded rate."""
+
+    def __init__(self, clock: Any = time.monotonic) -> None:
+        self._lock = threading.Lock()
+        self._clock = clock
+        self.history: deque[Alert] = deque(maxlen=ALERT_HISTORY)
+        self._outbox: list[Alert] = []
+        self._last_sent = -math.inf
+        self.total = 0
+
+    def add(self, alerts: list[Alert]) -> None:
+        if not alerts:
+            return
+        with self._lock:
+            self.history.extend(alerts)
+            self._outbox.extend(alerts)
+            self.total += len(alerts)
+            del self._outbox[:-ALERT_HISTORY]
+
+    def take(self, force: bool = False) -> list[Alert]:
+        """New alerts to send now, if the rate limit allows (``force``: cell end)."""
+        with self._lock:
+            if not self._outbox:
+                return []
+            now = self._clock()
+            if not force and now - self._last_sent < 1.0 / MAX_ALERT_MESSAGES_PER_S:
+                return []
+            self._last_sent = now
+            out, self._outbox = self._outbox, []
+            return out
+
+    @property
+    def waiting(self) -> bool:
+        return bool(self._outbox)
+
+    def snapshot(self) -> list[dict[str, object]]:
+        with self._lock:
+            return [a.to_json() for a in self.history]
+
+    def clear(self) -> int:
+        with self._lock:
+            n = len(self.history)
+            self.history.clear()
+            self._outbox.clear()
+            return n

@@ -1,0 +1,237 @@
+"""One optimizer as the gradient monitor sees it: a ``Track``, and its table statistics.
+
+Per optimizer (held weakly, keyed by the optimizer) a ``Track`` keeps the step count, the
+sampling stride, the plan (names and layers, naming.py), the stream blocks its rows go to,
+the alarm state, and the rows flushed since the last alarm check. ``to_json`` is its part
+of the ``grads`` status message; ``table_stats`` folds flushed rows into the layer table's
+last / max / min / non-finite columns.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..watches import watch_version, watches
+from . import naming
+from .alarms import Detector, Thresholds
+from .stride import Sampler
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..stream import BlockSeries, Stream
+    from .collector import Layout
+    from .probe import ForwardProbe
+
+
+class Track:
+    """One optimizer seen at the step boundary (held weakly by the optimizer's key)."""
+
+    def __init__(
+        self, optimizer: torch.optim.Optimizer, name: str, sampler: Sampler, th: Thresholds
+    ) -> None:
+        self.opt_ref = weakref.ref(optimizer)
+        self.name = name
+        self.sampler = sampler
+        self.step = 0
+        self.sampled = 0
+        self.plan: naming.Plan | None = None
+        self.plan_checked = -math.inf
+        self.all_sig: tuple[Any, ...] = ()
+        self.scaler_id: int | None = None
+        self.layout: Layout | None = None
+        self.param_layout: Layout | None = None
+        self.recorder: BlockSeries | None = None
+        self.param_recorder: BlockSeries | None = None
+        self.last_param_t = -math.inf
+        self.detector = Detector(name, th)
+        self.state = "waiting"
+        self.reason: str | None = None
+        self.local_shard = False
+        self.layers_version = 0
+        self.sent_layers_version = -1
+        self.stats: dict[str, Any] | None = None
+        self.mode_from_watch = False
+        self.rows: list[tuple[list[float], torch.Tensor]] = []  # flushed, not yet checked
+        self.rows_count = 0
+        self.probe: ForwardProbe | None = None  # a ForwardProbe armed after a non-finite alarm
+
+    # --- names of this track's series ------------------------------------------------
+
+    @property
+    def total_series(self) -> str:
+        return f"grad/{self.name}/total"
+
+    @property
+    def scale_series(self) -> str:
+        return f"grad/{self.name}/amp_scale"
+
+    def layer_series(self, layer: str) -> str:
+        return f"grad/{self.name}/{layer}"
+
+    def param_series(self, layer: str) -> str:
+        return f"param/{self.name}/{layer}"
+
+    @property
+    def layer_names(self) -> list[str]:
+        return [] if self.plan is None else [li.name for li in self.plan.layers]
+
+    def set_state(self, state: str, reason: str | None) -> bool:
+        """Set the track's state; True when it changed (the status is then due)."""
+        if self.state == state:
+            return False
+        self.state, self.reason = state, reason
+        return True
+
+    def check_plan(
+        self,
+        optimizer: torch.optim.Optimizer,
+        now: float,
+        ns: dict[str, Any],
+        mode: tuple[str, int],
+        stream: Stream,
+        on_rows: Callable[[list[float], Any], None],
+    ) -> bool:
+        """Validate the plan in full; rebuild names, layout and blocks when it changed.
+
+        ``mode`` is the monitor's sampling mode (restored when a ``watch(stride=)`` that
+        set this track's stride is gone); ``on_rows`` receives the grad block's flushed
+        rows. Returns whether the status changed.
+        """
+        from . import collector
+
+        self.plan_checked = now
+        watches()  # drops dead watches (bumps the version if any died)
+        all_sig = tuple(
+            (id(p), bool(getattr(p, "requires_grad", False)))
+            for _, _, p in naming.optimizer_params(optimizer)
+        )
+        scaler = naming.find_scaler(ns)
+        scaler_id = None if scaler is None else id(scaler)
+        plan = self.plan
+        if (
+            plan is not None
+            and plan.watch_version == watch_version()
+            and plan.sig == naming.group_sig(optimizer)
+            and all_sig == self.all_sig
+            and scaler_id == self.scaler_id
+        ):
+            return False
+        new = naming.build_plan(optimizer, self.name, ns)
+        self.all_sig, self.scaler_id = all_sig, scaler_id
+        if new.stride is not None:
+            self.sampler.set_mode("fixed", new.stride)
+            self.mode_from_watch = True
+        elif self.mode_from_watch:
+            self.sampler.set_mode(*mode)
+            self.mode_from_watch = False
+        same = (
+            plan is not None
+            and [li.name for li in plan.layers] == [li.name for li in new.layers]
+            and plan.layer_of == new.layer_of
+            and [id(p) for p in plan.params] == [id(p) for p in new.params]
+            and (plan.scaler is None) == (new.scaler is None)
+        )
+        self.plan = new
+        if not new.enabled:
+            return self.set_state("disabled", new.reason)
+        if same:
+            return False
+        amp = new.scaler is not None
+        layers = [li.name for li in new.layers]
+        self.layout = collector.Layout(new.layer_of, len(layers), amp)
+        self.param_layout = collector.Layout(new.layer_of, len(layers), False)
+        names = [self.total_series] + [self.layer_series(n) for n in layers]
+        if amp:
+            names.append(self.scale_series)
+        self.recorder = stream.block(names)
+        self.recorder.on_rows = on_rows
+        pnames = [f"param/{self.name}/total"] + [self.param_series(n) for n in layers]
+        self.param_recorder = stream.block(pnames)
+        self.stats = None
+        self.layers_version += 1
+        self.set_state("active", None)
+        return True
+
+    def to_json(self, full: bool, clipping: bool = False) -> dict[str, object]:
+        s = self.sampler
+        plan = self.plan
+        amp = bool(self.layout is not None and self.layout.amp)
+        out: dict[str, Any] = {
+            "name": self.name,
+            "state": self.state,
+            "reason": self.reason,
+            "step": self.step,
+            "sampled": self.sampled,
+            "mode": s.mode,
+            "stride": 1 if clipping and s.mode != "off" else s.effective_stride,
+            "every_step": (
+                None
+                if s.mode == "off" or (s.mode == "fixed" and s.fixed == 1)
+                else "clip"
+                if clipping
+                else s.boost_reason
+                if s.boosting
+                else None
+            ),
+            "overhead": s.overhead,
+            "step_time_s": s.step_s,
+            "sample_cost_s": s.cost_ema,
+            "skipped_steps": self.detector.skipped,
+            "amp_scale": self.detector.last_scale if amp else None,
+            "local_shard": self.local_shard,
+            "coarsened": bool(plan and plan.coarsened),
+            "total_series": self.total_series,
+            "scale_series": self.scale_series if amp else None,
+            "layers_version": self.layers_version,
+        }
+        if full and plan is not None:
+            out["layers"] = [
+                {
+                    **li.to_json(),
+                    "series": self.layer_series(li.name),
+                    "param_series": self.param_series(li.name),
+                }
+                for li in plan.layers
+            ]
+        if self.stats is not None:
+            out["stats"] = self.stats
+        if self.detector.skip_steps:
+            out["skipped_at"] = list(self.detector.skip_steps)[-100:]
+        return out
+
+
+def table_stats(m: torch.Tensor, prev: dict[str, Any] | None, n_layers: int) -> dict[str, object]:
+    """Per-series last / max / min (finite values) / non-finite count, total first."""
+    import torch
+
+    m = m[:, : 1 + n_layers].double()
+    fin = torch.isfinite(m)
+    inf = torch.tensor(math.inf, dtype=torch.float64)
+    mx = torch.where(fin, m, -inf).amax(0)
+    mn = torch.where(fin, m, inf).amin(0)
+    nf = (~fin).sum(0)
+    if prev is not None and len(prev["last"]) == 1 + n_layers:
+        mx = torch.maximum(mx, _t(prev["max"], -math.inf))
+        mn = torch.minimum(mn, _t(prev["min"], math.inf))
+        nf = nf + torch.tensor(prev["nonfinite"], dtype=torch.long)
+    return {
+        "last": m[-1].tolist(),  # NaN/Inf kept: jsonable() spells them out (R10)
+        "max": [_num(v) for v in mx.tolist()],
+        "min": [_num(v) for v in mn.tolist()],
+        "nonfinite": [int(v) for v in nf.tolist()],
+    }
+
+
+def _t(values: list[Any], missing: float) -> torch.Tensor:
+    import torch
+
+    return torch.tensor([missing if v is None else float(v) for v in values], dtype=torch.float64)
+
+
+def _num(v: float) -> float | None:
+    """A finite float, or None (never seen a finite value: the panel shows "n/a")."""
+    return v if math.isfinite(v) else None

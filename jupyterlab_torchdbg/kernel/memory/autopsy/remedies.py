@@ -1,0 +1,169 @@
+"""Remedies for an OOM, chosen from the autopsy's numbers (requested, free, reserved,
+the breakdown's parameters / gradients / optimizer state / everything else).
+
+Each remedy says what to change and why, with the numbers that led to it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...units import fmt_bytes
+
+
+def _pct(part: int | None, whole: int | None) -> str:
+    if not part or not whole:
+        return "0%"
+    return f"{100 * part / whole:.0f}%"
+
+
+def choose_remedies(n: dict[str, Any]) -> list[dict[str, object]]:
+    """Remedies that fit the numbers, most fitting first.
+
+    ``n``: device, requested, total, allocated, reserved, parameters, gradients,
+    optimizer_state, other (bytes; any may be None). Order: one impossible allocation;
+    fragmentation that alone explains the failure; then the categories by their share of
+    the allocated memory (activations, optimizer state, kept gradients, weaker
+    fragmentation); "release references" always last (it frees what the failure holds).
+    """
+    dev = str(n.get("device") or "cuda")
+    requested, total = n.get("requested"), n.get("total")
+    allocated, reserved = n.get("allocated"), n.get("reserved")
+    params = n.get("parameters") or 0
+    grads = n.get("gradients") or 0
+    state = n.get("optimizer_state") or 0
+    other = n.get("other")
+    first: list[dict[str, Any]] = []
+    ranked: list[tuple[float, dict[str, Any]]] = []
+
+    if dev == "cpu":
+        first.append(
+            _remedy(
+                "host_memory",
+                "The process ran out of host memory",
+                "Reduce the batch or the data held in memory, free large variables "
+                "(`del x`), use fewer DataLoader workers, or stream the data from disk.",
+                None,
+                None,
+            )
+        )
+    if requested and total and requested > total // 2:
+        first.append(
+            _remedy(
+                "huge_allocation",
+                f"One allocation of {fmt_bytes(requested)} is over half the device "
+                f"({fmt_bytes(total)})",
+                "Look for an unexpectedly large tensor before tuning anything: an accidental "
+                "broadcast (`[N, 1] - [N]` gives `[N, N]`), an outer product or a full "
+                "similarity matrix, a huge batch or sequence length.",
+                None,
+                requested / total,
+            )
+        )
+    gap = reserved - allocated if reserved is not None and allocated is not None else None
+    if gap is not None and gap > 0 and dev != "cpu":
+        frag = _remedy(
+            "fragmentation",
+            f"{fmt_bytes(gap)} is reserved but unallocated (fragmentation)",
+            "The cache holds free blocks too small or split for this request. Set "
+            "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` before CUDA starts (restart "
+            "the kernel; set it in the first cell, before importing torch). "
+            "`torch.cuda.empty_cache()` returns cached blocks but cannot merge live ones.",
+            "import os\nos.environ['PYTORCH_CUDA_ALLOC_CONF'] = 'expandable_segments:True'"
+            "  # first cell, before torch",
+            gap / reserved if reserved else None,
+        )
+        if requested and gap >= requested:
+            first.append(frag)  # the memory is there, just not in one piece
+        elif reserved and gap > 0.2 * reserved:
+            ranked.append((gap / reserved, frag))
+    if allocated:
+        if other is not None and other >= 0.5 * allocated:
+            ranked.append(
+                (
+                    other / allocated,
+                    _remedy(
+                        "activations",
+                        f"Activations and data fill {fmt_bytes(other)} "
+                        f"({_pct(other, allocated)} of {fmt_bytes(allocated)} allocated)",
+                        "Halve the batch size (accumulate gradients to keep the effective "
+                        "batch); run the forward pass under `torch.autocast` (bf16/fp16 "
+                        "activations take half the memory); use activation checkpointing "
+                        "(`torch.utils.checkpoint.checkpoint`) in deep models; evaluate "
+                        "under `torch.no_grad()`.",
+                        "with torch.autocast(device_type='cuda', dtype=torch.bfloat16):\n"
+                        "    loss = loss_fn(model(x), y)",
+                        other / allocated,
+                    ),
+                )
+            )
+        if state >= 0.3 * allocated or (state >= 0.2 * allocated and state > params):
+            ratio = f" — {state / params:.1f}x the parameters" if params else ""
+            ranked.append(
+                (
+                    state / allocated,
+                    _remedy(
+                        "optimizer_state",
+                        f"Optimizer state is {fmt_bytes(state)} ({_pct(state, allocated)}){ratio}",
+                        "Adam/AdamW keep two fp32 tensors per parameter. SGD with momentum "
+                        "keeps one and Adafactor factored ones; 8-bit optimizers keep their "
+                        "states in 8 bits; or shard the state (ZeRO/FSDP) across GPUs.",
+                        "optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)",
+                        state / allocated,
+                    ),
+                )
+            )
+        if grads >= 0.15 * allocated:
+            ranked.append(
+                (
+                    grads / allocated,
+                    _remedy(
+                        "gradients_kept",
+                        f"Gradients hold {fmt_bytes(grads)} ({_pct(grads, allocated)}) "
+                        "at the failure",
+                        "Gradients from the last step are still allocated while the next "
+                        "forward pass runs: free them right after the step with "
+                        "`optimizer.zero_grad(set_to_none=True)` (and never keep a "
+                        "reference to `p.grad`).",
+                        "optimizer.step()\noptimizer.zero_grad(set_to_none=True)",
+                        grads / allocated,
+                    ),
+                )
+            )
+    ranked.sort(key=lambda sr: -sr[0])
+    out = first + [r for _, r in ranked]
+    if not out:
+        out.append(
+            _remedy(
+                "reduce_batch",
+                "Reduce the memory of one step",
+                "Halve the batch size (accumulate gradients over smaller batches), use "
+                "`torch.autocast` for mixed precision, or activation checkpointing.",
+                None,
+                None,
+            )
+        )
+    out.append(
+        _remedy(
+            "release_refs",
+            "Free what the failed cell still holds",
+            "The failed cell's traceback (kept for `%debug`) keeps its tensors alive: "
+            "'Release references' frees them (and ends `%debug` on this error), then the "
+            "cache is emptied.",
+            None,
+            None,
+        )
+    )
+    return out
+
+
+def _remedy(
+    kind: str, title: str, detail: str, code: str | None, share: float | None
+) -> dict[str, object]:
+    return {
+        "kind": kind,
+        "title": title,
+        "detail": detail,
+        "code": code,
+        "share": None if share is None else round(min(max(share, 0.0), 1.0), 4),
+    }

@@ -1,0 +1,175 @@
+"""``build``: the body of an ``oom`` message, and ``oom_facts``: whether an error is one.
+
+Gathers the parsed message, the allocator's counters and ``memory_summary()`` text, the
+breakdown and the largest live tensors, then the remedies; the result holds strings and
+numbers only (R23).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ...exceptions.diagnose.memory import parse_oom
+from ...exceptions.summarize import safe_text
+from ...units import fmt_bytes
+from .. import breakdown as bd
+from ..sources import ALLOCATOR_FIELDS, MemorySource
+from .live_tensors import largest_tensors
+from .remedies import choose_remedies
+
+#: ``memory_summary()`` text kept.
+SUMMARY_CHARS = 30_000
+
+MESSAGE_CHARS = 2_000
+
+
+def oom_facts(exc: BaseException) -> dict[str, object] | None:
+    """``parse_oom``'s facts when ``exc`` is an out-of-memory error, else None."""
+    etype = type(exc).__name__
+    try:
+        text = str(exc)
+    except Exception:
+        text = ""  # a broken __str__ (R17): only the type can tell
+    torch = sys.modules.get("torch")
+    oom_t = getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None)
+    facts = parse_oom(text if isinstance(text, str) else "", etype)
+    if facts is None and isinstance(oom_t, type) and isinstance(exc, oom_t):
+        facts = {"device": "cuda", "requested_bytes": None}
+    return facts
+
+
+def build(
+    exc: BaseException,
+    facts: dict[str, Any],
+    *,
+    ns: dict[str, Any] | None,
+    allocator: MemorySource,
+    found: bd.Found,
+    rss: int | None,
+    summary: Callable[[int], str | None] | None = None,
+    own: Callable[[object], bool] | None = None,
+) -> dict[str, object]:
+    """The body of an ``oom`` message (without id/time/replay/cell fields).
+
+    ``own``: with training on several threads, which parameters this thread may read the
+    gradients of (R34); the others' gradients are left out of the breakdown and tensors.
+    """
+    t0 = time.perf_counter()
+    device = str(facts.get("device") or "cuda")
+    kind, _, idx = device.partition(":")
+    index = int(idx) if idx.isdigit() else None
+    dev_key = device if kind == "cpu" or index is not None else f"{kind}:0"
+    if kind == "cuda" and index is None:
+        index = 0
+        device = dev_key
+
+    allocator_state: dict[str, Any] | None = None
+    allocator_reason: str | None = None
+    if kind == "cuda":
+        reading = allocator.read()
+        d = reading.device(index or 0) if reading.available else None
+        if d is not None:
+            allocator_state = {k: d.values.get(k) for k in ALLOCATOR_FIELDS}
+        else:
+            allocator_reason = reading.reason or f"no allocator counters for {device}"
+    else:
+        allocator_reason = "the CPU has no caching allocator"
+
+    allocated: int | None = None
+    reserved: int | None = None
+    if allocator_state is not None:
+        allocated = _int(allocator_state.get("allocated"))
+        reserved = _int(allocator_state.get("reserved"))
+    if allocated is None:
+        allocated = facts.get("allocated_bytes")
+    if reserved is None and allocated is not None:
+        unalloc = facts.get("reserved_unallocated_bytes")
+        reserved = allocated + unalloc if unalloc is not None else None
+
+    b = bd.compute(
+        found, allocated={dev_key: allocated} if kind == "cuda" else None, rss=rss, own=own
+    )
+    row = bd.device_row(b, dev_key) or {
+        "device": dev_key,
+        **dict.fromkeys(bd.CATEGORIES, 0),
+        "other": allocated,
+        "total": allocated,
+        "total_source": "allocated" if allocated is not None else None,
+    }
+    tb = exc.__traceback__
+    try:
+        tensors, n_tensors, tensor_bytes = largest_tensors(ns, tb, kind, index, own=own)
+    finally:
+        del tb
+    numbers = {
+        "device": dev_key,
+        "requested": facts.get("requested_bytes"),
+        "total": facts.get("total_bytes"),
+        "allocated": allocated,
+        "reserved": reserved,
+        "parameters": row.get("parameters"),
+        "gradients": row.get("gradients"),
+        "optimizer_state": row.get("optimizer_state"),
+        "other": row.get("other"),
+    }
+    remedies = choose_remedies(numbers)
+
+    text: str | None = None
+    if kind == "cuda" and summary is not None and allocator_state is not None:
+        text = summary(index or 0)
+    cut = text is not None and len(text) > SUMMARY_CHARS
+    try:
+        text_exc = str(exc)
+        if type(text_exc) is not str:
+            raise TypeError
+        # Encodable (lone surrogates, R20) and bounded, even after escaping.
+        message = safe_text(text_exc, MESSAGE_CHARS)[0][:MESSAGE_CHARS]
+    except Exception:
+        message = "n/a"  # a broken __str__ (R17)
+
+    head = f"Out of memory on {dev_key}"
+    requested = facts.get("requested_bytes")
+    if requested is not None:
+        head += f": tried to allocate {fmt_bytes(requested)}"
+        if facts.get("free_bytes") is not None:
+            head += f" with {fmt_bytes(facts['free_bytes'])} free"
+    head += f". {remedies[0]['title']}."
+    if tensors:
+        head += f" Largest live tensor: `{tensors[0]['name']}` ({fmt_bytes(tensors[0]['nbytes'])})."
+
+    return {
+        "exception": {"type": type(exc).__name__, "message": message},
+        "device": dev_key,
+        "headline": head,
+        "requested_bytes": requested,
+        "message_facts": {
+            k: facts.get(k)
+            for k in (
+                "total_bytes",
+                "free_bytes",
+                "allocated_bytes",
+                "reserved_unallocated_bytes",
+                "process_bytes",
+            )
+        },
+        "allocator": allocator_state,
+        "allocator_reason": allocator_reason,
+        "numbers": numbers,
+        "breakdown": row,
+        "models": b["models"],
+        "optimizers": b["optimizers"],
+        "tensors": tensors,
+        "tensors_total": n_tensors,
+        "tensors_bytes": tensor_bytes,
+        "summary": text[:SUMMARY_CHARS] if text is not None else None,
+        "summary_truncated": cut,
+        "remedies": remedies,
+        "capture_ms": round((time.perf_counter() - t0) * 1000, 2),
+    }
+
+
+def _int(v: object) -> int | None:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None

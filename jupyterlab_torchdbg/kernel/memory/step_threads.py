@@ -1,0 +1,61 @@
+"""Which thread steps which optimizer, and so what this thread may safely read (R34).
+
+Training may run on several threads (each with its own model and optimizer). Another
+thread may be inside ``backward()`` at any moment, writing ``p.grad`` of its parameters:
+reading that from here is a data race inside torch that can crash the process. The
+breakdown and the OOM autopsy ask ``readable()`` which objects this thread may read.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+
+class StepThreads:
+    def __init__(self) -> None:
+        self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()
+        #: The thread that last stepped each optimizer.
+        self._owner: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        #: Threads other than the main one that step optimizers.
+        self._threads: set[int] = set()
+
+    def saw(self, optimizer: torch.optim.Optimizer) -> None:
+        """``optimizer`` just stepped on this thread (the step boundary, training thread)."""
+        tid = threading.get_ident()
+        try:
+            if optimizer not in self._optimizers:
+                self._optimizers.add(optimizer)
+            if self._owner.get(optimizer) != tid:
+                self._owner[optimizer] = tid
+        except TypeError:
+            pass  # an optimizer without weakref support is found by name only (R24)
+        if tid not in self._threads and tid != threading.main_thread().ident:
+            self._threads.add(tid)
+
+    def optimizers(self) -> list[object]:
+        """Every optimizer seen stepping that is still alive."""
+        return list(self._optimizers)
+
+    def readable(self) -> Callable[[object], bool] | None:
+        """None while training runs on the main thread only (everything may be read);
+        otherwise what this thread may read: its own optimizers and their parameters.
+        Threads that ended no longer count."""
+        if self._threads:
+            alive = {t.ident for t in threading.enumerate()}
+            self._threads &= alive
+        if not self._threads:
+            return None
+        me = threading.get_ident()
+        mine: set[int] = set()
+        for opt, tid in list(self._owner.items()):
+            if tid == me:
+                mine.add(id(opt))
+                for g in getattr(opt, "param_groups", []):
+                    mine.update(id(p) for p in g.get("params", []))
+        return lambda obj: id(obj) in mine

@@ -1,0 +1,38 @@
+"""The streaming core: bounded series history, pending points, and throttled flushes.
+
+Every capability records numbers here (``log()`` scalars; gradient norms and memory
+samples as blocks). Points wait until a throttled flush sends every series in one
+``series`` message whose numbers travel as binary buffers (x float64, y float32,
+row-major: one row of every name per x, exactly as the rows were recorded, so a flush
+sends its rows without reshuffling them).
+
+Names travel once: every series and block has an integer ``id`` (never reused while the
+extension is loaded); a ``series`` message carries a block's ``names`` only the first time
+the block goes out, later ones just its ``id``. A block's names never change: new names
+(e.g. a model's layers changed) make a new block with a new id, announced the same way.
+Every snapshot carries every id with its names, so a panel that connects late, reloads
+or resyncs learns the whole table there (R05, R06).
+
+Files, one idea each:
+
+- ``stream``: ``Stream`` — the store, throttled flushes, snapshots and their locking;
+- ``series``: ``Series`` (one scalar name) and ``BlockSeries`` (many names, one row per
+  call, rows left on their device until the flush);
+- ``history``: the bounded, decimated history both kinds share;
+- ``host_copy``: getting device values to the host once per flush without a sync (R26);
+- ``wire``: block headers and buffer bytes, as PROTOCOL.md specifies;
+- ``limits``: every bound (read and patch them there: ``stream.limits.MAX_SERIES``).
+"""
+
+from __future__ import annotations
+
+from . import limits
+from .series import BlockSeries, Series
+from .stream import Stream
+
+__all__ = [
+    "BlockSeries",
+    "Series",
+    "Stream",
+    "limits",
+]

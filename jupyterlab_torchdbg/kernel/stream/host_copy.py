@@ -1,0 +1,159 @@
+"""Getting recorded device values to the host: one copy per flush, never a device sync.
+
+- ``resolve_values``: a flush's scalar points (floats or one-element tensors) become
+  floats with at most one host copy per device.
+- ``HostCopies``: a block's pending rows are stacked per segment and copied to the host
+  in one go — on CUDA without synchronising (a non-blocking copy into pinned memory,
+  handed on once its event has completed, at this or a later flush; R26).
+
+Both run on the flushing thread only; torch is imported when there is a tensor to copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    pass
+
+Transform = Callable[[Any], Any]
+
+
+def resolve_values(values: list[Any]) -> list[float]:
+    """Turn recorded values into floats with at most one host copy per device.
+
+    Plain numbers pass through. Tensors (already detached, one element) are grouped by
+    device, stacked and copied to the host once. Anything unreadable becomes NaN.
+    """
+    out: list[float] = [0.0] * len(values)
+    by_device: dict[Any, list[int]] = {}
+    for i, v in enumerate(values):
+        if isinstance(v, float):
+            out[i] = v
+        elif hasattr(v, "device") and hasattr(v, "reshape"):
+            by_device.setdefault(v.device, []).append(i)
+        else:
+            out[i] = float("nan")
+    if by_device:
+        import torch
+
+        for idx in by_device.values():
+            try:
+                stacked = torch.stack([values[i].reshape(()) for i in idx]).to(torch.float32)
+                host = stacked.cpu().tolist()
+            except Exception:
+                host = [float("nan")] * len(idx)
+            for i, h in zip(idx, host, strict=True):
+                out[i] = float(h)
+    return out
+
+
+@dataclass
+class _Segment:
+    """Consecutive pending rows that resolve together (same transform, device, width)."""
+
+    xs: list[float]
+    host: Any  # a CPU tensor (rows x width) once the copy has completed
+    event: Any  # a CUDA event for an in-flight non-blocking copy, else None
+    transform: Transform | None
+
+
+class HostCopies:
+    """The in-flight host copies of one block's rows, in the order they were recorded.
+
+    ``start`` stacks rows and starts their copies; ``ready`` hands back, in order, the
+    segments whose copy has completed, each passed through its transform (host tensor
+    ``rows x width_in`` -> ``rows x width``) and made a ``rows x width`` float32 tensor.
+    """
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self._inflight: list[_Segment] = []
+
+    def __bool__(self) -> bool:
+        """Whether some copy has not been handed on yet."""
+        return bool(self._inflight)
+
+    def clear(self) -> None:
+        """Forget every copy in flight (its rows are lost; used after a failure)."""
+        self._inflight.clear()
+
+    def start(self, xs: list[float], rows: list[Any], tfs: list[Transform | None]) -> None:
+        """Stack pending rows per segment and start their copies to the host."""
+        import torch
+
+        # (No ``torch.no_grad()`` block: on a cold cache entering one costs more than the
+        # stack; ``_copy`` detaches the rare result that requires grad instead.)
+        if all(t is tfs[0] for t in tfs) and isinstance(rows[0], torch.Tensor):
+            try:
+                # The common case: one stack for the whole flush.
+                self._copy(xs, torch.stack(rows), tfs[0])
+                return
+            except (RuntimeError, TypeError):
+                pass  # rows of different widths or devices: segment them
+        start = 0
+        for end in range(1, len(rows) + 1):
+            if end < len(rows) and _same_segment(rows[start], rows[end], tfs[start], tfs[end]):
+                continue
+            seg_rows = rows[start:end]
+            if isinstance(seg_rows[0], torch.Tensor):
+                m = torch.stack([r.reshape(-1) for r in seg_rows])
+            else:
+                m = torch.tensor([list(r) for r in seg_rows], dtype=torch.float64)
+            self._copy(xs[start:end], m, tfs[start])
+            start = end
+
+    def _copy(self, xs: list[float], m: Any, transform: Transform | None) -> None:
+        import torch
+
+        if m.requires_grad:  # rows recorded without detaching: keep no autograd graph
+            m = m.detach()
+        event = None
+        device = m.device.type
+        if device == "cuda":
+            # No host sync (R26): copy into pinned memory without blocking and send the
+            # rows once the copy's event has completed (at this or a later flush).
+            host = torch.empty(m.shape, dtype=m.dtype, pin_memory=True)
+            host.copy_(m, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(torch.cuda.current_stream(m.device))
+        elif device != "cpu":
+            host = m.cpu()
+        else:
+            host = m
+        self._inflight.append(_Segment(xs, host, event, transform))
+
+    def ready(self, wait: bool) -> list[tuple[list[float], Any]]:
+        """Completed segments in order, transformed to ``rows x width`` float32 tensors."""
+        import torch
+
+        out: list[tuple[list[float], Any]] = []
+        while self._inflight:
+            seg = self._inflight[0]
+            if seg.event is not None and not seg.event.query():
+                if not wait:
+                    break
+                seg.event.synchronize()
+            self._inflight.pop(0)
+            m = seg.host if seg.transform is None else seg.transform(seg.host)
+            # (checked first: each torch call costs more than the check on a cold cache)
+            if m.dtype != torch.float32:
+                m = m.to(torch.float32)
+            shape = (len(seg.xs), self.width)
+            if tuple(m.shape) != shape:
+                m = m.reshape(shape)
+            out.append((seg.xs, m))
+        return out
+
+
+def _same_segment(a: Any, b: Any, ta: Any, tb: Any) -> bool:
+    if ta is not tb:
+        return False
+    da, db = getattr(a, "device", None), getattr(b, "device", None)
+    if da != db:
+        return False
+    if da is None:
+        return len(a) == len(b)
+    return bool(a.numel() == b.numel())

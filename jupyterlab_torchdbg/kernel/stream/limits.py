@@ -1,0 +1,19 @@
+"""Every bound of the stream, in one place (R08, R25).
+
+The other modules read these as ``limits.NAME`` at call time (never ``from .limits
+import NAME``), so a test can lower a bound with ``monkeypatch.setattr(limits, ...)``.
+"""
+
+from __future__ import annotations
+
+#: History points kept per series before it is decimated by two.
+HISTORY_CAPACITY = 4096
+#: Pending (unsent) points per series; older ones are dropped and counted.
+PENDING_CAPACITY = 200_000
+#: At most this many distinct series are recorded; later names are ignored and counted.
+MAX_SERIES = 2048
+#: Default flush interval: at most 10 messages per second (R08).
+DEFAULT_INTERVAL_S = 0.1
+#: Pending (unsent) rows per block; older ones are dropped and counted. Bounded so that
+#: rows left on a device cannot grow without limit (R25).
+BLOCK_PENDING_ROWS = 4096

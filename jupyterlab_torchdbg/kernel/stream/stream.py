@@ -1,0 +1,258 @@
+"""``Stream``: the series store, its throttled flushes and the snapshots panels join with.
+
+Nothing here sends one message per step: points wait in their series until
+``Stream.maybe_flush`` finds that the flush interval has passed (R08), and then every
+series and block goes out in one ``series`` message (see ``wire``). The panel learns of
+gaps through ``seq``.
+
+Threading: the training thread records and flushes; a comm handler on a subshell thread
+may ask for a snapshot at the same time. One lock (``_lock``) guards the store; it is
+held only for list operations, never while sending. A block guards its own pending rows
+and tells the stream through ``mark_pending`` that it has some. A second lock
+(``send_lock``) orders whole flushes against snapshots: a comm that gets a snapshot at
+``seq`` S is added to the broadcast inside that lock, so it receives every ``series``
+message from S + 1 on and nothing older, and knows the names of every block such a
+message may mention without names (R05, R06).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from . import limits
+from .host_copy import resolve_values
+from .series import BlockSeries, PendingRows, Series
+from .wire import (
+    Buffers,
+    Header,
+    scalar_bytes,
+    series_header,
+    snapshot_header,
+    tensor_bytes,
+    x_bytes,
+)
+
+
+class Stream:
+    """Series store + throttled broadcaster.
+
+    ``send`` is called with ``(header, buffers)`` for each ``series`` message; it is the
+    comm hub's broadcast and must not raise (the hub counts its own failures). It is
+    called with ``send_lock`` held (see ``send_snapshot``).
+    """
+
+    def __init__(
+        self,
+        send: Callable[[Header, Buffers], None],
+        *,
+        interval_s: float = limits.DEFAULT_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+        resolve: Callable[[list[object]], list[float]] | None = None,
+    ) -> None:
+        self._send = send
+        self.interval_s = interval_s
+        self._clock = clock
+        self._resolve = resolve or resolve_values
+        self._lock = threading.RLock()
+        #: Held for a whole flush and around ``send_snapshot`` (see the module docstring).
+        self.send_lock = threading.RLock()
+        self._next_id = 0
+        self._series: dict[str, Series] = {}
+        self._blocks: dict[tuple[str, ...], BlockSeries] = {}
+        self._last_flush = clock()
+        self.seq = 0
+        self.messages = 0
+        self.points = 0
+        self.ignored_series = 0
+        #: Blocks whose rows failed to resolve (their rows are dropped, never raised).
+        self.block_errors = 0
+        self.has_pending = False
+
+    # --- recording -----------------------------------------------------------------
+
+    def record(self, name: str, value: object, x: float | None = None) -> None:
+        """Append one point; ``value`` may be a float or a (device) scalar tensor."""
+        with self._lock:
+            s = self._series.get(name)
+            if s is None:
+                if len(self._series) >= limits.MAX_SERIES:
+                    self.ignored_series += 1
+                    return
+                s = self._series[name] = Series(name, self._new_id())
+            s.record(value, x)
+            self.has_pending = True
+
+    def block(self, names: Sequence[str]) -> BlockSeries:
+        """The block recording these series together (created on first use).
+
+        The same names give the same block, so a recorder that is re-created (a new
+        optimizer over the same model) continues its history. Raises ValueError past
+        ``MAX_SERIES`` names.
+        """
+        key = tuple(names)
+        with self._lock:
+            b = self._blocks.get(key)
+            if b is None:
+                if not key or len(key) > limits.MAX_SERIES:
+                    raise ValueError(
+                        f"a block holds 1 to {limits.MAX_SERIES} series, got {len(key)}"
+                    )
+                b = BlockSeries(key, self._new_id(), on_record=self.mark_pending)
+                self._blocks[key] = b
+            return b
+
+    def mark_pending(self) -> None:
+        """Note that some block has rows to send (called by ``BlockSeries.record``).
+
+        A plain store: a flush clears the flag before it takes the blocks' rows, so a row
+        recorded meanwhile is either taken or leaves the flag set."""
+        self.has_pending = True
+
+    def _new_id(self) -> int:
+        """The next block id (under ``_lock``); ids are never reused, so a panel's
+        name table can only be stale by missing an id, never by a wrong entry."""
+        self._next_id += 1
+        return self._next_id
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return list(self._series) + [n for b in self._blocks.values() for n in b.names]
+
+    def last(self, name: str) -> float | None:
+        """The most recent flushed value of a (scalar) series, or None."""
+        with self._lock:
+            s = self._series.get(name)
+            return None if s is None else s.last
+
+    def clear(self, names: Iterable[str] | None = None) -> int:
+        """Forget the history (and pending points) of the named series, or of all.
+
+        A block is forgotten as a whole when any of its names is given.
+        """
+        with self._lock:
+            wanted = None if names is None else set(names)
+            keys = [k for k in self._series if wanted is None or k in wanted]
+            for k in keys:
+                del self._series[k]
+            bkeys = [k for k in self._blocks if wanted is None or wanted.intersection(k)]
+            for bk in bkeys:
+                del self._blocks[bk]
+            return len(keys) + sum(len(bk) for bk in bkeys)
+
+    # --- flushing ------------------------------------------------------------------
+
+    def due(self) -> bool:
+        """Cheap check for the hot path: is there something to send and is it time?"""
+        return self.has_pending and self._clock() - self._last_flush >= self.interval_s
+
+    def maybe_flush(self) -> bool:
+        if self.due():
+            self.flush()
+            return True
+        return False
+
+    def flush(self, wait: bool = False) -> None:
+        """Move pending points into history and broadcast them as one message.
+
+        Block rows whose device copy has not completed yet stay pending for the next
+        flush, unless ``wait`` (the end of a cell) asks to wait for them.
+        """
+        with self.send_lock:
+            self._flush(wait)
+
+    def _flush(self, wait: bool) -> None:
+        with self._lock:
+            self._last_flush = self._clock()
+            if not self.has_pending:
+                return
+            self.has_pending = False
+            taken: list[tuple[Series, list[float], list[object], int]] = []
+            for s in self._series.values():
+                if s.pend_x:
+                    taken.append((s, *s.take()))
+            blocks_taken = [(b, b.take_pending()) for b in self._blocks.values()]
+            blocks_taken = [
+                (b, p) for b, p in blocks_taken if p.xs or b.copies_in_flight or p.dropped
+            ]
+        block_out = self._collect_blocks(blocks_taken, wait)
+        if not taken and not block_out:
+            return
+        # Device values are resolved to floats here, once per flush (one host copy).
+        flat: list[object] = [v for _, _, ys, _ in taken for v in ys]
+        floats = self._resolve(flat)
+        header_blocks: list[Header] = []
+        buffers: Buffers = []
+        pos = 0
+        with self._lock:
+            for s, xs, ys, dropped in taken:
+                vals = floats[pos : pos + len(ys)]
+                pos += len(ys)
+                s.add_history(xs, vals)
+                names = None if s.announced else [s.name]
+                s.announced = True
+                header_blocks.append(series_header(s.id, len(xs), names, dropped))
+                buffers.append(x_bytes(xs))
+                buffers.append(scalar_bytes(vals))
+            for b, bxs, m, dropped in block_out:
+                b.history.add(bxs, m)
+                names = None if b.announced else list(b.names)
+                b.announced = True
+                header_blocks.append(series_header(b.id, len(bxs), names, dropped))
+                buffers.append(x_bytes(bxs))
+                buffers.append(tensor_bytes(m))  # row-major, as recorded: no reshuffle
+                self.points += len(bxs) * b.width
+            self.seq += 1
+            seq = self.seq
+            self.messages += 1
+            self.points += len(flat)
+        self._send({"method": "series", "seq": seq, "blocks": header_blocks}, buffers)
+
+    def _collect_blocks(
+        self, taken: list[tuple[BlockSeries, PendingRows]], wait: bool
+    ) -> list[tuple[BlockSeries, list[float], Any, int]]:
+        """Start the host copies of newly taken rows; return what is ready to send."""
+        out: list[tuple[BlockSeries, list[float], Any, int]] = []
+        for b, pending in taken:
+            try:
+                ready = b.collect(pending, wait)
+            except Exception:
+                with self._lock:
+                    self.block_errors += 1
+                continue
+            if b.copies_in_flight:
+                self.mark_pending()  # resend attempt at the next flush
+            if ready is not None:
+                out.append((b, *ready, pending.dropped))
+        return out
+
+    def snapshot(self) -> tuple[list[Header], Buffers, int]:
+        """History of every series as blocks + buffers, and the current ``seq``.
+
+        Pending points are not included: they arrive in the next ``series`` message,
+        whose ``seq`` is the snapshot's plus one.
+        """
+        with self._lock:
+            blocks: list[Header] = []
+            buffers: Buffers = []
+            for s in self._series.values():
+                blocks.append(snapshot_header(s.id, [s.name], len(s.history)))
+                buffers.append(s.history.x_bytes())
+                buffers.append(s.history.y_bytes())
+            for b in self._blocks.values():
+                blocks.append(snapshot_header(b.id, list(b.names), len(b.history)))
+                buffers.append(b.history.x_bytes())
+                buffers.append(b.history.y_bytes())
+            return blocks, buffers, self.seq
+
+    def send_snapshot(self, send: Callable[[list[Header], Buffers, int], None]) -> None:
+        """Take a snapshot and call ``send(blocks, buffers, seq)`` with no flush in between.
+
+        ``send`` sends the snapshot and, for a new comm, adds it to the broadcast: that
+        comm then gets exactly the ``series`` messages after ``seq``, and every block id
+        they mention without names is in this snapshot or announced in one of them.
+        """
+        with self.send_lock:
+            send(*self.snapshot())

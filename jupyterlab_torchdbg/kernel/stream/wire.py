@@ -1,0 +1,73 @@
+"""The stream's wire encoding: block headers and the bytes of their binary buffers.
+
+A ``series`` or ``snapshot`` message carries one header per block (``id``, ``count``,
+``names`` the first time the block goes out and in every snapshot, ``dropped`` when
+pending points were lost) and two buffers per block: x as little-endian float64 and y
+as little-endian float32, row-major (one row of every name per x). PROTOCOL.md is the
+specification; this module is the only place that writes it.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from collections.abc import Sequence
+from typing import Any
+
+Buffers = list[memoryview]
+Header = dict[str, Any]
+
+
+def le_bytes(a: array, copy: bool = True) -> memoryview:  # type: ignore[type-arg]
+    """The bytes of ``a`` in little-endian order, as the protocol specifies.
+
+    ``copy=False`` for an array made for this message only: a view, no copy (a live
+    history array must be copied: it grows while the message waits to be sent).
+    """
+    if sys.byteorder != "little":
+        a = array(a.typecode, a)
+        a.byteswap()
+        return memoryview(a).cast("B")
+    return memoryview(a).cast("B") if not copy else memoryview(a.tobytes())
+
+
+def x_bytes(xs: Sequence[float]) -> memoryview:
+    """x values made for one message: float64 little-endian, no second copy."""
+    return le_bytes(array("d", xs), copy=False)
+
+
+def scalar_bytes(ys: Sequence[float]) -> memoryview:
+    """y values of a one-name block made for one message: float32 little-endian."""
+    return le_bytes(array("f", ys), copy=False)
+
+
+def tensor_bytes(t: Any) -> memoryview:
+    """Little-endian float32 bytes of a 2-D CPU float32 tensor, row-major.
+
+    numpy (present beside torch in practice) gives a zero-copy view of a contiguous
+    tensor; without it, a list round-trip.
+    """
+    if sys.byteorder == "little":
+        try:
+            a = t.numpy()
+            if not a.flags.c_contiguous:
+                a = a.copy()
+            return memoryview(a).cast("B")
+        except Exception:  # torch without numpy
+            pass
+    return le_bytes(array("f", t.contiguous().reshape(-1).tolist()))
+
+
+def series_header(block_id: int, count: int, names: list[str] | None, dropped: int) -> Header:
+    """One block of a ``series`` message: ``names`` only when not announced yet."""
+    header: Header = {"id": block_id, "count": count}
+    if names is not None:
+        header["names"] = names
+    if dropped:
+        header["dropped"] = dropped
+    return header
+
+
+def snapshot_header(block_id: int, names: list[str], count: int) -> Header:
+    """One block of a snapshot: every block carries its names (R05, R06)."""
+    return {"id": block_id, "names": names, "count": count}

@@ -1,0 +1,47 @@
+import { PromiseDelegate } from '@lumino/coreutils';
+
+import { ActionReply } from './types';
+
+/**
+ * Requests sent and not yet answered, by request id: each gets exactly one
+ * reply (R13), the kernel's ack or error, or a local `failed` error when the
+ * connection goes away first.
+ */
+export class PendingRequests {
+  /** Register a request id; the promise resolves with its one reply. */
+  add(requestId: string): Promise<ActionReply> {
+    const delegate = new PromiseDelegate<ActionReply>();
+    this._pending.set(requestId, delegate);
+    return delegate.promise;
+  }
+
+  /** Forget a request that could not be sent. */
+  delete(requestId: string): void {
+    this._pending.delete(requestId);
+  }
+
+  /** Deliver the kernel's reply; a reply to an unknown id is ignored. */
+  resolve(reply: ActionReply): void {
+    const id = reply.request_id;
+    const pending = id ? this._pending.get(id) : undefined;
+    if (id && pending) {
+      this._pending.delete(id);
+      pending.resolve(reply);
+    }
+  }
+
+  /** Answer every pending request with a `failed` error (kernel gone, panel closed). */
+  failAll(reason: string): void {
+    for (const [id, delegate] of this._pending) {
+      delegate.resolve({
+        method: 'error',
+        request_id: id,
+        code: 'failed',
+        message: reason
+      });
+    }
+    this._pending.clear();
+  }
+
+  private _pending = new Map<string, PromiseDelegate<ActionReply>>();
+}

@@ -1,0 +1,73 @@
+import type { TranslationBundle } from '@jupyterlab/translation';
+import React, { useState } from 'react';
+
+import { IException, IExceptionFrame } from '../../protocol/messages';
+
+function frameLabel(f: IExceptionFrame): string {
+  return `${f.file}:${f.lineno} in ${f.function}`;
+}
+
+/** The stack: user frames, library frames on demand, elided runs marked. */
+export function Frames(props: {
+  exc: IException;
+  selected: number;
+  onSelect: (i: number) => void;
+  trans: TranslationBundle;
+}): JSX.Element {
+  const { exc, selected, trans } = props;
+  const [showLib, setShowLib] = useState(false);
+  const elidedAfter = new Map(exc.elided.map(e => [e.after, e]));
+  const items: JSX.Element[] = [];
+  let hidden = 0;
+  exc.frames.forEach((f, i) => {
+    const visible = f.user || showLib || i === selected;
+    if (!visible) {
+      hidden++;
+    } else {
+      items.push(
+        <li
+          key={i}
+          className={`jp-TorchDbg-frame ${f.user ? 'jp-mod-user' : 'jp-mod-library'} ${
+            i === selected ? 'jp-mod-selected' : ''
+          }`}
+        >
+          <button
+            className="jp-TorchDbg-frameButton"
+            onClick={() => props.onSelect(i)}
+          >
+            <span className="jp-TorchDbg-frameWhere">{frameLabel(f)}</span>
+            <span className="jp-TorchDbg-frameLine">{f.line}</span>
+          </button>
+        </li>
+      );
+    }
+    const gap = elidedAfter.get(i);
+    if (gap) {
+      items.push(
+        <li key={`gap-${i}`} className="jp-TorchDbg-frameGap">
+          {gap.reason === 'repeated'
+            ? trans.__(
+                '… the frame above repeated %1 more times',
+                String(gap.count)
+              )
+            : trans.__('… %1 frames not captured', String(gap.count))}
+        </li>
+      );
+    }
+  });
+  return (
+    <div className="jp-TorchDbg-frames">
+      <ol>{items}</ol>
+      {(hidden > 0 || showLib) && (
+        <button
+          className="jp-TorchDbg-link"
+          onClick={() => setShowLib(s => !s)}
+        >
+          {showLib
+            ? trans.__('hide library frames')
+            : trans.__('show %1 library frames', String(hidden))}
+        </button>
+      )}
+    </div>
+  );
+}

@@ -1,0 +1,185 @@
+import type { TranslationBundle } from '@jupyterlab/translation';
+import React, { useEffect, useState } from 'react';
+
+import { Heatmap } from '../../charts/heatmap';
+import { LineChart, seriesColor } from '../../charts/lineChart';
+import { TorchDbgConnection } from '../../connection/connection';
+import { TorchDbgModel } from '../../model/model';
+import { IGradTrack, wireNumber } from '../../protocol/messages';
+import { formatValue } from '../../ui/formatValue';
+import { useMounted } from '../../ui/useMounted';
+import { AlertList } from './alertList';
+import { LayerTable } from './layerTable';
+
+/** Layers drawn as lines (largest last norm first). */
+const TOP_K = 5;
+
+function pct(v: number | null): string {
+  return v === null ? '–' : `${(v * 100).toFixed(v < 0.01 ? 2 : 1)}%`;
+}
+
+/**
+ * One optimizer's gradients: total norm, per-layer heatmap, top layers, alarms
+ * and the layer table.
+ */
+export function TrackView(props: {
+  model: TorchDbgModel;
+  conn: TorchDbgConnection;
+  track: IGradTrack;
+  tick: number;
+  trans: TranslationBundle;
+}): JSX.Element {
+  const { model, track, trans } = props;
+  const status = model.grads.status!;
+  const layers = model.grads.layers(track);
+  const [hover, setHover] = useState<string>('');
+  const [totalHost, total] = useMounted(
+    () =>
+      new LineChart({
+        series: [{ label: 'total', color: seriesColor(0) }],
+        height: 110,
+        log: true
+      }),
+    [track.name]
+  );
+  const [heatHost, heat] = useMounted(() => new Heatmap(), [track.name]);
+  const [topHost, top] = useMounted(
+    () =>
+      new LineChart({
+        series: Array.from({ length: TOP_K }, (_, i) => ({
+          label: String(i),
+          color: seriesColor(i + 1)
+        })),
+        height: 110,
+        log: true
+      }),
+    [track.name]
+  );
+  // the top-k layers by last norm (non-finite first: that is the news)
+  const stats = track.stats;
+  const order = layers
+    .map((l, i) => ({ l, v: stats ? wireNumber(stats.last[i + 1]) : 0 }))
+    .sort((a, b) =>
+      !Number.isFinite(a.v) ? -1 : !Number.isFinite(b.v) ? 1 : b.v - a.v
+    )
+    .slice(0, TOP_K);
+
+  useEffect(() => {
+    const totalRing = model.series.get(track.total_series);
+    if (totalRing) {
+      const { x, y } = totalRing.toArrays();
+      total.current?.setData(x, y);
+    }
+    // the clip level when clipping (the chart shows norms before clipping), else the threshold
+    total.current?.setHLine(
+      model.control.state?.clip ?? status.thresholds.explode_abs
+    );
+    total.current?.setMarker(model.grads.focusStep);
+    top.current?.setMarker(model.grads.focusStep);
+    const rings = layers.map(l => model.series.get(l.series));
+    if (rings.length && rings.every(r => r)) {
+      const arrays = rings.map(r => r!.toArrays());
+      heat.current?.setData(
+        arrays[0].x,
+        arrays.map(a => a.y)
+      );
+      const picked = order.map(o => model.series.get(o.l.series)!.toArrays());
+      if (picked.length) {
+        top.current?.setData(picked[0].x, ...picked.map(p => p.y));
+      }
+    }
+  }, [props.tick]);
+
+  useEffect(() => {
+    if (heat.current) {
+      heat.current.onHover = hit =>
+        setHover(
+          hit
+            ? trans.__(
+                '%1 · step %2 · %3',
+                layers[hit.row]?.name ?? '?',
+                String(hit.x),
+                formatValue(hit.value)
+              )
+            : ''
+        );
+    }
+  }, [layers]);
+
+  const why: Record<string, string> = {
+    warmup: trans.__('every step (auto: first steps of the run)'),
+    rising: trans.__('every step (auto: norm climbing)'),
+    clip: trans.__('every step (clipping reads it anyway)')
+  };
+  const stride =
+    track.mode === 'off'
+      ? trans.__('off')
+      : track.every_step
+        ? why[track.every_step]
+        : track.mode === 'auto'
+          ? trans.__('every %1 (auto)', String(track.stride))
+          : trans.__('every %1', String(track.stride));
+  return (
+    <section className="jp-TorchDbg-track" data-track={track.name}>
+      <div className="jp-TorchDbg-trackHeader">
+        <span className="jp-TorchDbg-trackName">{track.name}</span>
+        <span className="jp-TorchDbg-trackMeta">
+          {trans.__(
+            'step %1 · sampled %2 · overhead %3',
+            String(track.step),
+            stride,
+            pct(track.overhead)
+          )}
+        </span>
+      </div>
+      {(track.skipped_steps > 0 || track.local_shard || track.reason) && (
+        <div className="jp-TorchDbg-trackNotes">
+          {track.skipped_steps > 0 &&
+            trans.__(
+              '%1 skipped steps (GradScaler) · ',
+              String(track.skipped_steps)
+            )}
+          {track.local_shard && trans.__('norms of the local shard only · ')}
+          {track.reason}
+        </div>
+      )}
+      <AlertList
+        alerts={model.grads.alerts.filter(a => a.track === track.name)}
+        model={model}
+        trans={trans}
+      />
+      <div className="jp-TorchDbg-chartTitle">
+        {trans.__('total gradient norm (log)')}
+        <span className="jp-TorchDbg-seriesValue">
+          {formatValue(stats ? wireNumber(stats.last[0]) : NaN)}
+        </span>
+      </div>
+      <div className="jp-TorchDbg-chartHost" ref={totalHost} />
+      <div className="jp-TorchDbg-chartTitle">
+        {trans.__(
+          'per-layer norms (rows: %1 layers, log colour)',
+          String(layers.length)
+        )}
+      </div>
+      <div className="jp-TorchDbg-heatHost" ref={heatHost} />
+      <div className="jp-TorchDbg-hover">{hover || '\u00a0'}</div>
+      <div className="jp-TorchDbg-chartTitle">
+        {trans.__('top %1 layers', String(order.length))}
+      </div>
+      <div className="jp-TorchDbg-chartHost" ref={topHost} />
+      <ul className="jp-TorchDbg-legend">
+        {order.map((o, i) => (
+          <li key={o.l.name}>
+            <span
+              className="jp-TorchDbg-swatch"
+              style={{ background: seriesColor(i + 1) }}
+            />
+            <span className="jp-TorchDbg-layerName">{o.l.name}</span>
+            <span>{formatValue(o.v)}</span>
+          </li>
+        ))}
+      </ul>
+      <LayerTable model={model} track={track} trans={trans} />
+    </section>
+  );
+}

@@ -1,0 +1,1170 @@
+/**
+ * GENERATED FILE, DO NOT EDIT.
+ *
+ * The protocol's message types, generated from jupyterlab_torchdbg/protocol/messages.schema.json
+ * by scripts/gen-protocol-types.mjs (json-schema-to-typescript). Change the schema,
+ * then run `jlpm gen:protocol`; `jlpm gen:protocol:check` fails when this file is stale.
+ * Import from `./messages`, which re-exports these under the panel's names.
+ */
+
+/**
+ * Every JSON message exchanged on the `jupyterlab_torchdbg` comm, in both directions. Binary payloads travel as comm buffers described by the `blocks` of a message. See PROTOCOL.md beside this file.
+ */
+export type ProtocolMessage = KernelMessage | PanelMessage;
+/**
+ * Kernel -> panel.
+ */
+export type KernelMessage =
+  | IHello
+  | ISnapshot
+  | ISeries
+  | IAck
+  | IError
+  | IException
+  | IGrads
+  | IAlert
+  | IMemory
+  | IOom
+  | IControl;
+export type ProtocolVersion = string;
+/**
+ * A block in a snapshot: always with its names (the snapshot carries the whole name table).
+ */
+export type ISnapshotBlock = IBlock & Required<Pick<IBlock, 'names'>>;
+export type RequestId = string;
+/**
+ * A number, a non-finite number spelled as a string, or null (not known yet).
+ */
+export type NullableNumber = FiniteOrSpecial | null;
+/**
+ * A number. JSON has no NaN or infinities, so those travel as the strings below.
+ */
+export type FiniteOrSpecial = number | ('NaN' | 'Infinity' | '-Infinity');
+/**
+ * A byte count; null when not known (an `unavailable` or `*_reason` field says why).
+ */
+export type Bytes = number | null;
+/**
+ * Panel -> kernel.
+ */
+export type PanelMessage = IOpen | IAction;
+/**
+ * A request from the panel. `action` comes from an allowlist; each action has its own argument schema. Exactly one `ack` or `error` answers each request id.
+ */
+export type IAction = IActionEnvelope & ActionVariant;
+/**
+ * One allowlisted action with its own argument schema.
+ */
+export type ActionVariant =
+  | IActionSnapshot
+  | IActionClearHistory
+  | IActionSetStride
+  | IActionSetThresholds
+  | IActionClearAlerts
+  | IActionEmptyCache
+  | IActionReleaseRefs
+  | IActionRecordMemory
+  | IActionSaveCheckpoint
+  | IActionClip
+  | IActionUnclip
+  | IActionPause
+  | IActionResume
+  | IActionStep
+  | IActionScaleLr
+  | IActionResetLr;
+export type NoArgs = Record<string, never>;
+
+/**
+ * The first message on every comm. `accepted` is false on a protocol major-version mismatch; an `error` with code `protocol_mismatch` follows and the kernel closes the comm.
+ */
+export interface IHello {
+  method: 'hello';
+  protocol_version: ProtocolVersion;
+  package_version: string;
+  capabilities: ICapabilities;
+  /**
+   * Random per extension load: a new id means the kernel side was reloaded or restarted.
+   */
+  session_id: string;
+  accepted: boolean;
+  /**
+   * The action names this kernel accepts.
+   */
+  actions?: string[];
+}
+export interface ICapabilities {
+  torch: IAvailability;
+  cuda: ICudaCapability;
+  nvml: IAvailability;
+  /**
+   * The kernel handles comm messages on a subshell thread, so actions apply while a cell runs.
+   */
+  subshells: boolean;
+  [k: string]: unknown;
+}
+export interface IAvailability {
+  available: boolean;
+  version?: string | null;
+  reason?: string | null;
+  [k: string]: unknown;
+}
+export interface ICudaCapability {
+  /**
+   * null when it cannot be known without initialising CUDA.
+   */
+  available: boolean | null;
+  initialized: boolean;
+  device_count?: number | null;
+  version?: string | null;
+  reason?: string | null;
+  [k: string]: unknown;
+}
+/**
+ * Sent to one comm on open and on request: the downsampled history of every series, the current sequence number, and stream statistics.
+ */
+export interface ISnapshot {
+  method: 'snapshot';
+  seq: number;
+  blocks: ISnapshotBlock[];
+  /**
+   * Some series were left out because of the series cap.
+   */
+  truncated?: boolean;
+  stats: IStreamStats;
+}
+/**
+ * A group of series sharing one x axis, known by `id`. Buffers, in block order: x as float64 little-endian (`count` values), then y as float32 little-endian (`count` x len(names) values, row-major: for each x, one value per name). In a `series` message `names` is present only the first time the block goes out; the panel keeps an id -> names table (replaced by each snapshot, whose blocks all carry `names`). A block's names never change; new names get a new id.
+ */
+export interface IBlock {
+  /**
+   * The block's id, never reused while the kernel side is loaded (a new hello session_id starts a new table).
+   */
+  id: number;
+  /**
+   * @minItems 1
+   */
+  names?: string[];
+  count: number;
+  /**
+   * Points recorded but not sent because the pending buffer was full (the panel marks a gap).
+   */
+  dropped?: number;
+}
+export interface IStreamStats {
+  messages: number;
+  points: number;
+  /**
+   * Errors the tool caught inside its own hooks and senders, by site (never raised into user code).
+   */
+  errors: {
+    [k: string]: number;
+  };
+  [k: string]: unknown;
+}
+/**
+ * New points since the previous flush, broadcast to every comm at most 10 times a second. `seq` increases by one per message; a gap means a message was lost.
+ */
+export interface ISeries {
+  method: 'series';
+  seq: number;
+  blocks: IBlock[];
+}
+export interface IAck {
+  method: 'ack';
+  request_id: RequestId;
+  action: string;
+  result: {
+    [k: string]: unknown;
+  };
+  /**
+   * This request id was seen before; the action was not applied again.
+   */
+  duplicate?: boolean;
+}
+export interface IError {
+  method: 'error';
+  request_id: RequestId | null;
+  code:
+    | 'protocol_mismatch'
+    | 'malformed'
+    | 'unknown_action'
+    | 'invalid_args'
+    | 'refused'
+    | 'failed';
+  message: string;
+  duplicate?: boolean;
+}
+/**
+ * Broadcast to every comm when a cell fails (never for KeyboardInterrupt, SystemExit, BdbQuit, UsageError). Also sent once to a (re)connecting comm after its snapshot with `replay: true`: the panel shows it without popping up (compare `id`/`time`). Strings only: no frames or tensors are kept by the kernel side.
+ */
+export interface IException {
+  method: 'exception';
+  /**
+   * Unique per kernel-side session: `<session>-<n>`.
+   */
+  id: string;
+  /**
+   * Unix time (seconds) of the capture.
+   */
+  time: number;
+  /**
+   * true when re-sent on connect or snapshot: do not pop up.
+   */
+  replay: boolean;
+  execution_count: number | null;
+  /**
+   * The failing cell (JupyterLab's cell id), null when the client sent none.
+   */
+  cell_id: string | null;
+  /**
+   * `sys.last_value` is this exception, so `%debug` lands on it.
+   */
+  debuggable: boolean;
+  exception: IExceptionInfo;
+  diagnosis: IDiagnosis;
+  /**
+   * Outermost first, as a Python traceback. Gaps are listed in `elided`.
+   */
+  frames: IExceptionFrame[];
+  /**
+   * Index in `frames` of the innermost user frame (cell or user file); null if none.
+   */
+  focus: number | null;
+  /**
+   * Frames in the whole stack.
+   */
+  frames_total: number;
+  elided: {
+    /**
+     * Index in `frames` of the frame before the gap.
+     */
+    after: number;
+    count: number;
+    /**
+     * `repeated`: the frame before the gap, repeated (recursion).
+     */
+    reason: 'repeated' | 'limit';
+  }[];
+  /**
+   * `__cause__`/`__context__` links from the raised exception downwards (cycle-safe, bounded).
+   */
+  chain: IRelatedException[];
+  /**
+   * Leaves of an ExceptionGroup (nested groups flattened; `path` gives the position).
+   */
+  group?: IRelatedException[];
+  /**
+   * Something was cut to bound the message (frames, message text, locals, source).
+   */
+  truncated: boolean;
+  capture_ms?: number;
+}
+export interface IExceptionInfo {
+  type: string;
+  module: string;
+  /**
+   * str(exception), cut to 10,000 characters; "n/a" when its __str__ raised.
+   */
+  message: string;
+  message_truncated: boolean;
+  message_unavailable?: boolean;
+  /**
+   * For a SyntaxError: where the parser stopped.
+   */
+  syntax?: {
+    lineno?: number | null;
+    offset?: number | null;
+    end_lineno?: number | null;
+    end_offset?: number | null;
+    text?: string | null;
+    msg?: string | null;
+    file?: string;
+    origin?: 'cell' | 'file' | 'library';
+    cell_id?: string | null;
+    execution_count?: number | null;
+    [k: string]: unknown;
+  };
+}
+export interface IDiagnosis {
+  category:
+    | 'device_mismatch'
+    | 'shape_mismatch'
+    | 'dtype_mismatch'
+    | 'index_out_of_range'
+    | 'out_of_memory'
+    | 'inplace_modification'
+    | 'device_side_assert'
+    | 'cuda_error'
+    | 'autograd'
+    | 'non_finite'
+    | 'generic';
+  title: string;
+  /**
+   * One sentence; code in backticks (render as text, S1).
+   */
+  headline: string;
+  /**
+   * Variables, layers or parameters involved: a Local plus `frame` (index in `frames`), `role`; library arguments not bound to a user name have `named: false`.
+   */
+  culprits: (ILocal & {
+    frame?: number;
+    role?: string;
+    arg?: string;
+    named?: boolean;
+    [k: string]: unknown;
+  })[];
+  /**
+   * The main fix in plain words; null for the generic view.
+   */
+  remedy: string | null;
+  hints: string[];
+  /**
+   * Numbers behind the headline (e.g. lengths [100, 90], requested_bytes, n_classes).
+   */
+  facts: {
+    [k: string]: unknown;
+  };
+  confidence: 'certain' | 'likely';
+  /**
+   * Other panels with related data.
+   */
+  links: ('memory' | 'grads')[];
+  /**
+   * Index in `frames` to show first (the focus frame).
+   */
+  where: number | null;
+}
+/**
+ * One local, from metadata only. Any field may be "n/a" when reading it raised. `text` is a ready one-line rendering.
+ */
+export interface ILocal {
+  name?: string;
+  kind:
+    | 'tensor'
+    | 'module'
+    | 'optimizer'
+    | 'dataset'
+    | 'dataloader'
+    | 'array'
+    | 'number'
+    | 'string'
+    | 'bytes'
+    | 'none'
+    | 'container'
+    | 'object'
+    | 'function'
+    | 'class'
+    | 'pymodule';
+  type: string;
+  text: string;
+  shape?: (number | string)[] | 'n/a';
+  dtype?: string;
+  device?: string;
+  layout?: string;
+  requires_grad?: boolean | string;
+  is_leaf?: boolean | string;
+  /**
+   * A .grad is present.
+   */
+  grad?: boolean | string;
+  /**
+   * null: not checked (only small dense CPU tensors are).
+   */
+  finite?: boolean | null;
+  min?: number | string;
+  max?: number | string;
+  version?: number | string;
+  nbytes?: number | string;
+  params?: number | string;
+  devices?: string[] | 'n/a';
+  dtypes?: string[] | 'n/a';
+  len?: number | string;
+  items?: ILocal[];
+  [k: string]: unknown;
+}
+export interface IExceptionFrame {
+  /**
+   * Index in the whole stack (0 = outermost).
+   */
+  position: number;
+  /**
+   * A notebook cell, a user file, or an installed package / the standard library.
+   */
+  origin: 'cell' | 'file' | 'library';
+  /**
+   * origin is cell or file.
+   */
+  user: boolean;
+  function: string;
+  /**
+   * For display only: `Cell In[5]`, a path relative to the kernel's cwd, or a library path relative to its sys.path entry. Never a home directory.
+   */
+  file: string;
+  /**
+   * User files under the kernel's cwd: the path relative to it (to open through the file browser).
+   */
+  path?: string;
+  /**
+   * For a cell frame: the line in that cell (1-based).
+   */
+  lineno: number;
+  cell_id?: string | null;
+  execution_count?: number | null;
+  /**
+   * The cell has run different code since this frame's code was compiled.
+   */
+  source_changed?: boolean;
+  /**
+   * The source line, stripped (compare with the cell's current text to detect an edit).
+   */
+  line: string;
+  source?: {
+    first: number;
+    lines: string[];
+    [k: string]: unknown;
+  };
+  /**
+   * The failing expression: lines 1-based, columns as UTF-8 byte offsets (end_col -1 = unknown).
+   */
+  span?: {
+    start_line?: number;
+    end_line?: number;
+    start_col?: number;
+    end_col?: number;
+    [k: string]: unknown;
+  };
+  /**
+   * Module level: the locals are the notebook's globals (IPython's own names, imports, functions and classes left out).
+   */
+  namespace?: boolean;
+  locals: ILocal[];
+  locals_total: number;
+  locals_truncated: boolean;
+  [k: string]: unknown;
+}
+export interface IRelatedException {
+  relation?: 'cause' | 'context';
+  path?: number[];
+  type: string;
+  module: string;
+  message: string;
+  message_truncated: boolean;
+  message_unavailable?: boolean;
+  where?: {
+    file: string;
+    lineno: number;
+    function: string;
+    cell_id?: string | null;
+    [k: string]: unknown;
+  };
+  [k: string]: unknown;
+}
+/**
+ * The gradient monitor's status: sent on changes and every ~2 s while training, in every snapshot, and at the end of a cell. The numbers themselves travel in `series` messages.
+ */
+export interface IGrads {
+  method: 'grads';
+  state: 'waiting' | 'active' | 'off';
+  reason: string | null;
+  mode: 'auto' | 'fixed' | 'off';
+  stride: number | null;
+  /**
+   * Share of step time the automatic stride aims at.
+   */
+  budget: number;
+  thresholds: IGradThresholds;
+  /**
+   * Alerts raised since load.
+   */
+  alerts: number;
+  tracks: IGradTrack[];
+}
+/**
+ * Alarm settings of the gradient monitor (see `set_thresholds`).
+ */
+export interface IGradThresholds {
+  /**
+   * Total norm above this is an explosion; null: only the relative rule.
+   */
+  explode_abs: number | null;
+  /**
+   * Total norm above this many times its running median is an explosion.
+   */
+  explode_factor: number;
+  /**
+   * Sampled steps before the relative rule applies.
+   */
+  explode_warmup: number;
+  /**
+   * A layer norm below this (and above 0) counts as vanishing...
+   */
+  vanish_floor: number;
+  /**
+   * ...as does one below this fraction of the total norm...
+   */
+  vanish_ratio: number;
+  /**
+   * ...for this many consecutive sampled steps.
+   */
+  vanish_steps: number;
+  /**
+   * GradScaler skips within 100 optimizer steps that raise an alarm.
+   */
+  amp_skips: number;
+  /**
+   * A GradScaler scale below this has collapsed.
+   */
+  amp_min_scale: number;
+}
+/**
+ * One optimizer seen at the step boundary. Its rows arrive in `series` messages as one block: `total_series`, then each layer's `series`, then `scale_series` when GradScaler drives it. `layers` is sent when `layers_version` changes (and in every snapshot); otherwise keep the previous list.
+ */
+export interface IGradTrack {
+  /**
+   * The optimizer's variable name.
+   */
+  name: string;
+  /**
+   * disabled: outside the watched scope; no_grads: no parameter had a gradient at the last sampled step.
+   */
+  state: 'waiting' | 'active' | 'disabled' | 'no_grads';
+  reason: string | null;
+  /**
+   * Optimizer steps taken (GradScaler-skipped steps excluded).
+   */
+  step: number;
+  sampled: number;
+  mode: 'auto' | 'fixed' | 'off';
+  /**
+   * Current sampling stride (1 while `every_step` says why).
+   */
+  stride: number;
+  /**
+   * Why a track that would sample every N steps samples every step now: the auto mode's warm-up (first steps of a run), the total norm climbing towards the explosion alarm, or the clip action (which reads every step's norms anyway). null: it follows `stride`.
+   */
+  every_step?: 'warmup' | 'rising' | 'clip' | null;
+  /**
+   * Measured cost of monitoring as a share of step time (0.01 = 1%).
+   */
+  overhead: number | null;
+  step_time_s: number | null;
+  sample_cost_s: number | null;
+  /**
+   * Steps GradScaler skipped (shown as 'skipped step', not an alarm).
+   */
+  skipped_steps: number;
+  /**
+   * The steps at which the skips were seen (the latest 100).
+   *
+   * @maxItems 100
+   */
+  skipped_at?: number[];
+  amp_scale: NullableNumber;
+  /**
+   * Norms are of this process's shard only (FSDP/DTensor).
+   */
+  local_shard: boolean;
+  /**
+   * Too many layers: merged into their parent modules.
+   */
+  coarsened: boolean;
+  total_series: string;
+  scale_series: string | null;
+  layers_version: number;
+  /**
+   * @maxItems 512
+   */
+  layers?: IGradLayer[];
+  stats?: IGradStats;
+}
+/**
+ * One layer (module) of a monitored optimizer. `series` names its gradient-norm series, `param_series` its weight-norm series (sampled at most once a second).
+ */
+export interface IGradLayer {
+  name: string;
+  series: string;
+  param_series: string;
+  numel: number;
+  /**
+   * @maxItems 32
+   */
+  params: {
+    name: string;
+    shape: number[];
+    dtype: string;
+  }[];
+  /**
+   * Parameters of this layer not listed in `params`.
+   */
+  more_params?: number;
+}
+/**
+ * Per series, total first then the layers in `layers` order: the last value, the largest and smallest finite values (null: none finite yet), and how many sampled values were NaN/Inf.
+ */
+export interface IGradStats {
+  last: FiniteOrSpecial[];
+  max: (number | null)[];
+  min: (number | null)[];
+  nonfinite: number[];
+}
+/**
+ * New alarms, coalesced (at most two messages a second). In a snapshot the recent ones come again with `replay: true`: list them, do not pop up.
+ */
+export interface IAlert {
+  method: 'alert';
+  /**
+   * @minItems 1
+   * @maxItems 100
+   */
+  alerts: IAlertItem[];
+  replay?: boolean;
+}
+/**
+ * One alarm: what, where (step, layer), and a one-line remedy.
+ */
+export interface IAlertItem {
+  id: string;
+  /**
+   * The feature that raised it, e.g. `grads`.
+   */
+  source: string;
+  /**
+   * non_finite_forward: the forward probe's finding after a non_finite alarm (which module's output first went NaN/Inf, or that the forward pass was finite).
+   */
+  kind:
+    | 'non_finite'
+    | 'non_finite_forward'
+    | 'explosion'
+    | 'vanishing'
+    | 'amp_skips'
+    | 'amp_scale_collapse';
+  severity: 'warning' | 'error';
+  step: number;
+  layer: string | null;
+  message: string;
+  remedy: string;
+  /**
+   * The optimizer (GradTrack name).
+   */
+  track: string;
+  value: NullableNumber;
+  /**
+   * Unix time in seconds.
+   */
+  time: number;
+}
+/**
+ * The memory panel's state: device cards, the breakdown, the recording. Sent when it changes (at most every 0.5 s while a cell runs, 1 s when idle), at the end of every cell, after a memory action, and in every snapshot. The timeline numbers travel in `series` messages under `mem/` (see `MemoryDevice.series` and `host.series`).
+ */
+export interface IMemory {
+  method: 'memory';
+  /**
+   * Unix time in seconds.
+   */
+  time: number;
+  /**
+   * waiting: torch not imported; no_cuda: CPU-only torch or no visible device (show the CPU breakdown); cuda_idle: CUDA not initialised by the user's code yet (NVML cards only); active; corrupted: a sticky CUDA error, restart the kernel.
+   */
+  state: 'waiting' | 'no_cuda' | 'cuda_idle' | 'active' | 'corrupted';
+  reason: string | null;
+  devices: IMemoryDevice[];
+  host: {
+    rss: Bytes;
+    reason: string | null;
+    series: string;
+  };
+  breakdown: IMemoryBreakdown | null;
+  recording: IMemoryRecording;
+  /**
+   * The latest `oom` autopsy (its full message is replayed after a snapshot).
+   */
+  last_oom: {
+    id: string;
+    time: number;
+    device: string;
+    headline: string;
+  } | null;
+  nvml: {
+    available: boolean;
+    reason: string | null;
+  };
+}
+/**
+ * One CUDA device visible to this kernel (a card in the panel).
+ */
+export interface IMemoryDevice {
+  /**
+   * torch's name: `cuda:0`.
+   */
+  device: string;
+  index: number;
+  name: string | null;
+  uuid: string | null;
+  nvml_index: number | null;
+  /**
+   * How the NVML device was matched: `uuid` (certain), `visible_devices`/`pci_order` (CUDA_VISIBLE_DEVICES index or all devices, CUDA_DEVICE_ORDER=PCI_BUS_ID), `assumed_order` (CUDA may order devices differently until CUDA is initialised), null (no NVML device).
+   */
+  matched_by: 'uuid' | 'visible_devices' | 'pci_order' | 'assumed_order' | null;
+  mig: boolean | null;
+  /**
+   * The `series` names of this device's timeline (x = Unix time in seconds).
+   */
+  series: {
+    [k: string]: string;
+  };
+  allocator: IAllocatorCounters | null;
+  allocator_reason: string | null;
+  nvml: INvmlFields | null;
+  nvml_reason: string | null;
+  /**
+   * NVML field -> why it is n/a (NotSupported, MIG, no permission, container).
+   */
+  unavailable: {
+    [k: string]: string;
+  };
+}
+/**
+ * torch's caching allocator on one device (host-side counters). Bytes, except the two counts.
+ */
+export interface IAllocatorCounters {
+  allocated: Bytes;
+  reserved: Bytes;
+  /**
+   * A byte count; null when not known (an `unavailable` or `*_reason` field says why).
+   */
+  peak: number | null;
+  active: Bytes;
+  /**
+   * A byte count; null when not known (an `unavailable` or `*_reason` field says why).
+   */
+  inactive_split: number | null;
+  alloc_retries: number | null;
+  ooms: number | null;
+}
+/**
+ * NVML's view of one device. null = n/a; `MemoryDevice.unavailable` holds the reason.
+ */
+export interface INvmlFields {
+  used?: Bytes;
+  total?: Bytes;
+  /**
+   * Percent.
+   */
+  util_gpu?: number | null;
+  /**
+   * Percent.
+   */
+  util_memory?: number | null;
+  temperature_c?: number | null;
+  power_w?: number | null;
+  power_limit_w?: number | null;
+  /**
+   * A byte count; null when not known (an `unavailable` or `*_reason` field says why).
+   */
+  process_used?: number | null;
+}
+export interface IMemoryBreakdown {
+  /**
+   * `cpu` first, then CUDA devices.
+   */
+  devices: IMemoryBreakdownRow[];
+  /**
+   * Models counted (namespace names; submodules of another model left out).
+   */
+  models: string[];
+  optimizers: string[];
+  tensors: number;
+  truncated: boolean;
+  /**
+   * Why the categories are empty (no model or optimizer found).
+   */
+  reason: string | null;
+  /**
+   * Parameters whose gradients (and optimizers whose state) were not read because another thread trains them (R34).
+   */
+  skipped_grads?: number;
+  /**
+   * Why some categories are incomplete (training on several threads).
+   */
+  note?: string;
+  cost_ms: number;
+  time?: number;
+}
+/**
+ * Where one device's memory went. Each storage counted once, in the first category reaching it. `other` = `total` minus the three categories (activations, data, caches); null when `total` is unknown.
+ */
+export interface IMemoryBreakdownRow {
+  device: string;
+  /**
+   * Parameters and module buffers.
+   */
+  parameters: number;
+  gradients: number;
+  optimizer_state: number;
+  other: Bytes;
+  total: Bytes;
+  /**
+   * `allocated`: the CUDA allocator's allocated bytes; `rss`: the process's resident memory (CPU row).
+   */
+  total_source: 'allocated' | 'rss' | null;
+}
+export interface IMemoryRecording {
+  /**
+   * `armed`: starts when the user's code first initialises CUDA.
+   */
+  state: 'off' | 'armed' | 'on';
+  max_entries: number | null;
+  since: number | null;
+  /**
+   * The summary of the last recording stopped in this session (null before the first stop).
+   */
+  last?: IMemorySnapshotSummary | null;
+}
+/**
+ * What `record_memory` `stop` wrote and found: the snapshot `file` (a pickle in the kernel's working directory, for PyTorch's memory viewer), its size, the number of history `entries` and OOM events, and the top allocation sites by bytes, largest first: `top_sites` over every allocation recorded, `live_sites` still allocated at the stop. Also the fields of the stop's ack `result`.
+ */
+export interface IMemorySnapshotSummary {
+  time: number;
+  file: string;
+  bytes: number;
+  entries: number;
+  oom_events: number;
+  /**
+   * @maxItems 10
+   */
+  top_sites: IAllocationSite[];
+  /**
+   * @maxItems 10
+   */
+  live_sites: IAllocationSite[];
+}
+/**
+ * Where memory was allocated: the first frame outside torch and the standard library. `file` is the last two path components (no home directory); `file` and `function` are at most 200 characters. Render as text.
+ */
+export interface IAllocationSite {
+  file: string;
+  line: number;
+  function: string;
+  bytes: number;
+  count: number;
+}
+/**
+ * OOM autopsy, broadcast when a cell fails with an out-of-memory error (after its `exception`, which it names in `exception_id`); replayed with `replay: true` after a snapshot. Strings and numbers only.
+ */
+export interface IOom {
+  method: 'oom';
+  id: string;
+  time: number;
+  replay: boolean;
+  execution_count: number | null;
+  cell_id: string | null;
+  /**
+   * The `id` of the `exception` message of the same failure.
+   */
+  exception_id: string | null;
+  exception: {
+    type: string;
+    message: string;
+  };
+  device: string;
+  headline: string;
+  requested_bytes: Bytes;
+  /**
+   * Numbers parsed from the message (null where it had none).
+   */
+  message_facts: {
+    [k: string]: Bytes;
+  };
+  /**
+   * The allocator's counters right after the failure; null on CPU or when unreadable (`allocator_reason`).
+   */
+  allocator: IAllocatorCounters | null;
+  allocator_reason: string | null;
+  /**
+   * What the remedies were chosen from (bytes; the allocator's, else the message's).
+   */
+  numbers: {
+    device: string;
+    requested: Bytes;
+    total: Bytes;
+    allocated: Bytes;
+    reserved: Bytes;
+    parameters: Bytes;
+    gradients: Bytes;
+    optimizer_state: Bytes;
+    other: Bytes;
+  };
+  breakdown: IMemoryBreakdownRow;
+  models: string[];
+  optimizers: string[];
+  /**
+   * @maxItems 15
+   */
+  tensors: IOomTensor[];
+  tensors_total: number;
+  tensors_bytes: number;
+  /**
+   * torch.cuda.memory_summary() at the failure (show collapsed).
+   */
+  summary: string | null;
+  summary_truncated: boolean;
+  /**
+   * Most fitting first; `release_refs` always last.
+   *
+   * @minItems 1
+   */
+  remedies: IOomRemedy[];
+  capture_ms: number;
+}
+/**
+ * A live tensor on the failing device, from metadata only. One row per storage: `name` is the first name reaching it (namespace before frames), `also` the others.
+ */
+export interface IOomTensor {
+  name: string;
+  also: string[];
+  kind: 'variable' | 'element' | 'parameter' | 'gradient';
+  where: 'namespace' | 'frame';
+  function: string | null;
+  lineno: number | null;
+  shape: number[];
+  dtype: string;
+  device: string;
+  /**
+   * Bytes of its storage.
+   */
+  nbytes: number;
+  requires_grad: boolean;
+  /**
+   * An autograd output: usually an activation kept for backward.
+   */
+  grad_fn: boolean;
+}
+export interface IOomRemedy {
+  kind:
+    | 'host_memory'
+    | 'huge_allocation'
+    | 'fragmentation'
+    | 'activations'
+    | 'optimizer_state'
+    | 'gradients_kept'
+    | 'reduce_batch'
+    | 'release_refs';
+  /**
+   * The numbers behind it, one line.
+   */
+  title: string;
+  /**
+   * What to do; code in backticks (render as text).
+   */
+  detail: string;
+  /**
+   * A snippet to copy.
+   */
+  code: string | null;
+  /**
+   * The share of allocated memory this remedy is about.
+   */
+  share: number | null;
+}
+/**
+ * Training control state, broadcast on every change, when the loop pauses, and in every snapshot.
+ */
+export interface IControl {
+  method: 'control';
+  /**
+   * max_norm applied at every optimizer step (as clip_grad_norm_), or null.
+   */
+  clip: number | null;
+  paused: boolean;
+  /**
+   * The step boundary the loop is held at.
+   */
+  paused_at: number | null;
+  /**
+   * Optimizer step boundaries seen.
+   */
+  step: number;
+  /**
+   * Cumulative learning-rate factor applied, or null.
+   */
+  lr_scale: number | null;
+  optimizers: string[];
+  /**
+   * Why the last step was not clipped (non-finite norm), if so.
+   */
+  last_refusal: string | null;
+}
+/**
+ * The data of the panel's comm_open.
+ */
+export interface IOpen {
+  method: 'open';
+  protocol_version: ProtocolVersion;
+  client?: string;
+}
+export interface IActionEnvelope {
+  method: 'action';
+  request_id: RequestId;
+  action: string;
+  args: {
+    [k: string]: unknown;
+  };
+}
+/**
+ * Ask for a fresh snapshot (sent before the ack).
+ */
+export interface IActionSnapshot {
+  action?: 'snapshot';
+  args?: NoArgs;
+  [k: string]: unknown;
+}
+/**
+ * Forget the recorded history of the logged series (all, or the named ones).
+ */
+export interface IActionClearHistory {
+  action?: 'clear_history';
+  args?: {
+    /**
+     * @maxItems 10000
+     */
+    names?: string[];
+  };
+  [k: string]: unknown;
+}
+/**
+ * Gradient sampling: every N optimizer steps (1 = every step), 'auto' (the monitor keeps its cost under 1% of step time), or 'off'.
+ */
+export interface IActionSetStride {
+  action?: 'set_stride';
+  args?: {
+    stride: number | ('auto' | 'off');
+  };
+  [k: string]: unknown;
+}
+/**
+ * Change any of the gradient alarm settings (at least one).
+ */
+export interface IActionSetThresholds {
+  action?: 'set_thresholds';
+  args?: {
+    explode_abs?: number | null;
+    explode_factor?: number;
+    explode_warmup?: number;
+    vanish_floor?: number;
+    vanish_ratio?: number;
+    vanish_steps?: number;
+    amp_skips?: number;
+    amp_min_scale?: number;
+  };
+  [k: string]: unknown;
+}
+/**
+ * Forget the recent gradient alerts (they are no longer replayed in snapshots).
+ */
+export interface IActionClearAlerts {
+  action?: 'clear_alerts';
+  args?: NoArgs;
+  [k: string]: unknown;
+}
+/**
+ * torch.cuda.empty_cache(); the ack has reserved bytes before/after per device. Refused when CUDA is not initialised or after a sticky CUDA error (restart the kernel).
+ */
+export interface IActionEmptyCache {
+  action?: 'empty_cache';
+  args?: NoArgs;
+  [k: string]: unknown;
+}
+/**
+ * Drop what keeps the last error's frames and IPython's output cache alive, gc, then empty the CUDA cache. Ends %debug on the last error.
+ */
+export interface IActionReleaseRefs {
+  action?: 'release_refs';
+  args?: NoArgs;
+  [k: string]: unknown;
+}
+/**
+ * Start or stop the CUDA allocator's memory history. Stop writes a snapshot pickle in the kernel's working directory and returns the top allocation sites.
+ */
+export interface IActionRecordMemory {
+  action?: 'record_memory';
+  args?:
+    | {
+        op: 'start';
+        max_entries?: number;
+      }
+    | {
+        op: 'stop';
+      };
+  [k: string]: unknown;
+}
+/**
+ * torch.save of the models' and optimizers' state dicts to a plain file name in the kernel's working directory. An existing file is replaced only with `overwrite: true`.
+ */
+export interface IActionSaveCheckpoint {
+  action?: 'save_checkpoint';
+  args?: {
+    filename?: string;
+    overwrite?: boolean;
+  };
+  [k: string]: unknown;
+}
+/**
+ * Clip gradients at every optimizer step from the next one, exactly as clip_grad_norm_(params, max_norm).
+ */
+export interface IActionClip {
+  action?: 'clip';
+  args?: {
+    max_norm: number;
+  };
+  [k: string]: unknown;
+}
+/**
+ * Stop clipping.
+ */
+export interface IActionUnclip {
+  action?: 'unclip';
+  args?: NoArgs;
+  [k: string]: unknown;
+}
+/**
+ * Hold the loop at the next optimizer step boundary (needs comms over a kernel subshell).
+ */
+export interface IActionPause {
+  action?: 'pause';
+  args?: NoArgs;
+  [k: string]: unknown;
+}
+/**
+ * Release a pause.
+ */
+export interface IActionResume {
+  action?: 'resume';
+  args?: NoArgs;
+  [k: string]: unknown;
+}
+/**
+ * While paused: let exactly one optimizer step through.
+ */
+export interface IActionStep {
+  action?: 'step';
+  args?: NoArgs;
+  [k: string]: unknown;
+}
+/**
+ * Multiply every param group learning rate by factor at the next step.
+ */
+export interface IActionScaleLr {
+  action?: 'scale_lr';
+  args?: {
+    factor: number;
+  };
+  [k: string]: unknown;
+}
+/**
+ * Undo scale_lr.
+ */
+export interface IActionResetLr {
+  action?: 'reset_lr';
+  args?: NoArgs;
+  [k: string]: unknown;
+}

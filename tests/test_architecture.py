@@ -1,0 +1,203 @@
+"""The shape the code keeps: no import circles, one owner of torch's step hooks, files of
+one idea, the step boundary's order.
+
+The import graph counts every import in a module, at module level, inside functions and
+under ``TYPE_CHECKING`` alike: a circle hidden in a function or a type annotation is
+still a circle a reader has to untangle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+
+from jupyterlab_torchdbg.kernel import step_boundary
+
+PACKAGE = Path(__file__).parents[1] / "jupyterlab_torchdbg"
+ROOT = PACKAGE.parent
+#: Longest kernel-side module, in lines (one idea per file).
+MAX_KERNEL_LINES = 420
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        if "labextension" in path.parts:
+            continue
+        rel = path.relative_to(ROOT).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _resolve(module: str, is_package: bool, level: int, target: str | None) -> str:
+    base = module.split(".")
+    if not is_package:
+        base = base[:-1]
+    if level > 1:
+        base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([target] if target else []))
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = _resolve(name, is_package, node.level, node.module)
+                else:
+                    base = node.module or ""
+                targets = [f"{base}.{a.name}" for a in node.names]
+                # ``from . import x`` in a package's own module: the package is already
+                # being imported (its parent), not a dependency.
+                if not name.startswith(base + "."):
+                    targets.append(base)
+            for t in targets:
+                if t in modules and t != name:
+                    graph[name].add(t)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle, as the list of modules around it, or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                return [*stack[stack.index(n) :], n]
+            if n not in state:
+                found = visit(n)
+                if found:
+                    return found
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state:
+            found = visit(m)
+            if found:
+                return found
+    return None
+
+
+def test_the_cycle_finder_finds_a_circle() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_circles_in_the_package() -> None:
+    graph = import_graph()
+    assert "jupyterlab_torchdbg.kernel.step_boundary" in graph
+    assert graph["jupyterlab_torchdbg.kernel.extension"]  # the graph sees real imports
+    cycle = find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_features_never_import_the_extension() -> None:
+    graph = import_graph()
+    for name, deps in graph.items():
+        if ".kernel." in name and not name.endswith((".extension", ".scalars", ".grads.api")):
+            assert "jupyterlab_torchdbg.kernel.extension" not in deps, name
+
+
+def test_one_registration_site_for_torchs_step_hooks() -> None:
+    sites = []
+    for name, path in _modules().items():
+        text = path.read_text(encoding="utf-8")
+        for hook in ("register_optimizer_step_pre_hook", "register_optimizer_step_post_hook"):
+            if f"{hook}(" in text:
+                sites.append((name, hook))
+    assert sorted({s for s, _ in sites}) == ["jupyterlab_torchdbg.kernel.step_boundary"]
+
+
+def test_kernel_files_hold_one_idea() -> None:
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in (PACKAGE / "kernel").rglob("*.py")
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_KERNEL_LINES
+    }
+    assert long == {}
+
+
+# --- the step boundary's order --------------------------------------------------------
+
+
+def test_step_boundary_calls_grads_then_control_then_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The order step_boundary.py's docstring gives: the monitor reads the norms before
+    clipping, control clips with exactly those norms, memory runs after the step."""
+    from grads_support import session
+
+    assert step_boundary.ORDER == ("grads", "control", "memory")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    calls: list[tuple[str, int]] = []
+    with session({"model": model, "opt": opt}) as s:
+        ext = s.ext
+        assert ext.grads is not None and ext.control is not None and ext.memory is not None
+        grads, control, memory = ext.grads, ext.control, ext.memory
+        real_read, real_control, real_memory = grads.on_step, control.at_step, memory.after_step
+        seen_norms: list[float] = []
+        pre_clip: list[float] = []
+        after_step: list[float] = []
+
+        def read(optimizer: object) -> object:
+            r = real_read(optimizer)
+            calls.append(("grads", r.step if r is not None else -1))
+            if r is not None and r.norms is not None:
+                seen_norms.append(float(torch.linalg.vector_norm(r.norms)))
+            return r
+
+        def act(optimizer: object, r: object) -> None:
+            calls.append(("control", getattr(r, "step", -1)))
+            grads_now = [p.grad for p in model.parameters() if p.grad is not None]
+            pre_clip.append(float(torch.nn.utils.get_total_norm(grads_now)))
+            real_control(optimizer, r)
+
+        def mem(optimizer: object) -> None:
+            calls.append(("memory", calls[-1][1]))
+            grads_now = [p.grad for p in model.parameters() if p.grad is not None]
+            after_step.append(float(torch.nn.utils.get_total_norm(grads_now)))
+            real_memory(optimizer)
+
+        monkeypatch.setattr(grads, "on_step", read)
+        monkeypatch.setattr(control, "at_step", act)
+        monkeypatch.setattr(memory, "after_step", mem)
+        assert s.comm.action("set_stride", {"stride": 50})["method"] == "ack"
+        assert s.comm.action("clip", {"max_norm": 1e-3})["method"] == "ack"
+        reused = control.clipper.reused
+        g = torch.Generator().manual_seed(0)
+        for _ in range(3):
+            opt.zero_grad()
+            model(torch.randn(8, 6, generator=g)).pow(2).mean().backward()
+            opt.step()
+        s.end_cell()
+    assert [c for c, _ in calls] == ["grads", "control", "memory"] * 3
+    assert [n for _, n in calls] == [1, 1, 1, 2, 2, 2, 3, 3, 3]
+    # the monitor read every step (clipping is on, despite stride 50), before clipping...
+    assert len(seen_norms) == 3
+    assert seen_norms == pytest.approx(pre_clip, rel=1e-6)
+    # ...control clipped with that read (no second read of the gradients)...
+    assert control.clipper.reused == reused + 3
+    # ...and memory ran after the step, seeing the clipped gradients.
+    assert all(a == pytest.approx(1e-3, rel=1e-3) for a in after_step)
+    assert all(b > 1e-2 for b in pre_clip)
