@@ -7,9 +7,16 @@ to the public API below.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .package_version import __version__
+
+if TYPE_CHECKING:
+    from torch.nn import Module
+    from torch.optim import Optimizer
+
+    from .kernel.host import Shell
+    from .kernel.watches import WatchHandle
 
 __all__ = [
     "__version__",
@@ -24,33 +31,43 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
     return [{"src": "labextension", "dest": "jupyterlab_torchdbg"}]
 
 
-def load_ipython_extension(ipython: Any) -> None:
+def load_ipython_extension(ipython: Shell) -> None:
     """``%load_ext jupyterlab_torchdbg``: register the comm target and the hooks."""
     from .kernel.extension import load
 
     load(ipython)
 
 
-def unload_ipython_extension(ipython: Any) -> None:
+def unload_ipython_extension(ipython: object) -> None:
     """``%unload_ext jupyterlab_torchdbg``: remove every hook, handler and comm."""
     from .kernel.extension import unload
 
     unload(ipython)
 
 
-def log(step: int | None = None, /, **values: object) -> None:
+def log(*step: object, **values: object) -> None:
     """Record scalar series for the live chart: ``log(loss=loss, acc=acc)``.
 
-    Values may be numbers or one-element tensors on any device (device values are copied
-    to the host once per flush, not per call). Optional ``step`` sets the x value.
-    A no-op when the extension is not loaded; never raises into the training loop.
+    Values may be real numbers (any ``int``, ``bool``, ``float``, ``Decimal``,
+    ``Fraction``, numpy scalars) or one-element tensors of any real dtype on any device
+    (device values are copied to the host once per flush, not per call). NaN and ±Inf
+    are recorded as such; an int too large for a float (``10**400``) as ±Inf. Complex
+    values, tensors of other sizes, meta tensors, None, strings and other objects are
+    skipped with a warning (at most 20 warnings per kernel, then one "suppressed" line).
+    An optional positional ``step`` sets the x value (``log(step, loss=loss)``); one that
+    is not a finite number on the host is ignored with a warning, as are further
+    positional values. Names longer than 512 characters are cut to 500 plus
+    ``…#`` and a 10-digit hash. A no-op when the extension is not loaded; never raises
+    into the training loop (R42).
     """
     from .kernel.scalars import log as _log
 
-    _log(step, **values)
+    _log(*step, **values)
 
 
-def watch(model: Any, optimizer: Any = None, *, stride: int | None = None) -> Any:
+def watch(
+    model: Module, optimizer: Optimizer | None = None, *, stride: int | None = None
+) -> WatchHandle:
     """Monitor ``model``'s gradients at each optimizer step; returns a removable handle.
 
     Without ``watch()`` every optimizer is monitored once the extension is loaded, with

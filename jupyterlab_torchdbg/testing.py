@@ -22,12 +22,15 @@ import json
 import numbers
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .protocol import COMM_TARGET, PROTOCOL_VERSION
+
+if TYPE_CHECKING:
+    from .kernel.extension import Extension
 
 
 class FakeEvents:
@@ -39,13 +42,13 @@ class FakeEvents:
             "post_run_cell": [],
         }
 
-    def register(self, name: str, cb: Any) -> None:
+    def register(self, name: str, cb: Callable[..., object]) -> None:
         self.callbacks.setdefault(name, []).append(cb)
 
-    def unregister(self, name: str, cb: Any) -> None:
+    def unregister(self, name: str, cb: Callable[..., object]) -> None:
         self.callbacks[name].remove(cb)
 
-    def trigger(self, name: str, *args: Any) -> None:
+    def trigger(self, name: str, *args: object) -> None:
         for cb in list(self.callbacks.get(name, [])):
             cb(*args)
 
@@ -64,7 +67,8 @@ class FakeShell:
 
     user_ns: dict[str, Any] = field(default_factory=dict)
     events: FakeEvents = field(default_factory=FakeEvents)
-    kernel: Any = None
+    kernel: object = None
+    last_execution_result: object = None
 
     def run_cell_end(self) -> None:
         """What IPython does when a cell finishes (post_run_cell with a result)."""
@@ -77,10 +81,10 @@ class FakeCommManager:
     def __init__(self) -> None:
         self.targets: dict[str, Any] = {}
 
-    def register_target(self, name: str, fn: Any) -> None:
+    def register_target(self, name: str, fn: Callable[..., object]) -> None:
         self.targets[name] = fn
 
-    def unregister_target(self, name: str, fn: Any) -> None:
+    def unregister_target(self, name: str, fn: Callable[..., object]) -> None:
         self.targets.pop(name, None)
 
     def open(self, comm: FakeComm, protocol_version: str = PROTOCOL_VERSION) -> FakeComm:
@@ -122,7 +126,9 @@ class FakeComm:
         self._on_msg: Any = None
         self._closed = False
 
-    def send(self, data: dict[str, Any], buffers: Any = None) -> None:
+    def send(
+        self, data: dict[str, Any], buffers: Sequence[bytes | memoryview] | None = None
+    ) -> None:
         t0 = time.perf_counter()
         if self._validate is not None:
             self._validate(data)
@@ -154,10 +160,10 @@ class FakeComm:
             self.sent.append((data, [bytes(b) for b in buffers or []]))
         self.send_s += time.perf_counter() - t0
 
-    def on_msg(self, fn: Any) -> None:
+    def on_msg(self, fn: Callable[[dict[str, Any]], object]) -> None:
         self._on_msg = fn
 
-    def on_close(self, fn: Any) -> None:
+    def on_close(self, fn: Callable[[dict[str, Any]], object]) -> None:
         pass
 
     def close(self) -> None:
@@ -168,7 +174,7 @@ class FakeComm:
         self._on_msg({"content": {"data": data}})
 
 
-def _json_default(o: object) -> Any:
+def _json_default(o: object) -> int | float:
     if isinstance(o, numbers.Integral):
         return int(o)
     if isinstance(o, numbers.Real):
@@ -180,7 +186,7 @@ def _json_default(o: object) -> Any:
 class Loaded:
     """The extension loaded by ``loaded_extension``, with its fake shell and first panel."""
 
-    ext: Any
+    ext: Extension
     shell: FakeShell
     comm: FakeComm
     manager: FakeCommManager

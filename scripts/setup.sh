@@ -31,7 +31,7 @@ say "installing Python dependencies (CPU torch)"
 python -m pip install -q \
   "torch==2.13.0" numpy \
   "jupyterlab>=4.4,<5" "ipykernel>=7" "jupyter_server>=2.4" nbclient nbformat \
-  nvidia-ml-py pytest "pytest-jupyter[server]>=0.10" "jsonschema>=4.18" ruff "mypy>=1.10" \
+  nvidia-ml-py pytest "pytest-jupyter[server]>=0.10" hypothesis "jsonschema>=4.18" ruff "mypy>=1.10" \
   "hatchling>=1.5" editables "hatch-nodejs-version>=0.3.2" "hatch-jupyter-builder>=0.5" \
   "jupyter-builder>=1.2,<2"
 

@@ -230,16 +230,17 @@ class KernelDriver:
         self,
         protocol_version: str = PROTOCOL_VERSION,
         wait: bool = True,
+        client_id: str | None = None,
         **header: Any,
     ) -> str:
+        """Open the tool's comm (``client_id``: the panel's per-tab id, R46)."""
         comm_id = uuid.uuid4().hex
+        data = {"method": "open", "protocol_version": protocol_version}
+        if client_id is not None:
+            data["client_id"] = client_id
         self.send_shell(
             "comm_open",
-            {
-                "comm_id": comm_id,
-                "target_name": COMM_TARGET,
-                "data": {"method": "open", "protocol_version": protocol_version},
-            },
+            {"comm_id": comm_id, "target_name": COMM_TARGET, "data": data},
             **header,
         )
         if wait:

@@ -20,11 +20,11 @@ from jupyterlab_torchdbg.kernel.stream import Stream, limits
 
 
 def ours() -> list:
-    """The extension's global step pre-hooks (the step boundary calls the monitor)."""
+    """The process's global step pre-hook (it calls the loaded step boundary)."""
     return [
         h
         for h in optim_mod._global_optimizer_pre_hooks.values()
-        if type(getattr(h, "__self__", None)).__name__ == "StepBoundary"
+        if type(getattr(h, "__self__", None)).__name__ == "TorchHooks"
     ]
 
 

@@ -7,6 +7,7 @@ execution count that links an OOM autopsy to its exception."""
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import sysconfig
@@ -209,6 +210,43 @@ def test_two_stops_in_one_second_never_overwrite_a_snapshot(tmp_path: Any) -> No
         rec.start(1_000)
         files.append(rec.stop()["file"])
     assert len(set(files)) == 3 and sorted(os.listdir(tmp_path)) == sorted(files)
+
+
+def test_r45_a_failed_snapshot_write_keeps_recording_and_a_second_stop_writes_it(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = ReplayHistory(synthetic_snapshot())
+    rec = recorder(tmp_path, history)
+    rec.start(1_000)
+
+    def disk_full(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
+        f.write(b"half a snap")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pickle, "dump", disk_full)
+    with pytest.raises(ActionError, match=r"No space left on device.*still recording") as err:
+        rec.stop()
+    assert err.value.code == "failed"
+    assert os.listdir(tmp_path) == []  # the partial file is removed
+    assert str(tmp_path) not in str(err.value)  # no paths in payloads (S6)
+    # still recording: the history was never switched off, nothing was lost
+    assert rec.status()["state"] == "on" and history.enabled == 1_000
+    assert history.calls == ["enable", "snapshot"] and rec.status()["last"] is None
+    monkeypatch.undo()
+    result = rec.stop()
+    assert history.calls == ["enable", "snapshot", "snapshot", "disable"]
+    assert result["state"] == "off" and os.listdir(tmp_path) == [result["file"]]
+    with open(tmp_path / result["file"], "rb") as f:
+        assert pickle.load(f) == synthetic_snapshot()
+
+
+def test_r45_a_missing_directory_is_reported_and_the_recording_kept(tmp_path: Any) -> None:
+    history = ReplayHistory(synthetic_snapshot())
+    rec = HistoryRecorder(lambda: None, cwd=lambda: str(tmp_path / "gone"), history=history)
+    rec.start(1_000)
+    with pytest.raises(ActionError, match="No such file or directory"):
+        rec.stop()
+    assert rec.status()["state"] == "on" and "disable" not in history.calls
 
 
 def test_armed_before_cuda_then_stopped_records_nothing(tmp_path: Any) -> None:

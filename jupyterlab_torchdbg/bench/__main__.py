@@ -16,7 +16,10 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .variants import Runner
 
 #: (rounds, warm-up rounds, consecutive steps per variant per round)
 FULL = (24, 2, 4)
@@ -57,7 +60,7 @@ def _cuda_extras(runners: dict[str, Any], steps: int) -> dict[str, object]:
     """Host-device syncs added per monitored step (R26), counted by torch's sync debug mode."""
     import torch
 
-    def syncs(runner: Any) -> int:
+    def syncs(runner: Runner) -> int:
         torch.cuda.synchronize()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -195,13 +198,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _clip_reused(ext: Any) -> int | None:
+def _clip_reused(ext: object) -> int | None:
     """Clipped steps so far whose total norm came from the monitor's read (if counted)."""
     reused = getattr(getattr(getattr(ext, "control", None), "clipper", None), "reused", None)
     return reused if isinstance(reused, int) else None
 
 
-def _finite(o: object) -> Any:
+def _finite(o: object) -> str:
     return str(o)
 
 

@@ -53,7 +53,7 @@ def run_streaming(
     stream.flush()
     comm = FakeComm()
 
-    def join(blocks: list[dict[str, Any]], buffers: Any, seq: int) -> None:
+    def join(blocks: list[dict[str, Any]], buffers: list[memoryview], seq: int) -> None:
         comm.send({"method": "snapshot", "seq": seq, "blocks": blocks}, buffers)
         panels[:] = [comm]
 

@@ -25,7 +25,6 @@ import copy
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import torch
 import torch.optim.optimizer as optim_mod
@@ -51,7 +50,7 @@ VARIANTS = (
 PRODUCT = frozenset({"loaded_idle", "monitor_every_step", "monitor_default", "monitor_clip"})
 
 
-def _ours(hook: Any) -> bool:
+def _ours(hook: object) -> bool:
     owner = getattr(hook, "__self__", hook)
     return str(getattr(type(owner), "__module__", "")).startswith("jupyterlab_torchdbg") or str(
         getattr(hook, "__module__", "")
@@ -86,7 +85,7 @@ class Runner:
         self.x, self.y = (t.to(device) for t in work.batch)
         self.loss = work.loss
         self.own: list[float] = []  # per step: time of the norm computation itself
-        self.watch: Any = None
+        self.watch: watches.WatchHandle | None = None
         if variant == "monitor_every_step":
             self.watch = watches.add_watch(self.model, self.opt, 1)
         elif variant in ("monitor_default", "monitor_clip"):

@@ -96,15 +96,24 @@ def finite_number(
     required: bool = True,
     default: float | None = None,
 ) -> float | None:
-    """A real, finite number within bounds. Booleans and strings are rejected."""
+    """A real, finite number within bounds. Booleans and strings are rejected.
+
+    JSON integers arrive as Python ints of any size: one beyond a float's range (e.g.
+    ``10**400``) is out of range, an error like any other (R43), never an
+    ``OverflowError`` out of the validator."""
     if key not in args:
         if required:
             raise ActionError(f"{key} is required")
         return default
-    v = args[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ActionError(f"{key} must be a number, got {type(v).__name__}")
-    v = float(v)
+    raw = args[key]
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        raise ActionError(f"{key} must be a number, got {type(raw).__name__}")
+    try:
+        v = float(raw)
+    except OverflowError:
+        kind = "a negative integer" if raw < 0 else "an integer"
+        bits = abs(int(raw)).bit_length()
+        raise ActionError(f"{key} is out of range: {kind} of {bits} bits") from None
     if not math.isfinite(v):
         raise ActionError(f"{key} must be finite")
     if minimum is not None and (v <= minimum if exclusive_minimum else v < minimum):

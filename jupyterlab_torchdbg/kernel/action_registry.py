@@ -3,8 +3,18 @@
 S3/S4: an action is a name from this registry plus arguments that its validator
 (``action_args``) checks before the handler runs; nothing from the frontend is evaluated,
 executed or unpickled. R13: replies are cached
-by request id, so a duplicate request gets its original answer (marked ``duplicate``)
-and the action is not applied twice. R14: malformed input gets an ``error`` reply.
+by (comm, request id), so a duplicate request on the same comm gets its original answer
+(marked ``duplicate``) and the action is not applied twice; the same id from another comm
+(another tab's panel) is a request of its own. R14: malformed input gets an ``error``
+reply and changes nothing.
+
+R43, request ids the kernel cannot echo exactly: an id must be a string of 1..128
+characters of well-formed Unicode. One holding a lone surrogate (JSON ``"\\udc00"``)
+cannot be encoded as UTF-8 by the kernel's session, so it cannot go back verbatim; it is
+answered, like a missing or over-long id, with one ``error`` of code ``malformed`` and
+``request_id: null``. The panel (``src/connection/requests.ts``) matches replies by exact
+id, so such a reply settles no pending request (and cannot settle a wrong one, which an id
+with the surrogate replaced could); the panel itself only sends UUIDs.
 """
 
 from __future__ import annotations
@@ -14,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol import MAX_JSON_DEPTH, json_depth
+from ..protocol import MAX_JSON_DEPTH, json_depth, well_formed
 
 Reply = dict[str, object]
 #: Checks the raw ``args`` of a request; returns them cleaned, as the handler reads them.
@@ -22,8 +32,10 @@ Validator = Callable[[dict[str, object]], dict[str, Any]]
 #: Runs a validated request; returns its ``result`` (JSON-able).
 Handler = Callable[[dict[str, Any]], dict[str, object]]
 
-#: Replies remembered for duplicate detection.
+#: Replies remembered for duplicate detection (over all comms: the cache stays bounded).
 REPLY_CACHE = 512
+#: The longest request id (the schema's ``RequestId``).
+MAX_REQUEST_ID = 128
 
 
 class ActionError(Exception):
@@ -46,7 +58,7 @@ class ActionRegistry:
 
     def __init__(self, on_error: Callable[[str], None]) -> None:
         self._specs: dict[str, ActionSpec] = {}
-        self._replies: OrderedDict[str, Reply] = OrderedDict()
+        self._replies: OrderedDict[tuple[str, str], Reply] = OrderedDict()
         self._on_error = on_error
 
     def register(self, name: str, validate: Validator, handler: Handler) -> Callable[[], None]:
@@ -62,19 +74,24 @@ class ActionRegistry:
     def names(self) -> list[str]:
         return sorted(self._specs)
 
-    def handle(self, data: object) -> Reply:
-        """Validate and run one ``action`` message; always returns exactly one reply."""
+    def handle(self, data: object, origin: str = "") -> Reply:
+        """Validate and run one ``action`` message from the comm ``origin``; always
+        returns exactly one reply."""
         if not isinstance(data, dict):
             return _error(None, "malformed", "an action must be a JSON object")
-        raw_id = data.get("request_id")
-        request_id = raw_id if isinstance(raw_id, str) and 0 < len(raw_id) <= 128 else None
+        request_id = echoable_request_id(data)
         if request_id is None:
-            return _error(None, "malformed", "request_id must be a non-empty string (max 128)")
-        cached = self._replies.get(request_id)
+            return _error(
+                None,
+                "malformed",
+                "request_id must be a non-empty string of well-formed Unicode (max 128)",
+            )
+        key = (origin, request_id)
+        cached = self._replies.get(key)
         if cached is not None:
             return {**cached, "duplicate": True}
         reply = self._run(request_id, data)
-        self._replies[request_id] = reply
+        self._replies[key] = reply
         while len(self._replies) > REPLY_CACHE:
             self._replies.popitem(last=False)
         return reply
@@ -106,6 +123,14 @@ class ActionRegistry:
             self._on_error(f"action:{name}")
             return _error(request_id, "failed", f"{name} failed: {type(e).__name__}")
         return {"method": "ack", "request_id": request_id, "action": name, "result": result}
+
+
+def echoable_request_id(data: object) -> str | None:
+    """The message's request id when a reply can carry it back verbatim, else None."""
+    raw = data.get("request_id") if isinstance(data, dict) else None
+    if isinstance(raw, str) and 0 < len(raw) <= MAX_REQUEST_ID and well_formed(raw):
+        return raw
+    return None
 
 
 def _error(request_id: str | None, code: str, message: str) -> Reply:

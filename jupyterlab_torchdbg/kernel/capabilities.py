@@ -134,7 +134,7 @@ def cuda_info(nvml: Nvml) -> dict[str, object]:
     }
 
 
-def supports_subshells(shell: Any) -> bool:
+def supports_subshells(shell: object) -> bool:
     kernel = getattr(shell, "kernel", None)
     try:
         return bool(getattr(kernel, "_supports_kernel_subshells", False))
@@ -142,7 +142,7 @@ def supports_subshells(shell: Any) -> bool:
         return False
 
 
-def capabilities(shell: Any, nvml: Nvml) -> dict[str, object]:
+def capabilities(shell: object, nvml: Nvml) -> dict[str, object]:
     return {
         "torch": torch_info(),
         "cuda": cuda_info(nvml),

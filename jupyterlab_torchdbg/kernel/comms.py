@@ -15,17 +15,21 @@ The hub knows nothing of the extension: ``extension.py`` gives it four callables
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from ..package_version import __version__
-from ..protocol import COMM_TARGET, PROTOCOL_VERSION, jsonable, major
+from ..protocol import COMM_TARGET, PROTOCOL_VERSION, jsonable, major, wire_safe
+from .action_registry import echoable_request_id
 
 Message = dict[str, Any]
 Buffers = list[memoryview]
 #: Sends one message (with its binary buffers) to one comm.
 Deliver = Callable[[Message, Buffers], None]
+#: The ``client_id`` of an ``open`` (the schema's pattern and length).
+_CLIENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class CommHub:
@@ -34,12 +38,13 @@ class CommHub:
         comm_manager: Any,
         *,
         hello: Callable[[], Message],
-        handle_action: Callable[[Any], Message],
+        handle_action: Callable[[Any, str], Message],
         snapshot: Callable[[Deliver], None],
         on_error: Callable[[str], None],
     ) -> None:
         """``hello()``: the handshake's kernel-side fields (capabilities, session id,
-        action names). ``handle_action(data)``: exactly one reply for one ``action``.
+        action names). ``handle_action(data, comm_id)``: exactly one reply for one
+        ``action`` (request ids are de-duplicated per ``comm_id``).
         ``snapshot(deliver)``: calls ``deliver(header, buffers)`` once with the stream's
         snapshot, at the moment no ``series`` message can slip in between (the comm joins
         the broadcast inside ``deliver``). ``on_error(site)``: count a caught failure."""
@@ -53,6 +58,8 @@ class CommHub:
         self._registered = False
         self._local = threading.local()
         self._routes: dict[str, str | None] = {}
+        #: client_id -> comm_id of the live comm opened with it (R46).
+        self._clients: dict[str, str] = {}
         self._snapshot_parts: list[Callable[[], list[dict[str, Any]]]] = []
 
     # --- lifecycle -----------------------------------------------------------------
@@ -87,14 +94,18 @@ class CommHub:
 
     def _send(
         self, comm: Any, data: dict[str, Any], buffers: list[memoryview] | None = None
-    ) -> None:
+    ) -> bool:
+        """Send one message; False (counted) when it could not be sent."""
+        sent = True
         try:
             comm.send(data=data, buffers=buffers or None)
         except Exception:
+            sent = False
             self._on_error("send")
             if getattr(comm, "_closed", False):
                 self._forget(comm)
         self._keep_route(comm)
+        return sent
 
     def broadcast(self, data: dict[str, Any], buffers: list[memoryview] | None = None) -> None:
         """Send one message to every live comm. Never raises."""
@@ -141,7 +152,10 @@ class CommHub:
         )
         self._send(comm, self.hello(accepted))
         if not accepted:
-            shown = client_version[:32] if isinstance(client_version, str) else "none"
+            # Strict MAJOR.MINOR in ASCII digits: anything else is answered, then closed.
+            shown = wire_safe(client_version[:32]) if isinstance(client_version, str) else "none"
+            if isinstance(client_version, str) and major(client_version) is None:
+                shown = f"an unreadable protocol version {shown!r}"
             self._send(
                 comm,
                 {
@@ -163,7 +177,35 @@ class CommHub:
             return
         comm.on_msg(lambda m, c=comm: self._on_msg(c, m))
         comm.on_close(lambda m, c=comm: self._forget(c))
+        self._replace_client(comm, data)
         self.send_snapshot(comm, join=True)
+
+    def _replace_client(self, comm: Any, data: dict[str, Any]) -> None:
+        """R46: a comm opened with a ``client_id`` a live comm already has replaces it.
+
+        The id names a browser tab and survives its reloads, so the older comm is what a
+        reloaded, crashed or disconnected page left behind; kept, it would get every
+        broadcast for the kernel's lifetime. Comms without an id (nbclient, older panels)
+        are never closed here, and different ids are different clients (R05).
+        """
+        client_id = data.get("client_id")
+        if not isinstance(client_id, str) or not _CLIENT_ID.fullmatch(client_id):
+            return
+        with self._lock:
+            # Drop ids whose comm is gone, so the table stays as small as the live set.
+            self._clients = {k: v for k, v in self._clients.items() if v in self._comms}
+            old_id = self._clients.get(client_id)
+            self._clients[client_id] = comm.comm_id
+            old = None
+            if old_id is not None and old_id != comm.comm_id:
+                old = self._comms.pop(old_id, None)
+        if old is None:
+            return
+        self._routes.pop(old.comm_id, None)
+        try:
+            old.close()
+        except Exception:
+            self._on_error("close")
 
     def hello(self, accepted: bool) -> dict[str, object]:
         return {
@@ -234,13 +276,21 @@ class CommHub:
         return out
 
     def _on_msg(self, comm: Any, msg: dict[str, Any]) -> None:
+        """Exactly one reply per request message, on this comm, for any input (R43).
+
+        The reply is made encodable (``jsonable``: lone surrogates echoed from the request
+        become ``\\udXXX`` text); should the handler or the send still fail, a ``failed``
+        error with the same request id goes instead. Request ids are de-duplicated per
+        comm (the registry keys its reply cache by this comm's id).
+        """
         self._note_route(comm, msg)
+        data: object = None
         try:
             data = (msg.get("content") or {}).get("data")
             if isinstance(data, dict) and data.get("method") == "action":
                 self._local.comm = comm
                 try:
-                    reply = self._handle_action(data)
+                    reply = self._handle_action(data, str(getattr(comm, "comm_id", "")))
                 finally:
                     self._local.comm = None
             else:
@@ -250,9 +300,23 @@ class CommHub:
                     "code": "malformed",
                     "message": "expected a message with method 'action'",
                 }
-            self._send(comm, jsonable(reply))
+            if self._send(comm, jsonable(reply)):
+                return
+            why = "the reply could not be sent"
         except Exception:
             self._on_error("dispatch")
+            why = "the request could not be handled"
+        if getattr(comm, "_closed", False):
+            return  # nobody left to answer
+        self._send(
+            comm,
+            {
+                "method": "error",
+                "request_id": echoable_request_id(data),
+                "code": "failed",
+                "message": f"{why} (an internal error of jupyterlab_torchdbg, counted)",
+            },
+        )
 
     def requester(self) -> Callable[[dict[str, Any], list[memoryview] | None], None] | None:
         """During an action handler: a function that sends to the requesting comm only."""

@@ -24,7 +24,7 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..protocol import jsonable
 from . import control, exceptions, grads, memory
@@ -35,6 +35,9 @@ from .comms import CommHub, Deliver
 from .step_boundary import StepBoundary
 from .stream import Stream
 from .torch_import import TorchImportWatcher
+
+if TYPE_CHECKING:
+    from .host import Shell
 
 _current: Extension | None = None
 _lock = threading.Lock()
@@ -48,7 +51,7 @@ def current() -> Extension | None:
 class Extension:
     """Everything the kernel side holds while loaded."""
 
-    def __init__(self, shell: Any, comm_manager: Any) -> None:
+    def __init__(self, shell: Shell, comm_manager: object) -> None:
         self.shell = shell
         self.session_id = uuid.uuid4().hex
         self.errors: Counter[str] = Counter()
@@ -182,7 +185,7 @@ class Extension:
 
     # --- IPython events ------------------------------------------------------------
 
-    def _pre_run_cell(self, info: Any = None) -> None:
+    def _pre_run_cell(self, info: object = None) -> None:
         """A cell starts: torch may have arrived; then exceptions, then memory."""
         self._cells.add(threading.get_ident())
         self._guarded("pre_run_cell", self._maybe_attach_torch)
@@ -191,7 +194,7 @@ class Extension:
         if self.memory is not None:
             self._guarded("memory:pre_run_cell", self.memory.pre_run_cell, info)
 
-    def _post_run_cell(self, result: Any = None) -> None:
+    def _post_run_cell(self, result: object = None) -> None:
         """A cell ended. The order matters:
 
         1. exceptions first: the failed cell's ``exception`` message exists before the
@@ -215,7 +218,7 @@ class Extension:
             self._guarded("memory:post_run_cell", self.memory.post_run_cell, result)
         self._guarded("post_run_cell", self.stream.flush)
 
-    def _guarded(self, site: str, fn: Callable[..., Any], *args: Any) -> None:
+    def _guarded(self, site: str, fn: Callable[..., object], *args: object) -> None:
         try:
             fn(*args)
         except Exception:
@@ -237,7 +240,7 @@ def _clear_args(args: dict[str, object]) -> dict[str, object]:
     return {} if names is None else {"names": names}
 
 
-def _comm_manager(shell: Any) -> Any:
+def _comm_manager(shell: object) -> object:
     kernel = getattr(shell, "kernel", None)
     manager = getattr(kernel, "comm_manager", None)
     if manager is None:
@@ -247,7 +250,7 @@ def _comm_manager(shell: Any) -> Any:
     return manager
 
 
-def load(shell: Any, comm_manager: Any = None) -> Extension:
+def load(shell: Shell, comm_manager: object = None) -> Extension:
     """Load once per kernel; a second load is a no-op returning the live instance."""
     global _current
     with _lock:
@@ -263,7 +266,7 @@ def load(shell: Any, comm_manager: Any = None) -> Extension:
         return ext
 
 
-def unload(shell: Any = None) -> None:
+def unload(shell: object = None) -> None:
     global _current
     with _lock:
         ext, _current = _current, None

@@ -9,24 +9,29 @@ GradScaler's private per-optimizer state (no public API exposes it).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+    from torch.amp import GradScaler
 
 
-def unscaled(scaler: Any, optimizer: Any) -> bool:
+def unscaled(scaler: GradScaler | None, optimizer: object) -> bool:
     """``scaler`` unscaled this optimizer's gradients for the step now being taken."""
     states = getattr(scaler, "_per_optimizer_states", None)
     st = states.get(id(optimizer)) if isinstance(states, dict) else None
     return isinstance(st, dict) and getattr(st.get("stage"), "name", None) == "UNSCALED"
 
 
-def scale_of_step(scaler: Any, optimizer: Any) -> Any:
+def scale_of_step(scaler: GradScaler | None, optimizer: object) -> torch.Tensor | None:
     """GradScaler's scale tensor if this step came through ``scaler.step`` (else None)."""
     if scaler is None or not unscaled(scaler, optimizer):
         return None
-    return getattr(scaler, "_scale", None)
+    scale: torch.Tensor | None = getattr(scaler, "_scale", None)
+    return scale
 
 
-def still_scaled(scaler: Any, optimizer: Any) -> str | None:
+def still_scaled(scaler: GradScaler | None, optimizer: object) -> str | None:
     """Why this step's gradients may still carry the loss scale (R32), or None.
 
     An enabled GradScaler that has scaled something, for an optimizer stepped without

@@ -9,6 +9,7 @@ passed to it as an argument where ``extension.py`` wires them (see ``Extension.s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -18,11 +19,38 @@ if TYPE_CHECKING:
     from .stream import Stream
 
 
+class ShellEvents(Protocol):
+    """IPython's ``shell.events`` (an ``EventManager``): what the extension calls."""
+
+    def register(self, name: str, cb: Callable[..., Any], /) -> None: ...
+
+    def unregister(self, name: str, cb: Callable[..., Any], /) -> None: ...
+
+    def trigger(self, name: str, /, *args: object) -> None: ...
+
+
+class Shell(Protocol):
+    """IPython's ``InteractiveShell`` as the extension uses it directly.
+
+    Everything else of the shell (``kernel``, ``compile``, ``user_ns_hidden``,
+    ``InteractiveTB``, ``displayhook``) is optional and read with ``getattr``.
+    """
+
+    @property
+    def user_ns(self) -> dict[str, Any]: ...
+
+    @property
+    def events(self) -> ShellEvents: ...
+
+    #: The last cell's ``ExecutionResult`` (the memory autopsy clears it).
+    last_execution_result: object
+
+
 class Host(Protocol):
     """The extension as its features see it."""
 
     #: IPython's InteractiveShell (``user_ns``, ``events``).
-    shell: Any
+    shell: Shell
     #: A random id for this load of the extension (ids of messages derive from it).
     session_id: str
     stream: Stream

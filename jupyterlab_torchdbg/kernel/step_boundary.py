@@ -18,14 +18,28 @@ here, in this order, written here and nowhere else:
    point (save_checkpoint) run here, between two steps.
 
 Each feature catches its own failures (R11): nothing raises into ``step()`` except the
-user's own KeyboardInterrupt while paused. Registration returns handles; ``detach``
-removes both (R01). Later boundaries (end of backward for loops without torch.optim, the
-per-rank boundary of worker processes) belong here too.
+user's own KeyboardInterrupt while paused. Later boundaries (end of backward for loops
+without torch.optim, the per-rank boundary of worker processes) belong here too.
+
+Loading and unloading while another thread trains (R41, R01). torch iterates its global
+hook dicts inside ``Optimizer.step``'s wrapper without a lock: adding or removing a hook
+while a thread is in that loop raises ``OrderedDict mutated during iteration`` in the
+user's ``step()``. So the process has one pair of hooks (``TorchHooks``), and a load or
+unload only switches which ``StepBoundary`` they call. torch's dicts are changed only
+when no thread is inside an optimizer step: checked on every thread's stack
+(``sys._current_frames``) and changed in the same uninterrupted stretch (the GIL is held
+throughout: no thread can enter a step between the check and the change). When a thread
+is inside a step, the change waits (``MaintainerThread``, polling, touching no tensors,
+R36) until none is: an unload then leaves torch exactly as it found it once no step is in
+flight; a load starts monitoring at the next step after that.
 """
 
 from __future__ import annotations
 
+import sys
+import threading
 from collections.abc import Callable
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -38,6 +52,10 @@ if TYPE_CHECKING:
 
 #: The order the features are called in at each step (documentation and tests).
 ORDER = ("grads", "control", "memory")
+#: How often a waiting install / removal looks again for a moment without a step.
+RETRY_S = 0.01
+#: Frames looked at per thread when asking whether it is inside an optimizer step (all).
+MAX_STACK = 100_000
 
 
 class StepBoundary:
@@ -58,31 +76,23 @@ class StepBoundary:
 
     @property
     def attached(self) -> bool:
-        return bool(self._handles)
+        """torch's hooks call this boundary (or will, once no thread is inside a step)."""
+        return HOOKS.target is self
 
     def attach(self) -> Callable[[], None]:
-        """Register torch's global step hooks (torch is imported); returns ``detach``."""
-        from torch.optim.optimizer import (
-            register_optimizer_step_post_hook,
-            register_optimizer_step_pre_hook,
-        )
-
-        if not self._handles:
-            self.grads.attach_torch()
-            self._handles = [
-                register_optimizer_step_pre_hook(self.before_step),
-                register_optimizer_step_post_hook(self.after_step),
-            ]
+        """torch is imported: the process's step hooks call this boundary from now on;
+        returns ``detach``."""
+        self.grads.attach_torch()
+        HOOKS.adopt(self)
         return self.detach
 
     def detach(self) -> None:
-        """Remove both hooks (torch's hook dicts are as they were before ``attach``)."""
-        handles, self._handles = self._handles, []
-        for handle in handles:
-            try:
-                handle.remove()
-            except Exception:
-                self._on_error("step_boundary:detach")
+        """The hooks stop calling this boundary; torch's hook dicts are as they were
+        before the first ``attach`` once no thread is inside a step."""
+        try:
+            HOOKS.release(self)
+        except Exception:
+            self._on_error("step_boundary:detach")
         self.grads.detach_torch()
 
     def before_step(
@@ -97,3 +107,136 @@ class StepBoundary:
     ) -> None:
         """torch's step post-hook: memory."""
         self.memory.after_step(optimizer)
+
+
+class TorchHooks:
+    """The process's one pair of torch step hooks and the boundary they call now."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._handles: list[RemovableHandle] = []
+        #: The loaded extension's boundary (None: the hooks pass through).
+        self.target: StepBoundary | None = None
+        #: What the maintainer thread still has to do: install, remove, or nothing.
+        self._pending: str | None = None
+        self._maintainer: threading.Thread | None = None
+
+    @property
+    def installed(self) -> bool:
+        return bool(self._handles)
+
+    @property
+    def pending(self) -> str | None:
+        return self._pending
+
+    # --- torch's hooks (training threads) ----------------------------------------------
+
+    def before_step(
+        self, optimizer: torch.optim.Optimizer, args: Any = None, kwargs: Any = None
+    ) -> None:
+        target = self.target
+        if target is not None:
+            target.before_step(optimizer)
+
+    def after_step(
+        self, optimizer: torch.optim.Optimizer, args: Any = None, kwargs: Any = None
+    ) -> None:
+        target = self.target
+        if target is not None:
+            target.after_step(optimizer)
+
+    # --- load / unload (any thread) ------------------------------------------------------
+
+    def adopt(self, boundary: StepBoundary) -> None:
+        with self._lock:
+            self.target = boundary
+            if self._handles:
+                self._pending = None  # a waiting removal is no longer wanted
+            elif not self._try("install"):
+                self._wait_for("install")
+
+    def release(self, boundary: StepBoundary) -> None:
+        with self._lock:
+            if self.target is boundary:
+                self.target = None
+            if self.target is not None:
+                return  # another load took over already
+            if not self._handles:
+                self._pending = None  # a waiting install is no longer wanted
+            elif not self._try("remove"):
+                self._wait_for("remove")
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until nothing is pending (tests); True when done."""
+        thread = self._maintainer
+        if thread is not None:
+            thread.join(timeout)
+        return self._pending is None
+
+    # --- changing torch's dicts ----------------------------------------------------------
+
+    def _try(self, op: str) -> bool:
+        """Install or remove now if no thread is inside an optimizer step; True if done.
+
+        The check and the change run without a thread switch: the switch interval is
+        raised for the few microseconds they take, and nothing between them releases
+        the GIL, so no thread can enter ``Optimizer.step`` in between.
+        """
+        from torch.optim import optimizer as optim_mod
+
+        old = sys.getswitchinterval()
+        sys.setswitchinterval(1.0)
+        try:
+            if _any_thread_stepping(optim_mod.__file__):
+                return False
+            if op == "install":
+                if not self._handles:
+                    self._handles = [
+                        optim_mod.register_optimizer_step_pre_hook(self.before_step),
+                        optim_mod.register_optimizer_step_post_hook(self.after_step),
+                    ]
+            else:
+                handles, self._handles = self._handles, []
+                for handle in handles:
+                    handle.remove()
+            self._pending = None
+            return True
+        finally:
+            sys.setswitchinterval(old)
+
+    def _wait_for(self, op: str) -> None:
+        self._pending = op
+        thread = self._maintainer
+        if thread is None or not thread.is_alive():
+            thread = threading.Thread(target=self._maintain, name="torchdbg-hooks", daemon=True)
+            self._maintainer = thread
+            thread.start()
+
+    def _maintain(self) -> None:
+        """Retry the pending change until a moment without a step (touches no tensors)."""
+        stop = threading.Event()
+        while True:
+            with self._lock:
+                op = self._pending
+                if op is None or self._try(op):
+                    self._maintainer = None
+                    return
+            stop.wait(RETRY_S)
+
+
+def _any_thread_stepping(optimizer_file: str) -> bool:
+    """Some thread (this one too) is inside ``Optimizer.step``'s hook-calling wrapper."""
+    for frame in sys._current_frames().values():
+        f: FrameType | None = frame
+        depth = 0
+        while f is not None and depth < MAX_STACK:
+            code = f.f_code
+            if code.co_name == "wrapper" and code.co_filename == optimizer_file:
+                return True
+            f = f.f_back
+            depth += 1
+    return False
+
+
+#: The process's hooks (one per process, whichever extension instance is loaded).
+HOOKS = TorchHooks()

@@ -9,10 +9,11 @@ Only the small norms vector and references the optimizer already holds: no copie
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
+    from torch.amp import GradScaler
 
 
 @dataclass(frozen=True)
@@ -24,4 +25,4 @@ class StepRead:
     #: 1-D device tensor aligned with ``params``: each gradient's 2-norm (0 where None).
     norms: torch.Tensor | None
     #: The GradScaler found for this optimizer (``torch.amp.GradScaler``), or None.
-    scaler: Any = None
+    scaler: GradScaler | None = None

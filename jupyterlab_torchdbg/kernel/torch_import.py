@@ -15,7 +15,6 @@ import importlib.util
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any
 
 
 class TorchImportWatcher(importlib.abc.MetaPathFinder):
@@ -52,7 +51,7 @@ class TorchImportWatcher(importlib.abc.MetaPathFinder):
         if spec is None or loader is None or exec_module is None:
             return None
 
-        def exec_and_notify(module: Any) -> None:
+        def exec_and_notify(module: ModuleType) -> None:
             exec_module(module)  # errors propagate to the user's import, unchanged
             self.remove()
             self._on_import()

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch.nn import Module
+    from torch.optim import Optimizer
 
 
 class WatchHandle:
@@ -19,18 +23,20 @@ class WatchHandle:
     Holds the model and optimizer by weakref only: deleting the model ends the watch.
     """
 
-    def __init__(self, model: Any, optimizer: Any = None, stride: int | None = None) -> None:
+    def __init__(
+        self, model: Module, optimizer: Optimizer | None = None, stride: int | None = None
+    ) -> None:
         self._model = weakref.ref(model)
         self._optimizer = None if optimizer is None else weakref.ref(optimizer)
         self.stride = stride
         self.removed = False
 
     @property
-    def model(self) -> Any:
+    def model(self) -> Module | None:
         return self._model()
 
     @property
-    def optimizer(self) -> Any:
+    def optimizer(self) -> Optimizer | None:
         return None if self._optimizer is None else self._optimizer()
 
     @property
@@ -66,7 +72,9 @@ _watches: list[WatchHandle] = []
 _version = 0
 
 
-def add_watch(model: Any, optimizer: Any = None, stride: int | None = None) -> WatchHandle:
+def add_watch(
+    model: Module, optimizer: Optimizer | None = None, stride: int | None = None
+) -> WatchHandle:
     global _version
     handle = WatchHandle(model, optimizer, stride)
     with _lock:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-PROTOCOL_VERSION = "2.0"
+PROTOCOL_VERSION = "2.1"
 COMM_TARGET = "jupyterlab_torchdbg"
 SCHEMA_PATH = Path(__file__).with_name("messages.schema.json")
 
@@ -30,12 +31,41 @@ def load_schema() -> dict[str, Any]:
     return schema
 
 
-def major(version: str) -> int | None:
-    """Return the major part of ``MAJOR.MINOR``, or None when it is not of that form."""
-    head, sep, tail = version.partition(".")
-    if not sep or not head.isdigit() or not tail.isdigit():
+#: ``MAJOR.MINOR`` in ASCII digits without leading zeros. Not ``str.isdigit``/``int``:
+#: they accept "٢" (Arabic-Indic two), "²" and "02" as 2 (or raise on "²").
+_VERSION = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)", re.ASCII)
+
+
+def parse_version(version: object) -> tuple[int, int] | None:
+    """``(major, minor)`` of a strict ``MAJOR.MINOR`` string, else None (R07)."""
+    if not isinstance(version, str) or len(version) > 32:
         return None
-    return int(head)
+    m = _VERSION.fullmatch(version)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def major(version: object) -> int | None:
+    """Return the major part of ``MAJOR.MINOR``, or None when it is not of that form."""
+    parsed = parse_version(version)
+    return parsed[0] if parsed else None
+
+
+def wire_safe(text: str) -> str:
+    """``text`` encodable as UTF-8: lone surrogates (which JSON's ``\\udXXX`` escapes can
+    carry in) become visible ``\\udXXX`` text. The kernel's session cannot encode them,
+    so a message holding one would never arrive (R43)."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def well_formed(text: str) -> bool:
+    """``text`` is well-formed Unicode (no lone surrogates): it survives the wire as is."""
+    return wire_safe(text) is text
 
 
 def encode_float(value: float) -> float | str:
@@ -51,19 +81,24 @@ def jsonable(value: Any, _depth: int = 0) -> Any:
     """Make ``value`` safe for a comm message (R10).
 
     NaN and infinities become strings, numpy and torch scalars become Python numbers,
-    tuples become lists, and anything unknown becomes its type name. Never calls
+    tuples become lists, strings and keys with lone surrogates become encodable
+    (``wire_safe``), and anything unknown becomes its type name. Never calls
     ``repr``/``str`` on user objects.
     """
     if _depth > MAX_JSON_DEPTH:
         return None
-    if value is None or isinstance(value, (bool, str)):
+    if isinstance(value, str):
+        return wire_safe(value)
+    if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
         return value
     if isinstance(value, float):
         return encode_float(value)
     if isinstance(value, dict):
-        return {str(k): jsonable(v, _depth + 1) for k, v in value.items() if isinstance(k, str)}
+        return {
+            wire_safe(k): jsonable(v, _depth + 1) for k, v in value.items() if isinstance(k, str)
+        }
     if isinstance(value, (list, tuple)):
         return [jsonable(v, _depth + 1) for v in value]
     item = getattr(type(value), "item", None)

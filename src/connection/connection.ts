@@ -10,6 +10,7 @@ import { kernelLanguage, loadKernelSide } from './loader';
 import { PendingRequests } from './requests';
 import { routeMessage } from './router';
 import { ActionReply, IKernelLike, KernelMessageEvent } from './types';
+import { tabClientId } from './clientId';
 
 export { LOAD_CODE } from './loader';
 export type { ActionReply, IKernelLike, KernelMessageEvent } from './types';
@@ -22,15 +23,28 @@ const HELLO_PATIENCE_MS = 3000;
  * the kernel extension when allowed (`./loader`), reattaches after restarts and
  * reconnects (R04), and sends actions with one reply each (R13, `./requests`).
  * Incoming messages are dispatched to the model by `./router`.
+ *
+ * The comm is closed on dispose and when the page goes away (`pagehide`), and
+ * the `open` carries this tab's client id, so the kernel drops a comm that a
+ * reloaded or crashed page left behind (R46).
  */
 export class TorchDbgConnection implements IDisposable {
   constructor(options: TorchDbgConnection.IOptions) {
     this.kernel = options.kernel;
     this.model = options.model ?? new TorchDbgModel();
     this._autoLoad = options.autoLoad ?? true;
+    this._findClientId = options.clientId ?? tabClientId;
+    this._page =
+      options.page !== undefined
+        ? options.page
+        : typeof window === 'undefined'
+          ? null
+          : window;
+    this._page?.addEventListener('pagehide', this._onPageHide);
+    this._page?.addEventListener('pageshow', this._onPageShow);
     this.kernel.statusChanged.connect(this._onStatus, this);
     this.kernel.connectionStatusChanged.connect(this._onConnectionStatus, this);
-    this.kernel.disposed.connect(() => this.dispose());
+    this.kernel.disposed.connect(this.dispose, this);
   }
 
   readonly kernel: IKernelLike;
@@ -66,7 +80,9 @@ export class TorchDbgConnection implements IDisposable {
     try {
       this._closeComm();
       this.model.state = { kind: 'connecting' };
+      const clientId = this._findClientId().catch(() => null);
       const language = await kernelLanguage(this.kernel);
+      this._clientId = await clientId;
       if (this._disposed) {
         return;
       }
@@ -151,6 +167,8 @@ export class TorchDbgConnection implements IDisposable {
       return;
     }
     this._disposed = true;
+    this._page?.removeEventListener('pagehide', this._onPageHide);
+    this._page?.removeEventListener('pageshow', this._onPageShow);
     this._closeComm();
     this._rejectPending('The panel was closed.');
     Signal.clearData(this);
@@ -210,7 +228,8 @@ export class TorchDbgConnection implements IDisposable {
     const open: IOpen = {
       method: 'open',
       protocol_version: PROTOCOL_VERSION,
-      client: 'jupyterlab'
+      client: 'jupyterlab',
+      ...(this._clientId ? { client_id: this._clientId } : {})
     };
     try {
       comm.open(open as unknown as Record<string, never>);
@@ -340,6 +359,25 @@ export class TorchDbgConnection implements IDisposable {
       });
   }
 
+  /**
+   * The page is going away (reload, close, navigation): close the comm while
+   * the websocket is still up, best effort (R46). Not on `beforeunload`: the
+   * user may cancel that ("unsaved changes") and keep using the panel.
+   */
+  private _onPageHide = (): void => {
+    this._hidden = true;
+    this._closeComm();
+    this._rejectPending('The page was closed.');
+  };
+
+  /** Back from the back/forward cache after `pagehide`: reattach. */
+  private _onPageShow = (ev: Event): void => {
+    if (this._hidden && (ev as PageTransitionEvent).persisted) {
+      this._hidden = false;
+      void this.connect();
+    }
+  };
+
   private _closeComm(): void {
     const comm = this._comm;
     this._comm = null;
@@ -358,6 +396,10 @@ export class TorchDbgConnection implements IDisposable {
   }
 
   private _comm: Kernel.IComm | null = null;
+  private _clientId: string | null = null;
+  private _findClientId: () => Promise<string | null>;
+  private _page: TorchDbgConnection.IPageEvents | null;
+  private _hidden = false;
   private _autoLoad: boolean;
   private _connecting = false;
   private _disposed = false;
@@ -375,5 +417,15 @@ export namespace TorchDbgConnection {
     model?: TorchDbgModel;
     /** Run `%load_ext jupyterlab_torchdbg` when the target is missing. */
     autoLoad?: boolean;
+    /** This tab's client id for `open` (default: `tabClientId`, R46). */
+    clientId?: () => Promise<string | null>;
+    /** Where `pagehide`/`pageshow` fire (default: `window`; null: none). */
+    page?: IPageEvents | null;
   }
+
+  /** The part of `window` the connection listens on. */
+  export type IPageEvents = Pick<
+    EventTarget,
+    'addEventListener' | 'removeEventListener'
+  >;
 }

@@ -12,9 +12,12 @@ export interface ISessionWidget {
 }
 
 /**
- * Follows the active notebook or console and keeps one connection per kernel.
- * `current` is the connection of the active document's kernel (or null), and
- * `currentChanged` fires when the user switches documents or kernels.
+ * Follows the active notebook or console and keeps one connection: the one to
+ * the active document's kernel (`current`, or null). `currentChanged` fires
+ * when the user switches documents or kernels. Once another kernel is shown,
+ * the previous kernel's connection is disposed, closing its comm (R46: a kernel
+ * the panel does not show sends it nothing; coming back reattaches with one
+ * snapshot, R06).
  */
 export class KernelTracker implements IDisposable {
   constructor(options: KernelTracker.IOptions) {
@@ -53,7 +56,7 @@ export class KernelTracker implements IDisposable {
     }
   }
 
-  /** All live connections (one per kernel). */
+  /** All live connections (the shown one; the last shown while none is). */
   get connections(): TorchDbgConnection[] {
     return [...this._connections.values()];
   }
@@ -93,6 +96,36 @@ export class KernelTracker implements IDisposable {
       this._current = next;
       this._currentChanged.emit(next);
     }
+    if (next) {
+      // Only once another kernel is shown: a widget whose session is still starting
+      // (a console just opened on this kernel has no kernel for a moment) must not
+      // close the connection it is about to share.
+      for (const conn of [...this._connections.values()]) {
+        if (conn !== next) {
+          this._drop(conn);
+        }
+      }
+    }
+  }
+
+  private _onKernelDisposed(kernel: Kernel.IKernelConnection): void {
+    const conn = this._connections.get(kernel.id);
+    if (!conn || conn.kernel !== kernel) {
+      return;
+    }
+    this._connections.delete(kernel.id);
+    if (this._current === conn) {
+      this._current = null;
+      this._currentChanged.emit(null);
+    }
+  }
+
+  /** Dispose a connection the panel no longer shows (closes its comm). */
+  private _drop(conn: TorchDbgConnection): void {
+    if (this._connections.get(conn.kernel.id) === conn) {
+      this._connections.delete(conn.kernel.id);
+    }
+    conn.dispose();
   }
 
   private _connectionFor(kernel: Kernel.IKernelConnection): TorchDbgConnection {
@@ -101,15 +134,8 @@ export class KernelTracker implements IDisposable {
       conn = new TorchDbgConnection({ kernel, autoLoad: this._autoLoad });
       const created = conn;
       this._connections.set(kernel.id, created);
-      kernel.disposed.connect(() => {
-        if (this._connections.get(kernel.id) === created) {
-          this._connections.delete(kernel.id);
-        }
-        if (this._current === created) {
-          this._current = null;
-          this._currentChanged.emit(null);
-        }
-      });
+      // Connected once per kernel however often the user comes back to it.
+      kernel.disposed.connect(this._onKernelDisposed, this);
       void created.connect();
     }
     return conn;

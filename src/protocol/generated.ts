@@ -1001,6 +1001,10 @@ export interface IOpen {
   method: 'open';
   protocol_version: ProtocolVersion;
   client?: string;
+  /**
+   * A stable id of the panel's browser tab (kept across reloads of that tab). When a comm opens with a client_id that a live comm already has, the kernel closes the older comm (a reloaded or crashed page left it behind). Clients without one are never closed by this rule.
+   */
+  client_id?: string;
 }
 export interface IActionEnvelope {
   method: 'action';

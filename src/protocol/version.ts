@@ -2,7 +2,7 @@
  * The protocol version and comm target. Kept equal to the schema's
  * `x-protocol-version` and to the Python constant (checked by jest and pytest).
  */
-export const PROTOCOL_VERSION = '2.0';
+export const PROTOCOL_VERSION = '2.1';
 export const COMM_TARGET = 'jupyterlab_torchdbg';
 
 /**
@@ -12,6 +12,6 @@ export function majorOf(version: unknown): number | null {
   if (typeof version !== 'string') {
     return null;
   }
-  const m = /^(\d+)\.(\d+)$/.exec(version);
+  const m = /^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$/.exec(version);
   return m ? Number(m[1]) : null;
 }

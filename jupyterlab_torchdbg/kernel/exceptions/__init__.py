@@ -62,13 +62,13 @@ class ExceptionMonitor:
         #: The last ``exception`` message (strings and numbers only: no frames, R23).
         self.last: dict[str, Any] | None = None
 
-    def pre_run_cell(self, info: Any = None) -> None:
+    def pre_run_cell(self, info: object = None) -> None:
         try:
             self.cells.pre_run_cell(info)
         except Exception:
             self._ext.count_error("exceptions:pre_run_cell")
 
-    def post_run_cell(self, result: Any = None) -> None:
+    def post_run_cell(self, result: object = None) -> None:
         try:
             self.cells.post_run_cell(result)
             exc = getattr(result, "error_in_exec", None)
@@ -89,7 +89,7 @@ class ExceptionMonitor:
             self._ext.count_error("exceptions:post_run_cell")
 
     def build(
-        self, exc: BaseException, execution_count: Any = None, cell_id: Any = None
+        self, exc: BaseException, execution_count: object = None, cell_id: object = None
     ) -> dict[str, object]:
         """The full ``exception`` message for ``exc``."""
         t0 = time.perf_counter()

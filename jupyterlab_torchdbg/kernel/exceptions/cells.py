@@ -22,7 +22,6 @@ import os
 import sys
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
 
 #: File names remembered (one per distinct cell source that ran).
 MAX_CELLS = 10_000
@@ -38,7 +37,8 @@ class CellRun:
 
 
 class CellMap:
-    def __init__(self, shell: Any) -> None:
+    def __init__(self, shell: object) -> None:
+        """``shell``: IPython's shell; only its ``compile`` is read (with getattr)."""
         self._shell = shell
         self._by_file: OrderedDict[str, CellRun] = OrderedDict()
         self._latest: dict[str, CellRun] = {}
@@ -47,12 +47,12 @@ class CellMap:
 
     # --- IPython events ------------------------------------------------------------
 
-    def pre_run_cell(self, info: Any) -> None:
+    def pre_run_cell(self, info: object) -> None:
         cell_id = getattr(info, "cell_id", None)
         self._pending_id = cell_id if isinstance(cell_id, str) and cell_id else None
         self.current = None
 
-    def post_run_cell(self, result: Any) -> CellRun | None:
+    def post_run_cell(self, result: object) -> CellRun | None:
         """Record the cell that just ran; returns its record (None if it never compiled)."""
         info = getattr(result, "info", None)
         count = getattr(result, "execution_count", None)
@@ -106,7 +106,7 @@ class CellMap:
         fmap = getattr(getattr(self._shell, "compile", None), "_filename_map", None)
         return fmap if isinstance(fmap, dict) else {}
 
-    def _filename(self, info: Any, count: Any) -> str | None:
+    def _filename(self, info: object, count: object) -> str | None:
         """The file name IPython compiled this cell under (None: it never compiled)."""
         fmap = self._filename_map()
         raw = getattr(info, "raw_cell", None)

@@ -23,9 +23,12 @@ import math
 import statistics
 from collections import deque
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .alerts import REMEDY, Alert
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 #: Totals kept for the running median.
 MEDIAN_WINDOW = 64
@@ -71,8 +74,8 @@ class Detector:
         self.th = thresholds
         self.window: deque[float] = deque(maxlen=MEDIAN_WINDOW)
         self.samples = 0
-        self.level: Any = None  # per-layer running log-level (torch, CPU)
-        self.vanish_run: Any = None
+        self.level: Tensor | None = None  # per-layer running log-level (torch, CPU)
+        self.vanish_run: Tensor | None = None
         self.armed = {"non_finite": True, "explosion": True, "amp": True}
         self.vanish_fired: set[int] = set()
         self.calm = {"non_finite": 0, "explosion": 0}
@@ -90,7 +93,7 @@ class Detector:
     def evaluate(
         self,
         steps: list[float],
-        m: Any,
+        m: Tensor,
         layers: list[str],
         loss_nonfinite: bool = False,
         amp: bool = False,
@@ -175,7 +178,7 @@ class Detector:
     # --- detectors ------------------------------------------------------------------
 
     def _non_finite(
-        self, step: int, bad: Any, layers: list[str], total: float, loss_nonfinite: bool
+        self, step: int, bad: Tensor, layers: list[str], total: float, loss_nonfinite: bool
     ) -> Alert:
         idx = [j for j, b in enumerate(bad.tolist()) if b]
         origin = layers[idx[-1]] if idx else None
@@ -204,7 +207,7 @@ class Detector:
         v: float,
         baseline: float | None,
         factor: float,
-        row: Any,
+        row: Tensor,
         layers: list[str],
     ) -> Alert:
         import torch
@@ -227,7 +230,7 @@ class Detector:
         return Alert("explosion", "warning", step, layer, msg, REMEDY["explosion"], self.track, v)
 
     def _vanishing(
-        self, steps: list[float], total: Any, lay: Any, layers: list[str]
+        self, steps: list[float], total: Tensor, lay: Tensor, layers: list[str]
     ) -> list[Alert]:
         import torch
 
@@ -335,7 +338,7 @@ class Detector:
                 )
         return alerts
 
-    def _update_levels(self, lay: Any) -> None:
+    def _update_levels(self, lay: Tensor) -> None:
         """Per-layer running level (EMA of log norm over finite, positive values).
 
         Only used to say which layer jumped in an explosion, so a slowly updated level

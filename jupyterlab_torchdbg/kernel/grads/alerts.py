@@ -12,8 +12,8 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 #: Alerts kept for snapshots.
 ALERT_HISTORY = 100
@@ -66,7 +66,7 @@ REMEDY = {
 class AlertLog:
     """Recent alerts (for snapshots) and an outbox drained at a bounded rate."""
 
-    def __init__(self, clock: Any = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
         self._clock = clock
         self.history: deque[Alert] = deque(maxlen=ALERT_HISTORY)

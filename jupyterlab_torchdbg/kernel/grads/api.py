@@ -8,16 +8,22 @@ a model kept inside a dict or a trainer object, one model of several, or a fixed
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..extension import current
 from ..watches import WatchHandle, add_watch
 from .action_args import MAX_FIXED_STRIDE
 
+if TYPE_CHECKING:
+    from torch.nn import Module
+    from torch.optim import Optimizer
+
 _warned = False
 
 
-def watch(model: Any, optimizer: Any = None, *, stride: int | None = None) -> WatchHandle:
+def watch(
+    model: Module, optimizer: Optimizer | None = None, *, stride: int | None = None
+) -> WatchHandle:
     """Monitor ``model``'s gradients (at ``optimizer``'s steps, or any optimizer's).
 
     ``stride``: sample every N optimizer steps (1 = every step); None picks it

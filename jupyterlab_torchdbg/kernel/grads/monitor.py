@@ -215,7 +215,7 @@ class GradMonitor:
         """Validate the plan in full; rebuild names, layout and block when it changed."""
         wt = weakref.ref(track)
 
-        def on_rows(xs: list[float], m: Any) -> None:
+        def on_rows(xs: list[float], m: torch.Tensor) -> None:
             self._on_rows(wt, xs, m)
 
         if track.check_plan(optimizer, now, self._ns(), self.mode, self.ext.stream, on_rows):
@@ -227,7 +227,7 @@ class GradMonitor:
 
     # --- flush side (rows on the host) -----------------------------------------------
 
-    def _on_rows(self, wt: weakref.ref[Track], xs: list[float], m: Any) -> None:
+    def _on_rows(self, wt: weakref.ref[Track], xs: list[float], m: torch.Tensor) -> None:
         """Rows just flushed (host tensor): keep them for the next alarm check."""
         track = wt()
         if track is None or track.plan is None:

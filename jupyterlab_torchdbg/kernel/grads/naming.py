@@ -27,6 +27,7 @@ from ..watches import watches
 
 if TYPE_CHECKING:
     import torch
+    from torch.amp import GradScaler
 
 #: More layers than this are merged into their parent modules (one level at a time), so a
 #: model with 10,000 tensors stays a readable chart and a bounded message (R09).
@@ -41,20 +42,22 @@ _DATA_PARALLEL = frozenset({"DataParallel", "DistributedDataParallel"})
 # --- namespace scan -------------------------------------------------------------------
 
 
-def _module_type() -> Any:
+def _module_type() -> type[torch.nn.Module] | None:
     nn = sys.modules.get("torch.nn")
-    return getattr(nn, "Module", None)
+    t: type[torch.nn.Module] | None = getattr(nn, "Module", None)
+    return t
 
 
-def _script_type() -> Any:
+def _script_type() -> type[torch.jit.ScriptModule] | None:
     jit = sys.modules.get("torch.jit")
-    return getattr(jit, "ScriptModule", None) if jit is not None else None
+    t: type[torch.jit.ScriptModule] | None = getattr(jit, "ScriptModule", None)
+    return t if jit is not None else None
 
 
-def _scaler_types() -> tuple[type, ...]:
-    out: list[type] = []
+def _scaler_types() -> tuple[type[GradScaler], ...]:
+    out: list[type[GradScaler]] = []
     for mod, name in (("torch.amp.grad_scaler", "GradScaler"), ("torch.cuda.amp", "GradScaler")):
-        t = getattr(sys.modules.get(mod), name, None)
+        t: type[GradScaler] | None = getattr(sys.modules.get(mod), name, None)
         if isinstance(t, type):
             out.append(t)
     return tuple(out)
@@ -69,7 +72,7 @@ def user_names(ns: dict[str, Any]) -> dict[int, str]:
     return out
 
 
-def find_scaler(ns: dict[str, Any]) -> Any:
+def find_scaler(ns: dict[str, Any]) -> GradScaler | None:
     """An enabled GradScaler bound in the namespace, or None."""
     types = _scaler_types()
     if not types:
@@ -81,14 +84,14 @@ def find_scaler(ns: dict[str, Any]) -> Any:
     return None
 
 
-def clean_param_name(root: Any, name: str) -> str:
+def clean_param_name(root: object, name: str) -> str:
     parts = [p for p in name.split(".") if p not in _WRAPPER_PARTS]
     if parts and parts[0] == "module" and type(root).__name__ in _DATA_PARALLEL:
         parts = parts[1:]
     return ".".join(parts)
 
 
-def _named_parameters(module: Any) -> list[tuple[str, Any]]:
+def _named_parameters(module: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
     try:
         return list(module.named_parameters())
     except Exception:  # R29: ScriptModules and exotic modules may refuse; skip them
@@ -124,7 +127,7 @@ class Plan:
     reason: str | None = None
     stride: int | None = None
     watch_version: int = 0
-    scaler: Any = None  # weakref to a GradScaler, or None
+    scaler: weakref.ref[GradScaler] | None = None
     coarsened: bool = False
     unnamed: int = 0
     #: The models that named the parameters, as (name, weakref) (the forward probe's roots).
@@ -290,14 +293,14 @@ def _coarsen(layer_names: list[str]) -> list[str]:
     return names
 
 
-def _shape(p: Any) -> list[int]:
+def _shape(p: torch.Tensor) -> list[int]:
     try:
         return [int(s) for s in p.shape]
     except Exception:
         return []
 
 
-def _numel(p: Any) -> int:
+def _numel(p: torch.Tensor) -> int:
     try:
         return int(p.numel())
     except Exception:

@@ -25,12 +25,13 @@ replica threads (R34): the probe's state is behind a lock. Holds modules by hand
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .alerts import Alert
 
 if TYPE_CHECKING:
+    from torch.nn import Module
     from torch.utils.hooks import RemovableHandle
 
 #: Modules hooked per root at most (a huge model is probed at its first levels only).
@@ -97,7 +98,7 @@ def _abs_max(value: object) -> float | None:
     return out
 
 
-def _params_finite(module: Any) -> bool:
+def _params_finite(module: Module) -> bool:
     try:
         return all(_finite(p) for p in module.parameters(recurse=False))
     except Exception:
@@ -143,8 +144,8 @@ class ForwardProbe:
                 full = f"{prefix}.{clean}" if clean else prefix
                 self._handles.append(mod.register_forward_hook(self._post(full, mod is root)))
 
-    def _pre(self, name: str) -> Any:
-        def hook(module: Any, args: Any) -> None:
+    def _pre(self, name: str) -> Callable[[Module, tuple[object, ...]], None]:
+        def hook(module: Module, args: tuple[object, ...]) -> None:
             try:
                 if self.input_bad is None and not self.ran and not _finite(args):
                     with self._lock:
@@ -154,8 +155,10 @@ class ForwardProbe:
 
         return hook
 
-    def _post(self, name: str, is_root: bool) -> Any:
-        def hook(module: Any, args: Any, output: Any) -> None:
+    def _post(
+        self, name: str, is_root: bool
+    ) -> Callable[[Module, tuple[object, ...], object], None]:
+        def hook(module: Module, args: tuple[object, ...], output: object) -> None:
             try:
                 if self.ran:
                     return

@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..stream import bound_name
 from ..watches import watch_version, watches
 from . import naming
 from .alarms import Detector, Thresholds
@@ -63,17 +64,17 @@ class Track:
 
     @property
     def total_series(self) -> str:
-        return f"grad/{self.name}/total"
+        return bound_name(f"grad/{self.name}/total")
 
     @property
     def scale_series(self) -> str:
-        return f"grad/{self.name}/amp_scale"
+        return bound_name(f"grad/{self.name}/amp_scale")
 
     def layer_series(self, layer: str) -> str:
-        return f"grad/{self.name}/{layer}"
+        return bound_name(f"grad/{self.name}/{layer}")
 
     def param_series(self, layer: str) -> str:
-        return f"param/{self.name}/{layer}"
+        return bound_name(f"param/{self.name}/{layer}")
 
     @property
     def layer_names(self) -> list[str]:
@@ -149,7 +150,7 @@ class Track:
             names.append(self.scale_series)
         self.recorder = stream.block(names)
         self.recorder.on_rows = on_rows
-        pnames = [f"param/{self.name}/total"] + [self.param_series(n) for n in layers]
+        pnames = [self.param_series("total")] + [self.param_series(n) for n in layers]
         self.param_recorder = stream.block(pnames)
         self.stats = None
         self.layers_version += 1

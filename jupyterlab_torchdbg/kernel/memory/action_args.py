@@ -2,7 +2,8 @@
 
 ``record_memory`` ``{"op": "start", "max_entries"?}`` / ``{"op": "stop"}``;
 ``save_checkpoint`` ``{"filename"?, "overwrite"?}`` (a plain file name in the kernel's
-working directory). Bounds and the file-name pattern come from the protocol schema
+working directory; without one, a fresh ``checkpoint_<time>[-N].pt`` that never replaces
+a file). Bounds and the file-name pattern come from the protocol schema
 (``ActionRecordMemory``, ``ActionSaveCheckpoint``); the handlers are in
 ``action_handlers``.
 """
@@ -49,7 +50,8 @@ def validate_filename(name: Any) -> str:
         raise ActionError("filename must be a string")
     if "/" in name or "\\" in name or ".." in name or "\x00" in name:
         raise ActionError("filename must be a plain file name (no directories, no '..')")
-    if not _filename_pattern().match(name):
+    # fullmatch: with match, the pattern's "$" also matches before a final newline.
+    if not _filename_pattern().fullmatch(name):
         raise ActionError(
             "filename must be letters, digits, '.', '_', '-' or spaces, at most 128 "
             "characters, ending in .pt or .pth"
@@ -63,7 +65,11 @@ def validate_checkpoint(args: dict[str, object]) -> dict[str, object]:
     if not isinstance(overwrite, bool):
         raise ActionError("overwrite must be true or false")
     name = args.get("filename")
-    filename = (
-        time.strftime("checkpoint_%Y%m%d-%H%M%S.pt") if name is None else validate_filename(name)
-    )
-    return {"filename": filename, "overwrite": overwrite}
+    if name is None:
+        # A default name is made unique at save time (two saves in one second: -2, -3...).
+        return {
+            "filename": time.strftime("checkpoint_%Y%m%d-%H%M%S.pt"),
+            "overwrite": False,
+            "unique": True,
+        }
+    return {"filename": validate_filename(name), "overwrite": overwrite, "unique": False}

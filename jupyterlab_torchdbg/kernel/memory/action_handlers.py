@@ -14,7 +14,8 @@
   allocator's memory history (see recording.py).
 - ``save_checkpoint`` ``{"filename"?, "overwrite"?}``: ``torch.save`` of the found models'
   and optimizers' state dicts to a plain file name in the kernel's working directory;
-  an existing file is never replaced unless ``overwrite`` is true.
+  an existing file is never replaced unless ``overwrite`` is true (a default name is
+  made unique with a ``-N`` suffix instead).
 """
 
 from __future__ import annotations
@@ -159,9 +160,13 @@ class MemoryActions:
         return result
 
     def save_checkpoint(self, args: dict[str, Any]) -> dict[str, object]:
-        return dict(self.mon.at_safe_point(lambda: self._save(args["filename"], args["overwrite"])))
+        return dict(
+            self.mon.at_safe_point(
+                lambda: self._save(args["filename"], args["overwrite"], args.get("unique", False))
+            )
+        )
 
-    def _save(self, filename: str, overwrite: bool) -> dict[str, object]:
+    def _save(self, filename: str, overwrite: bool, unique: bool = False) -> dict[str, object]:
         torch = sys.modules.get("torch")
         if torch is None:
             raise ActionError("torch is not imported in this kernel", "refused")
@@ -172,6 +177,8 @@ class MemoryActions:
                 "(or watch() one)",
                 "refused",
             )
+        if unique:  # a default name: the next free one, never an existing file
+            filename = _free_name(os.getcwd(), filename)
         path = os.path.join(os.getcwd(), filename)
         exists = os.path.exists(path)
         if exists and not overwrite:
@@ -212,6 +219,16 @@ class MemoryActions:
             "optimizers": [k for k, _ in found.optimizers],
             "overwritten": exists,
         }
+
+
+def _free_name(directory: str, filename: str) -> str:
+    """``filename``, or ``stem-2.pt``, ``stem-3.pt``... whichever does not exist yet."""
+    stem, ext = os.path.splitext(filename)
+    name, n = filename, 1
+    while os.path.exists(os.path.join(directory, name)):
+        n += 1
+        name = f"{stem}-{n}{ext}"
+    return name
 
 
 def _before_after(

@@ -20,7 +20,12 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from torch.nn import Module
+    from torch.optim import Optimizer
 
 #: Tensors visited at most per breakdown (a bound for pathological namespaces).
 MAX_TENSORS = 500_000
@@ -37,7 +42,7 @@ class Found:
     optimizers: list[tuple[str, Any]] = field(default_factory=list)
 
 
-def _types() -> tuple[Any, Any, Any]:
+def _types() -> tuple[type[Tensor] | None, type[Module] | None, type[Optimizer] | None]:
     torch = sys.modules.get("torch")
     nn = sys.modules.get("torch.nn")
     optim = sys.modules.get("torch.optim")
@@ -99,7 +104,7 @@ def _top_level(models: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
     return [(k, m) for k, m in models if id(m) not in inner]
 
 
-def _storage(t: Any) -> tuple[str, int, int] | None:
+def _storage(t: Tensor) -> tuple[str, int, int] | None:
     """(device, storage address, storage bytes) of a dense tensor, or None."""
     try:
         s = t.untyped_storage()
@@ -111,7 +116,7 @@ def _storage(t: Any) -> tuple[str, int, int] | None:
         return None  # sparse, DTensor and subclasses without a plain storage
 
 
-def _optimizer_state_tensors(opt: Any, tensor_t: Any) -> Iterator[Any]:
+def _optimizer_state_tensors(opt: object, tensor_t: type[Tensor]) -> Iterator[Tensor]:
     state = getattr(opt, "state", None)
     if not isinstance(state, dict):
         return
@@ -129,7 +134,7 @@ def _optimizer_state_tensors(opt: Any, tensor_t: Any) -> Iterator[Any]:
                 yield from (x for x in v if isinstance(x, tensor_t))
 
 
-def _optimizer_params(opt: Any, tensor_t: Any) -> Iterator[Any]:
+def _optimizer_params(opt: object, tensor_t: type[Tensor]) -> Iterator[Tensor]:
     groups = getattr(opt, "param_groups", None)
     if not isinstance(groups, list):
         return
@@ -165,7 +170,7 @@ def compute(
     visited = 0
     truncated = False
 
-    def add(category: str, t: Any) -> bool:
+    def add(category: str, t: Tensor) -> bool:
         nonlocal visited, truncated
         visited += 1
         if visited > max_tensors:
@@ -244,7 +249,7 @@ def compute(
     }
 
 
-def _grads(params: list[Any]) -> Iterator[Any]:
+def _grads(params: list[Tensor]) -> Iterator[Tensor]:
     for p in params:
         try:
             g = p.grad
@@ -254,7 +259,7 @@ def _grads(params: list[Any]) -> Iterator[Any]:
             yield g
 
 
-def _states(optimizers: list[tuple[str, Any]], tensor_t: Any) -> Iterator[Any]:
+def _states(optimizers: list[tuple[str, Any]], tensor_t: type[Tensor]) -> Iterator[Tensor]:
     for _, opt in optimizers:
         try:
             yield from _optimizer_state_tensors(opt, tensor_t)

@@ -37,7 +37,7 @@ from . import autopsy
 from . import breakdown as bd
 from .poller import Poller
 from .recording import HistoryRecorder
-from .safe_point import SafePointJobs
+from .safe_point import JobT, SafePointJobs
 from .sources import (
     DeviceMapping,
     HostSource,
@@ -207,7 +207,7 @@ class MemoryMonitor:
 
     # --- safe points (R12) -----------------------------------------------------------------
 
-    def at_safe_point(self, fn: Callable[[], object], timeout: float = SAFE_POINT_TIMEOUT_S) -> Any:
+    def at_safe_point(self, fn: Callable[[], JobT], timeout: float = SAFE_POINT_TIMEOUT_S) -> JobT:
         """Run ``fn`` now when no cell runs (or on the main thread), else on the training
         thread at its next optimizer step or at the end of the cell."""
         if not (self._running - {threading.get_ident()}):
@@ -219,7 +219,7 @@ class MemoryMonitor:
 
     # --- IPython's cell events -----------------------------------------------------------
 
-    def pre_run_cell(self, info: Any = None) -> None:
+    def pre_run_cell(self, info: object = None) -> None:
         try:
             self._running.add(threading.get_ident())
             self.sample_allocator()
@@ -227,7 +227,7 @@ class MemoryMonitor:
         except Exception:
             self.ext.count_error("memory:pre_run_cell")
 
-    def post_run_cell(self, result: Any = None) -> None:
+    def post_run_cell(self, result: object = None) -> None:
         try:
             self._running.discard(threading.get_ident())
             exc = getattr(result, "error_in_exec", None)
@@ -254,7 +254,7 @@ class MemoryMonitor:
         except Exception:
             self.ext.count_error("memory:post_run_cell")
 
-    def _after_error(self, exc: BaseException, result: Any) -> None:
+    def _after_error(self, exc: BaseException, result: object) -> None:
         try:
             text = str(exc)
         except Exception:
@@ -279,8 +279,8 @@ class MemoryMonitor:
         exc: BaseException,
         facts: dict[str, Any],
         *,
-        execution_count: Any = None,
-        cell_id: Any = None,
+        execution_count: object = None,
+        cell_id: object = None,
     ) -> dict[str, object]:
         """Build, keep (strings only) and broadcast the ``oom`` autopsy."""
         rss, _ = self.host.rss()

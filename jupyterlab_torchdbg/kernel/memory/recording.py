@@ -6,8 +6,9 @@ yet, the start is queued with ``torch.cuda._lazy_call`` so it runs the moment th
 code initialises CUDA: the tool never initialises it (R02), and the first allocations
 (the model moving to the GPU) are still recorded. ``stop`` takes the snapshot, writes it
 as a pickle in the kernel's working directory (open it at PyTorch's memory viewer) and
-summarises the top allocation sites by bytes. The pickle is written, never read: nothing
-from the panel is unpickled (S4).
+summarises the top allocation sites by bytes; only a written file ends the recording
+(R45: a failed write keeps recording and says why, so stopping again can succeed). The
+pickle is written, never read: nothing from the panel is unpickled (S4).
 
 The recorder talks to torch through a small ``AllocatorHistory`` (``TorchHistory`` here);
 ``ReplayHistory`` replays a given snapshot dict instead, so the CPU tests (pytest, and
@@ -211,14 +212,12 @@ class HistoryRecorder:
                 return {**self._state(), "note": "CUDA was never used: nothing was recorded"}
             history = self._check()
             snap = history.snapshot()
+            # R45: write first, switch the history off only once the file is there. A
+            # failed write (disk full, directory gone or read-only) keeps recording, says
+            # why, and the user can free space and stop again.
+            path = _write_snapshot(snap, self._cwd)
             history.disable()
             self.state, self.max_entries, self.since = "off", None, None
-            name = time.strftime("torchdbg_memory_%Y%m%d-%H%M%S.pickle")
-            path = _unique(os.path.join(self._cwd(), name))
-            # 0600: the snapshot holds source paths and stacks (S6: no world-readable files).
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                pickle.dump(snap, f)
             self.last = {
                 "time": round(time.time(), 3),
                 "file": os.path.basename(path),
@@ -240,6 +239,33 @@ class HistoryRecorder:
                 except Exception:
                     pass
             self.state, self.max_entries, self.since = "off", None, None
+
+
+def _write_snapshot(snap: dict[str, object], directory: Callable[[], str]) -> str:
+    """Write ``snap`` as a new pickle in ``directory()``; return its path. On failure
+    nothing is left behind and ``ActionError`` ("failed") says why (no path: S6)."""
+    path, created = "", False
+    try:
+        name = time.strftime("torchdbg_memory_%Y%m%d-%H%M%S.pickle")
+        path = _unique(os.path.join(directory(), name))
+        # 0600: the snapshot holds source paths and stacks (S6: no world-readable files).
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        created = True
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(snap, f)
+        return path
+    except Exception as e:
+        if created:  # only our own partial file, never one that appeared meanwhile
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        why = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+        raise ActionError(
+            f"the snapshot file could not be written ({why}); still recording: "
+            "fix the cause (e.g. free disk space) and stop again",
+            "failed",
+        ) from None
 
 
 def _unique(path: str) -> str:

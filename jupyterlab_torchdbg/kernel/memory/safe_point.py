@@ -11,16 +11,19 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar, cast
 
 from ..action_registry import ActionError
+
+#: What a job's function returns (``run_at_next`` hands it back).
+JobT = TypeVar("JobT")
 
 
 @dataclass
 class _Job:
     fn: Callable[[], object]
     done: threading.Event = field(default_factory=threading.Event)
-    result: Any = None
+    result: object = None
     error: BaseException | None = None
 
 
@@ -33,7 +36,7 @@ class SafePointJobs:
     def waiting(self) -> bool:
         return bool(self._jobs)
 
-    def run_at_next(self, fn: Callable[[], object], timeout: float) -> Any:
+    def run_at_next(self, fn: Callable[[], JobT], timeout: float) -> JobT:
         """Queue ``fn`` for the next safe point and wait for its result (or its error)."""
         job = _Job(fn)
         with self._lock:
@@ -52,7 +55,7 @@ class SafePointJobs:
             job.done.wait()  # it is running right now: wait for it
         if job.error is not None:
             raise job.error
-        return job.result
+        return cast("JobT", job.result)  # what ``fn`` returned
 
     def run(self) -> None:
         """Run every queued job now (on the training thread, or at the cell's end)."""

@@ -21,12 +21,16 @@ Files, one idea each:
 - ``history``: the bounded, decimated history both kinds share;
 - ``host_copy``: getting device values to the host once per flush without a sync (R26);
 - ``wire``: block headers and buffer bytes, as PROTOCOL.md specifies;
+- ``names``: ``bound_name``, the one rule that makes every name wire-safe and at most
+  512 characters (a feature that reports a series name elsewhere, e.g. in a status
+  message, passes it through ``bound_name`` so the panel finds the series, R44);
 - ``limits``: every bound (read and patch them there: ``stream.limits.MAX_SERIES``).
 """
 
 from __future__ import annotations
 
 from . import limits
+from .names import bound_name
 from .series import BlockSeries, Series
 from .stream import Stream
 
@@ -34,5 +38,6 @@ __all__ = [
     "BlockSeries",
     "Series",
     "Stream",
+    "bound_name",
     "limits",
 ]

@@ -25,7 +25,10 @@ def resolve_values(values: list[Any]) -> list[float]:
     """Turn recorded values into floats with at most one host copy per device.
 
     Plain numbers pass through. Tensors (already detached, one element) are grouped by
-    device, stacked and copied to the host once. Anything unreadable becomes NaN.
+    device, stacked and copied to the host once. Should a group not stack (dtypes torch
+    cannot promote together, such as float8 beside float32), its values are read one by
+    one instead, so one odd value never costs the others theirs (R42). Anything
+    unreadable becomes NaN.
     """
     out: list[float] = [0.0] * len(values)
     by_device: dict[Any, list[int]] = {}
@@ -44,10 +47,20 @@ def resolve_values(values: list[Any]) -> list[float]:
                 stacked = torch.stack([values[i].reshape(()) for i in idx]).to(torch.float32)
                 host = stacked.cpu().tolist()
             except Exception:
-                host = [float("nan")] * len(idx)
+                host = [_one_value(values[i]) for i in idx]
             for i, h in zip(idx, host, strict=True):
                 out[i] = float(h)
     return out
+
+
+def _one_value(v: Any) -> float:
+    """One tensor's value as a float (the slow path of ``resolve_values``), or NaN."""
+    import torch
+
+    try:
+        return float(v.reshape(()).to(torch.float32).cpu().item())
+    except Exception:
+        return float("nan")
 
 
 @dataclass

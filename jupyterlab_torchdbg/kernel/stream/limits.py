@@ -1,4 +1,4 @@
-"""Every bound of the stream, in one place (R08, R25).
+"""Every bound of the stream, in one place (R08, R25, R44).
 
 The other modules read these as ``limits.NAME`` at call time (never ``from .limits
 import NAME``), so a test can lower a bound with ``monkeypatch.setattr(limits, ...)``.
@@ -12,6 +12,13 @@ HISTORY_CAPACITY = 4096
 PENDING_CAPACITY = 200_000
 #: At most this many distinct series are recorded; later names are ignored and counted.
 MAX_SERIES = 2048
+#: At most this many names in all blocks together (gradient and memory series). A new
+#: block that would pass it makes the stream forget its oldest blocks (counted as ignored
+#: series), so a loop that keeps building differently named models stays bounded (R44).
+MAX_BLOCK_NAMES = 8192
+#: Longest series name on the wire (the schema's ``maxLength``); longer names are cut
+#: with a marker that keeps them distinct (see ``names.bound_name``, R44).
+MAX_NAME_LENGTH = 512
 #: Default flush interval: at most 10 messages per second (R08).
 DEFAULT_INTERVAL_S = 0.1
 #: Pending (unsent) rows per block; older ones are dropped and counted. Bounded so that

@@ -102,6 +102,9 @@ class BlockSeries:
         self.id = block_id
         #: Whether a ``series`` message has carried the names yet.
         self.announced = False
+        #: The ``seq`` of the last flush that took rows of this block (0: none yet); the
+        #: stream forgets the blocks with the lowest first when it needs room (R44).
+        self.active_seq = 0
         self.width = len(names)
         self.on_rows: RowsListener | None = None
         self.history = BlockHistory(self.width)

@@ -13,6 +13,13 @@ and tells the stream through ``mark_pending`` that it has some. A second lock
 ``seq`` S is added to the broadcast inside that lock, so it receives every ``series``
 message from S + 1 on and nothing older, and knows the names of every block such a
 message may mention without names (R05, R06).
+
+Bounds (R44, every one in ``limits``): each name is made wire-safe and at most 512
+characters once, when its series or block is created (``names.bound_name``; the store is
+keyed by that form, so the gradient and memory monitors' names are bounded too); at most
+``MAX_SERIES`` scalar series (later names are ignored and counted) and ``MAX_BLOCK_NAMES``
+names in all blocks (the least recently active blocks are forgotten, and counted, to make
+room), so a snapshot's name table is bounded.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from typing import Any
 
 from . import limits
 from .host_copy import resolve_values
+from .names import bound_name
 from .series import BlockSeries, PendingRows, Series
 from .wire import (
     Buffers,
@@ -61,11 +69,17 @@ class Stream:
         self.send_lock = threading.RLock()
         self._next_id = 0
         self._series: dict[str, Series] = {}
+        #: Names given to ``record`` that are not their own bounded form -> that form
+        #: (at most MAX_SERIES entries; saves re-bounding a long name on every call).
+        self._aliases: dict[str, str] = {}
         self._blocks: dict[tuple[str, ...], BlockSeries] = {}
+        self._block_names = 0
         self._last_flush = clock()
         self.seq = 0
         self.messages = 0
         self.points = 0
+        #: Series names ignored past MAX_SERIES plus block names forgotten past
+        #: MAX_BLOCK_NAMES (a snapshot then says ``truncated``).
         self.ignored_series = 0
         #: Blocks whose rows failed to resolve (their rows are dropped, never raised).
         self.block_errors = 0
@@ -73,36 +87,75 @@ class Stream:
 
     # --- recording -----------------------------------------------------------------
 
-    def record(self, name: str, value: object, x: float | None = None) -> None:
-        """Append one point; ``value`` may be a float or a (device) scalar tensor."""
+    def record(self, name: str, value: object, x: float | None = None) -> bool:
+        """Append one point; ``value`` may be a float or a (device) scalar tensor.
+
+        ``name`` is kept as ``bound_name(name)``. Returns False when the point was
+        ignored because MAX_SERIES other series exist already.
+        """
         with self._lock:
             s = self._series.get(name)
             if s is None:
-                if len(self._series) >= limits.MAX_SERIES:
+                s = self._series_for(name)
+                if s is None:
                     self.ignored_series += 1
-                    return
-                s = self._series[name] = Series(name, self._new_id())
+                    return False
             s.record(value, x)
             self.has_pending = True
+            return True
+
+    def _series_for(self, name: str) -> Series | None:
+        """The series of a name not found as given (under ``_lock``): found or created
+        under its bounded form, or None past MAX_SERIES."""
+        key = self._aliases.get(name)
+        if key is None:
+            key = bound_name(name)
+            if key != name and len(self._aliases) < limits.MAX_SERIES:
+                self._aliases[name] = key
+        s = self._series.get(key)
+        if s is None and len(self._series) < limits.MAX_SERIES:
+            s = self._series[key] = Series(key, self._new_id())
+        return s
 
     def block(self, names: Sequence[str]) -> BlockSeries:
         """The block recording these series together (created on first use).
 
         The same names give the same block, so a recorder that is re-created (a new
-        optimizer over the same model) continues its history. Raises ValueError past
-        ``MAX_SERIES`` names.
+        optimizer over the same model) continues its history. Names are kept as
+        ``bound_name`` makes them. Raises ValueError for no names or more than
+        ``MAX_SERIES``. A new block that would take the blocks past ``MAX_BLOCK_NAMES``
+        names makes room by forgetting the least recently active blocks.
         """
-        key = tuple(names)
+        raw = tuple(names)
         with self._lock:
+            b = self._blocks.get(raw)
+            if b is not None:
+                return b
+            key = tuple(bound_name(n) for n in raw)
             b = self._blocks.get(key)
             if b is None:
                 if not key or len(key) > limits.MAX_SERIES:
                     raise ValueError(
                         f"a block holds 1 to {limits.MAX_SERIES} series, got {len(key)}"
                     )
+                self._make_room(len(key))
                 b = BlockSeries(key, self._new_id(), on_record=self.mark_pending)
                 self._blocks[key] = b
+                self._block_names += len(key)
             return b
+
+    def _make_room(self, width: int) -> None:
+        """Forget the least recently active blocks until ``width`` more names fit in
+        MAX_BLOCK_NAMES (under ``_lock``). A recorder still holding a forgotten block
+        records into it harmlessly (its pending rows stay bounded) but nothing is sent."""
+        if self._block_names + width <= limits.MAX_BLOCK_NAMES:
+            return
+        for b in sorted(self._blocks.values(), key=lambda b: (b.active_seq, b.id)):
+            del self._blocks[b.names]
+            self._block_names -= b.width
+            self.ignored_series += b.width
+            if self._block_names + width <= limits.MAX_BLOCK_NAMES:
+                return
 
     def mark_pending(self) -> None:
         """Note that some block has rows to send (called by ``BlockSeries.record``).
@@ -124,22 +177,26 @@ class Stream:
     def last(self, name: str) -> float | None:
         """The most recent flushed value of a (scalar) series, or None."""
         with self._lock:
-            s = self._series.get(name)
+            s = self._series.get(name) or self._series.get(bound_name(name))
             return None if s is None else s.last
 
     def clear(self, names: Iterable[str] | None = None) -> int:
         """Forget the history (and pending points) of the named series, or of all.
 
-        A block is forgotten as a whole when any of its names is given.
+        A block is forgotten as a whole when any of its names is given. A name is
+        matched in its bounded form (a name the panel was sent is its own bounded form).
         """
         with self._lock:
-            wanted = None if names is None else set(names)
+            wanted = None if names is None else {bound_name(n) for n in names if isinstance(n, str)}
             keys = [k for k in self._series if wanted is None or k in wanted]
             for k in keys:
                 del self._series[k]
+            if wanted is None:
+                self._aliases.clear()
             bkeys = [k for k in self._blocks if wanted is None or wanted.intersection(k)]
             for bk in bkeys:
                 del self._blocks[bk]
+                self._block_names -= len(bk)
             return len(keys) + sum(len(bk) for bk in bkeys)
 
     # --- flushing ------------------------------------------------------------------
@@ -177,6 +234,9 @@ class Stream:
             blocks_taken = [
                 (b, p) for b, p in blocks_taken if p.xs or b.copies_in_flight or p.dropped
             ]
+            for b, p in blocks_taken:
+                if p.xs:
+                    b.active_seq = self.seq + 1  # recorded into lately: forgotten last
         block_out = self._collect_blocks(blocks_taken, wait)
         if not taken and not block_out:
             return

@@ -48,7 +48,7 @@ def syntax_details(
 
     # SyntaxError's fields are plain attributes set by the parser; a subclass could make
     # them properties, hence one guarded read each and exact-type checks.
-    def read(name: str) -> Any:
+    def read(name: str) -> object:
         try:
             return getattr(exc, name, None)
         except Exception:

@@ -12,6 +12,7 @@ import itertools
 import linecache
 import os
 import re
+from collections.abc import Container
 from types import CodeType, FrameType, TracebackType
 from typing import Any
 
@@ -108,7 +109,7 @@ def add_locals(
     frame: dict[str, Any],
     f: FrameType,
     prefer: list[str],
-    hidden: Any,
+    hidden: Container[str] | None,
     cls: Classifier,
     live: dict[int, Any],
     limits: Limits,

@@ -17,7 +17,7 @@ from .bounds import Limits
 from .exception import exception_summary
 from .origin import display_file, origin_of
 
-_BaseExceptionGroup: Any = getattr(builtins, "BaseExceptionGroup", None)
+_BaseExceptionGroup: type[BaseException] | None = getattr(builtins, "BaseExceptionGroup", None)
 
 
 def innermost(tb: TracebackType | None, cells: CellMap | None) -> dict[str, object] | None:

@@ -41,7 +41,7 @@ class CaptureState:
 def capture(
     exc: BaseException,
     *,
-    shell: Any = None,
+    shell: object = None,
     cells: CellMap | None = None,
     limits: Limits = LIMITS,
 ) -> dict[str, object]:
@@ -66,7 +66,7 @@ def capture(
 
 def _capture(
     exc: BaseException,
-    shell: Any,
+    shell: object,
     cells: CellMap | None,
     limits: Limits,
     state: CaptureState,

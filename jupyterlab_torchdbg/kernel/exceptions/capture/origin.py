@@ -13,9 +13,8 @@ import os
 import site
 import sys
 import sysconfig
-from typing import Any
 
-from ..cells import CellMap
+from ..cells import CellMap, CellRun
 from ..summarize import safe_text
 
 _LIB_CACHE: dict[str, bool] = {}
@@ -62,7 +61,7 @@ def origin_of(filename: str, cells: CellMap | None) -> str:
     return "library" if _is_library(filename) else "file"
 
 
-def display_file(filename: str, origin: str, run: Any) -> str:
+def display_file(filename: str, origin: str, run: CellRun | None) -> str:
     """A short name that reveals no home directory (S6)."""
     if origin == "cell":
         count = getattr(run, "execution_count", None)

@@ -12,7 +12,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch.nn import Module
 
 #: Modules searched for a dotted name / parameters visited, per user model.
 MAX_WALK = 20_000
@@ -83,7 +86,7 @@ def mentioned_rows(ctx: Context, kinds: tuple[str, ...] = ("tensor", "module")) 
     return out
 
 
-def as_culprit(row: Row, frame: int | None, **extra: Any) -> Row:
+def as_culprit(row: Row, frame: int | None, **extra: object) -> Row:
     c = {k: v for k, v in row.items() if k != "items"}
     if frame is not None:
         c["frame"] = frame
@@ -107,7 +110,7 @@ def library_frame(
     return None
 
 
-def name_for(ctx: Context, obj_id: Any) -> tuple[str, int | None] | None:
+def name_for(ctx: Context, obj_id: object) -> tuple[str, int | None] | None:
     """A user-visible name for the object with ``id == obj_id``: a variable in a user
     frame, else a dotted path inside a user model (``model.fc2``, ``model.fc2.weight``)."""
     if not isinstance(obj_id, int):
@@ -129,7 +132,7 @@ def name_for(ctx: Context, obj_id: Any) -> tuple[str, int | None] | None:
     return None
 
 
-def _path_in_module(model: Any, obj_id: int) -> str | None:
+def _path_in_module(model: Module | None, obj_id: int) -> str | None:
     if model is None:
         return None
     try:
@@ -195,7 +198,7 @@ def merge_culprits(*groups: list[Row]) -> list[Row]:
     return out
 
 
-def shape_text(shape: Any) -> str:
+def shape_text(shape: object) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]" if isinstance(shape, list) else "n/a"
 
 

@@ -276,7 +276,7 @@ def _view(ctx: Context) -> Diagnosis | None:
     }
 
 
-def _numel(shape: Any) -> int | None:
+def _numel(shape: object) -> int | None:
     if not isinstance(shape, list) or not all(isinstance(d, int) for d in shape):
         return None
     n = 1

@@ -8,7 +8,7 @@ it before sending. Summaries never hold a reference to the value.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import Any
 
 from .kinds import NAMESPACE_NOISE, OBJECT, RANK, Classifier
@@ -22,7 +22,7 @@ def summarize_locals(
     limit: int,
     prefer: Iterable[str] = (),
     namespace: bool = False,
-    hidden: Any = None,
+    hidden: Container[str] | None = None,
     cls: Classifier | None = None,
     live: dict[int, Any] | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
@@ -41,7 +41,7 @@ def summarize_locals(
     cache = cls._cache
     kind_of = cls.kind
     rank_of = RANK.get
-    hide = hidden if namespace and hidden is not None else ()
+    hide: Container[str] = hidden if namespace and hidden is not None else ()
     for i, (name, value) in enumerate(items):
         if type(name) is not str:
             continue
@@ -72,7 +72,7 @@ def summarize_locals(
     return rows, total
 
 
-def strip_private(value: object) -> Any:
+def strip_private(value: object) -> object:
     """Drop the capture-only keys (leading underscore) from nested rows."""
     if isinstance(value, dict):
         return {k: strip_private(v) for k, v in value.items() if not k.startswith("_")}

@@ -8,13 +8,16 @@ code); a numpy scalar is read with numpy's own ``.item()``.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .kinds import Classifier
 from .safe_read import MAX_STR, NA, json_int, safe_text, try_read, type_module
 
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
-def fill_array(row: dict[str, Any], a: Any, cls: Classifier, depth: int) -> None:
+
+def fill_array(row: dict[str, Any], a: NDArray[Any], cls: Classifier, depth: int) -> None:
     row["_id"] = id(a)
     if cls._ndarray is not None and type(a) is cls._ndarray:
         row["shape"] = try_read(lambda: [json_int(d) for d in a.shape])
@@ -57,7 +60,7 @@ def fill_string(row: dict[str, Any], s: str, cls: Classifier, depth: int) -> Non
     row["text"] = text + ("…" if cut else "")
 
 
-def fill_bytes(row: dict[str, Any], b: Any, cls: Classifier, depth: int) -> None:
+def fill_bytes(row: dict[str, Any], b: bytes | bytearray, cls: Classifier, depth: int) -> None:
     row["len"] = len(b)  # exact bytes/bytearray: a C length
     row["text"] = f"{row['type']} of {len(b)} bytes"
 

@@ -70,7 +70,7 @@ def summarize(value: object, cls: Classifier | None = None, *, depth: int = 0) -
 # --- kinds whose rows nest rows (a container's or a TensorDataset's items) ------------
 
 
-def fill_dataset(row: dict[str, Any], ds: Any, cls: Classifier, depth: int) -> None:
+def fill_dataset(row: dict[str, Any], ds: object, cls: Classifier, depth: int) -> None:
     row["_id"] = id(ds)
     data = sys.modules.get("torch.utils.data")
     length = safe_dataset_len(ds, data, cls)

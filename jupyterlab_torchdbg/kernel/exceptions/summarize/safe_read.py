@@ -10,7 +10,9 @@ bound of a summary.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import SupportsIndex, SupportsInt, TypeVar
+
+_T = TypeVar("_T")
 
 NA = "n/a"
 
@@ -65,20 +67,20 @@ def type_module(value: object) -> str:
         return ""
 
 
-def try_read(fn: Callable[[], object]) -> Any:
+def try_read(fn: Callable[[], _T]) -> _T | str:
     try:
         return fn()
     except Exception:
         return NA
 
 
-def json_int(value: Any) -> int | str:
+def json_int(value: SupportsInt | SupportsIndex) -> int | str:
     """An int for JSON: exact when JavaScript can hold it, else its decimal text."""
     v = int(value)
     return v if -MAX_SAFE_INT <= v <= MAX_SAFE_INT else str(v)
 
 
-def dtype_name(dtype: Any) -> str:
+def dtype_name(dtype: object) -> str:
     s = str(dtype)  # torch.dtype is a torch type, its str is safe
     return s[6:] if s.startswith("torch.") else s
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from .kinds import TENSOR, Classifier
 from .safe_read import (
@@ -27,8 +28,12 @@ from .safe_read import (
     type_name,
 )
 
+if TYPE_CHECKING:
+    from torch import Tensor
+    from torch.nn import Module
 
-def fill_tensor(row: dict[str, Any], t: Any, cls: Classifier, depth: int) -> None:
+
+def fill_tensor(row: dict[str, Any], t: Tensor, cls: Classifier, depth: int) -> None:
     torch = cls.torch
     row["_id"] = id(t)
     shape = try_read(lambda: [json_int(d) for d in t.shape])
@@ -56,6 +61,7 @@ def fill_tensor(row: dict[str, Any], t: Any, cls: Classifier, depth: int) -> Non
     row["finite"] = None
     if (
         exact
+        and torch is not None  # (implied by exact; for the type checker)
         and device == "cpu"
         and layout == "strided"
         and isinstance(numel, int)
@@ -65,7 +71,7 @@ def fill_tensor(row: dict[str, Any], t: Any, cls: Classifier, depth: int) -> Non
     row["text"] = _tensor_text(row)
 
 
-def _fill_values(row: dict[str, Any], t: Any, torch: Any, numel: int) -> None:
+def _fill_values(row: dict[str, Any], t: Tensor, torch: ModuleType, numel: int) -> None:
     """Finite flag (float/complex) or min/max (integers) of a small dense CPU tensor."""
     with torch.no_grad():
         d = t.detach()
@@ -95,7 +101,7 @@ def _tensor_text(row: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def fill_module(row: dict[str, Any], m: Any, cls: Classifier, depth: int) -> None:
+def fill_module(row: dict[str, Any], m: Module, cls: Classifier, depth: int) -> None:
     row["_id"] = id(m)
     count = 0
     seen = 0
@@ -157,7 +163,7 @@ def fill_module(row: dict[str, Any], m: Any, cls: Classifier, depth: int) -> Non
     row["text"] = f"{row['type']}{extra}, {_count_text(params)} params on {where}"
 
 
-def _count_text(n: Any) -> str:
+def _count_text(n: object) -> str:
     if not isinstance(n, int):
         return str(n)
     for unit, div in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
@@ -173,7 +179,7 @@ def fill_optimizer(row: dict[str, Any], o: object, cls: Classifier, depth: int) 
         row["groups"] = len(groups)
         n = 0
         devices: set[str] = set()
-        lr: Any = NA
+        lr: object = NA
         for i, g in enumerate(groups[:64]):
             if type(g) is not dict:
                 continue
@@ -194,7 +200,7 @@ def fill_optimizer(row: dict[str, Any], o: object, cls: Classifier, depth: int) 
     row["text"] = f"{row['type']}, {row.get('params', NA)} params{lr_text}"
 
 
-def safe_dataset_len(ds: Any, data: Any, cls: Classifier) -> Any:
+def safe_dataset_len(ds: object, data: ModuleType | None, cls: Classifier) -> int | str:
     """``len`` computed for dataset types whose length is plain data, else "n/a"."""
     if data is None:
         return NA
@@ -213,7 +219,7 @@ def safe_dataset_len(ds: Any, data: Any, cls: Classifier) -> Any:
     return NA
 
 
-def fill_dataloader(row: dict[str, Any], dl: Any, cls: Classifier, depth: int) -> None:
+def fill_dataloader(row: dict[str, Any], dl: object, cls: Classifier, depth: int) -> None:
     row["_id"] = id(dl)
     d = dl.__dict__ if type(dl.__dict__) is dict else {}
     bs = d.get("batch_size")

@@ -12,7 +12,11 @@ import itertools
 import sys
 from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from torch.nn import Module
 
 #: Rows in the "largest live tensors" table.
 MAX_TENSOR_ROWS = 15
@@ -32,8 +36,8 @@ MAX_ITEMS = 64
 MAX_PARAMS = 20_000
 
 
-def _wants(device_type: str, index: int | None) -> Callable[[object], bool]:
-    def ok(t: Any) -> bool:
+def _wants(device_type: str, index: int | None) -> Callable[[Tensor], bool]:
+    def ok(t: Tensor) -> bool:
         d = t.device
         return bool(d.type == device_type and (index is None or d.index in (index, None)))
 
@@ -43,17 +47,17 @@ def _wants(device_type: str, index: int | None) -> Callable[[object], bool]:
 def _candidates(
     ns: dict[str, Any] | None,
     tb: TracebackType | None,
-    tensor_t: Any,
-    module_t: Any,
+    tensor_t: type[Tensor],
+    module_t: type[Module] | None,
     own: Callable[[object], bool] | None = None,
-) -> Iterator[tuple[str, str, str | None, int | None, str, Any]]:
+) -> Iterator[tuple[str, str, str | None, int | None, str, Tensor]]:
     """(name, where, function, lineno, kind, tensor), namespace first, then the frames
     outermost first (the user's cell before the library internals). ``own``: whose
     ``.grad`` may be read from this thread (R34, see ``breakdown.compute``)."""
 
     def scan(
         items: list[tuple[Any, Any]], where: str, fn: str | None, line: int | None
-    ) -> Iterator[tuple[str, str, str | None, int | None, str, Any]]:
+    ) -> Iterator[tuple[str, str, str | None, int | None, str, Tensor]]:
         for name, v in items[:MAX_NAMES]:
             if not isinstance(name, str) or name.startswith("__"):
                 continue
@@ -102,7 +106,7 @@ def _candidates(
     del tb
 
 
-def _leaf_grad(t: Any) -> Any:
+def _leaf_grad(t: Tensor) -> Tensor | None:
     """``t.grad`` of a leaf (a non-leaf's ``.grad`` warns and is never populated)."""
     try:
         return t.grad if t.is_leaf else None

@@ -12,12 +12,15 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .reading import DeviceReading, Number, Reading
 
 if TYPE_CHECKING:
     from ...capabilities import Nvml
+
+_T = TypeVar("_T")
 
 #: NVML fields per device.
 NVML_FIELDS = (
@@ -178,7 +181,7 @@ class NvmlSource:
         return Reading(True, None, out)
 
     @staticmethod
-    def _field(d: DeviceReading, key: str, fn: Callable[[], object]) -> Any:
+    def _field(d: DeviceReading, key: str, fn: Callable[[], _T]) -> _T | None:
         try:
             return fn()
         except Exception as e:
@@ -187,7 +190,7 @@ class NvmlSource:
             return None
 
     def _process_memory(
-        self, lib: Any, handle: Any, index: int, refresh: bool
+        self, lib: ModuleType, handle: object, index: int, refresh: bool
     ) -> tuple[Number | None, str | None]:
         if not refresh and index in self._proc:
             return self._proc[index]
@@ -213,7 +216,7 @@ class NvmlSource:
         return result
 
 
-def try_call(fn: Callable[[], object]) -> Any:
+def try_call(fn: Callable[[], _T]) -> _T | None:
     try:
         return fn()
     except Exception:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from .reading import DeviceReading, Reading
@@ -85,7 +86,7 @@ class TorchAllocatorSource:
             out.append(d)
         return Reading(True, None, out)
 
-    def _device_info(self, torch: Any, i: int) -> dict[str, object]:
+    def _device_info(self, torch: ModuleType, i: int) -> dict[str, object]:
         # Properties are cached by torch once CUDA is initialised; read them once anyway.
         info = self._info.get(i)
         if info is None:
@@ -120,7 +121,7 @@ def _stat(s: dict[str, Any], name: str, which: str) -> int:
         return 0
 
 
-def _torch_uuid(props: Any) -> str | None:
+def _torch_uuid(props: object) -> str | None:
     u = getattr(props, "uuid", None)
     if u is None:
         return None
