@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ..kernel.extension import Extension
     from .variants import Runner
 
 #: (rounds, warm-up rounds, consecutive steps per variant per round)
@@ -198,10 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _clip_reused(ext: object) -> int | None:
-    """Clipped steps so far whose total norm came from the monitor's read (if counted)."""
-    reused = getattr(getattr(getattr(ext, "control", None), "clipper", None), "reused", None)
-    return reused if isinstance(reused, int) else None
+def _clip_reused(ext: Extension) -> int | None:
+    """Clipped steps so far whose total norm came from the monitor's read."""
+    return ext.control.clipper.reused if ext.control is not None else None
 
 
 def _finite(o: object) -> str:
