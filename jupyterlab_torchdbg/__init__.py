@@ -66,7 +66,11 @@ def log(*step: object, **values: object) -> None:
 
 
 def watch(
-    model: Module, optimizer: Optimizer | None = None, *, stride: int | None = None
+    model: Module,
+    optimizer: Optimizer | None = None,
+    *,
+    stride: int | None = None,
+    skip_nonfinite: bool = False,
 ) -> WatchHandle:
     """Monitor ``model``'s gradients at each optimizer step; returns a removable handle.
 
@@ -74,9 +78,10 @@ def watch(
     names taken from the models in the notebook's namespace. ``watch()`` names a model
     explicitly and limits monitoring to the watched models; ``optimizer`` limits it to
     that optimizer's steps; ``stride=N`` samples every N steps (default: automatic, at
-    most 1% of the step time). ``handle.remove()`` or ``with watch(model): ...`` ends it.
-    The model and optimizer are held by weakref only.
+    most 1% of the step time); ``skip_nonfinite=True`` skips optimizer steps whose
+    gradients hold NaN/Inf, so the weights stay finite. ``handle.remove()`` or ``with
+    watch(model): ...`` ends it. The model and optimizer are held by weakref only.
     """
     from .kernel.grads.api import watch as _watch
 
-    return _watch(model, optimizer, stride=stride)
+    return _watch(model, optimizer, stride=stride, skip_nonfinite=skip_nonfinite)

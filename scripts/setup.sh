@@ -50,4 +50,8 @@ else
 fi
 
 say "checking the lab extension is installed"
-jupyter labextension list 2>&1 | tee /dev/stderr | grep -E "jupyterlab_torchdbg v[0-9.]+.*enabled.*OK" >/dev/null
+# Printed with >&2, not `tee /dev/stderr`: tee would open (and truncate) a log file the
+# caller redirected stderr to, wiping everything printed before.
+EXTENSIONS="$(jupyter labextension list 2>&1)"
+printf '%s\n' "$EXTENSIONS" >&2
+grep -qE "jupyterlab_torchdbg v[0-9.]+.*enabled.*OK" <<<"$EXTENSIONS"

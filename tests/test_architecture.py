@@ -127,6 +127,31 @@ def test_one_registration_site_for_torchs_step_hooks() -> None:
     assert sorted({s for s, _ in sites}) == ["jupyterlab_torchdbg.kernel.step_boundary"]
 
 
+def test_one_registration_site_for_the_end_of_backward_hooks() -> None:
+    """The end of backward (loops without torch.optim) is hooked in backward_boundary.py
+    only, which the step boundary owns: it calls the features in the same ORDER."""
+    sites = set()
+    for name, path in _modules().items():
+        text = path.read_text(encoding="utf-8")
+        for hook in ("register_post_accumulate_grad_hook(", "queue_callback", "_execution_engine"):
+            if hook in text:
+                sites.add(name)
+    assert sorted(sites) == ["jupyterlab_torchdbg.kernel.backward_boundary"]
+    graph = import_graph()
+    users = sorted(
+        m for m, deps in graph.items() if "jupyterlab_torchdbg.kernel.backward_boundary" in deps
+    )
+    # the step boundary owns it; the others only read its ModelSource (a track's key)
+    assert "jupyterlab_torchdbg.kernel.step_boundary" in users
+    assert set(users) <= {
+        "jupyterlab_torchdbg.kernel.step_boundary",
+        "jupyterlab_torchdbg.kernel.grads.naming",
+        "jupyterlab_torchdbg.kernel.grads.track",
+        "jupyterlab_torchdbg.kernel.grads.monitor",
+        "jupyterlab_torchdbg.kernel.control.controller",
+    }, users
+
+
 def test_kernel_files_hold_one_idea() -> None:
     long = {
         str(p.relative_to(ROOT)): n

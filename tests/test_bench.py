@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jupyterlab_torchdbg.kernel.grads.stride import WARMUP_STEPS
+from jupyterlab_torchdbg.kernel.grads.stride import WARMUP_STEPS, every, nice_at_least
 
 RATIO_KEYS = {
     "loaded_idle",
@@ -54,6 +54,7 @@ def test_quick_benchmark_json_shape(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "| step-time ratio to no monitoring |" in proc.stdout
     assert "| monitor + clip action ÷ `clip_grad_norm_` |" in proc.stdout
+    assert "Default sampling after the warm-up" in proc.stdout
     data = json.loads(out.read_text())
     assert set(data["models"]) == MODELS
     for name, m in data["models"].items():
@@ -67,7 +68,17 @@ def test_quick_benchmark_json_shape(tmp_path: Path) -> None:
         assert m["monitor_cost_vs_total_norm"] > 0
         assert m["monitor_default"]["stride"] >= 1
         # measured after the auto mode's every-step warm-up, as in a long run
-        assert m["monitor_default"]["every_step_now"] is False
+        d = m["monitor_default"]
+        assert d["every_step_now"] is False
+        # the stride and what it was chosen from: the read alone, against the step time
+        assert d["read_cost_s"] > 0 and d["step_time_s"] > 0 and d["budget"] == 0.01
+        assert d["implied_stride"] == nice_at_least(
+            d["read_cost_s"] / (d["budget"] * d["step_time_s"])
+        )
+        assert d["stride_reason"].startswith(every(d["stride"]))
+        assert data["targets"][f"{name}.default_stride_within_2x_of_read"] in (True, False)
+        # periodic work (flush, alarms, status) is measured apart, with its flush interval
+        assert m["monitor_periodic_us"] > 0 and m["flush_interval_s"] > 0
         assert m["tensors"] > 0 and m["step_ms"] > 0
         # monitor + clip is paired with plain clip_grad_norm_ (not with no monitoring):
         # both clip, so the ratio sits near 1, far from detect_anomaly's

@@ -26,14 +26,21 @@ def test_demo_notebook_runs_and_logs() -> None:
     nb.cells.append(
         nbformat.v4.new_code_cell(
             "from jupyterlab_torchdbg.kernel import exceptions, grads\n"
-            "kinds = [a['kind'] for a in grads.current_monitor().alerts.snapshot()]\n"
-            "print(kinds[:2], exceptions.current_monitor().last['diagnosis']['category'])"
+            "alerts = grads.current_monitor().alerts.snapshot()\n"
+            "rnn = sorted(a['kind'] for a in alerts if a['track'] == 'rnn_opt')\n"
+            "bad = [(a['step'], a.get('cause')) for a in alerts if a['track'] == 'optimizer']\n"
+            "print(rnn, bad, exceptions.current_monitor().last['diagnosis']['category'])"
         )
     )
     NotebookClient(nb, timeout=300, kernel_name="python3").execute()
     out = nb.cells[-2].outputs[0]["text"].strip()
     assert out == "['accuracy', 'loss', 'lr'] 1920 True"
-    # the exploding-RNN cell raised the gradient alarms; the failing cell was diagnosed
-    # (its error is expected: tagged raises-exception, as the demo means it to fail)
+    # the exploding-RNN cell raised the gradient alarms (the explosion, then the overflow
+    # caught at its step); the bad batch was named at its step (the 120th of that cell)
+    # and skipped; the failing cell was diagnosed (its error is expected: tagged
+    # raises-exception, as the demo means it to fail)
     out = nb.cells[-1].outputs[0]["text"].strip()
-    assert out == "['explosion', 'non_finite'] shape_mismatch", out
+    assert out == "['explosion', 'non_finite_cause'] [(2041, 'input')] shape_mismatch", out
+    skipped = [c for c in nb.cells if c.cell_type == "code" and "skip_nonfinite=True" in c.source]
+    skipped = skipped[0]
+    assert skipped.outputs[-1]["text"].strip() == "weights finite: True"

@@ -40,6 +40,10 @@ def test_device_mismatch_meta_model_and_cpu_input() -> None:
     assert d["category"] == "device_mismatch"
     assert d["headline"] == "`model` parameters are on meta; `x` is on cpu"
     assert d["facts"]["devices"] == ["meta", "cpu"]
+    # The model is the odd one out (meta has no data): materialise it, leave `x` alone.
+    assert d["facts"]["odd"] == ["model"]
+    assert "`model.to_empty(device='cpu')`" in d["remedy"]
+    assert "x.to(" not in d["remedy"]
 
 
 def test_device_mismatch_split_model_names_the_odd_parameters() -> None:
@@ -54,6 +58,155 @@ def test_device_mismatch_split_model_names_the_odd_parameters() -> None:
     odd = [c for c in d["culprits"] if c.get("role") == "odd device"]
     assert {c["name"] for c in odd} == {"model.2.weight", "model.2.bias"}
     assert all(c["device"] == "meta" for c in odd)
+
+
+def one_sentence(headline: str) -> bool:
+    return ". " not in headline and "\n" not in headline and len(headline) <= 160
+
+
+class MaskedHead(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.fc(x).add(bias).masked_fill(mask, 0.0)
+
+
+def test_meta_mask_beside_cpu_model_names_the_mask_and_moves_only_it() -> None:
+    def cell() -> None:
+        model = MaskedHead()
+        x = torch.randn(2, 8)
+        bias = torch.randn(8)
+        mask = torch.ones(2, 8, dtype=torch.bool, device="meta")
+        model(x, bias, mask)
+
+    d = diagnose_call(cell)
+    assert d["category"] == "device_mismatch"
+    assert d["headline"] == "`mask` is on meta; `model` and the other 3 tensors are on cpu"
+    assert one_sentence(d["headline"])
+    assert d["facts"]["odd"] == ["mask"] and d["facts"]["target_device"] == "cpu"
+    assert names(d)[0] == "mask"
+    # The remedy re-creates the mask where the model is; it does not touch the model.
+    assert "`mask = torch.ones(2, 8, dtype=torch.bool, device='cpu')`" in d["remedy"]
+    assert "to_empty" not in d["remedy"] and "model" not in d["remedy"]
+
+
+def test_the_minority_device_is_named_not_the_first_tensor() -> None:
+    def cell() -> None:
+        a = torch.randn(2)
+        m1 = torch.randn(2, device="meta")
+        b = torch.randn(2)
+        m2 = torch.randn(2, device="meta")
+        c = torch.randn(2)
+        torch.cat([a, m1, b, m2, c])
+
+    d = diagnose_call(cell)
+    assert d["headline"] == "`m1` and `m2` are on meta; the other 3 tensors are on cpu"
+    assert d["facts"]["odd"] == ["m1", "m2"]
+    assert "`m1 = torch.ones(2" in d["remedy"] and "`m2 = torch.ones(2" in d["remedy"]
+    assert "`a" not in d["remedy"]
+
+
+def test_batch_dict_entry_on_the_wrong_device_is_named_by_its_key() -> None:
+    def cell() -> None:
+        model = nn.Linear(6, 6)
+        batch = {"x": torch.randn(2, 6, device="meta"), "y": torch.randn(2, 6)}
+        model(batch["x"])
+
+    d = diagnose_call(cell)
+    assert d["headline"] == "`batch['x']` is on meta; `model` and `batch['y']` are on cpu"
+    assert d["facts"]["odd"] == ["batch['x']"]
+    assert "`batch['x'] = torch.ones(2, 6, dtype=torch.float32, device='cpu')`" in d["remedy"]
+
+
+class KeywordModel(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor
+    ) -> torch.Tensor:
+        return self.fc(input_ids) * attention_mask
+
+
+def test_batch_unpacked_into_a_forward_names_the_entry_to_fix() -> None:
+    def cell() -> None:
+        model = KeywordModel()
+        batch = {
+            "input_ids": torch.randn(2, 3),
+            "attention_mask": torch.ones(2, 3, device="meta"),
+            "labels": torch.zeros(2),
+        }
+        model(**batch)
+
+    d = diagnose_call(cell)
+    assert d["headline"].startswith("`attention_mask` is on meta; `model` and ")
+    assert d["headline"].endswith(" are on cpu") and one_sentence(d["headline"])
+    # Inside forward it is `attention_mask`; the fix belongs where the batch is made.
+    assert "Create `batch['attention_mask']` on cpu" in d["remedy"]
+
+
+class ScaledHead(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+        self.scale = torch.ones(3, device="meta")  # a plain attribute, not a buffer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x) * self.scale
+
+
+def test_plain_tensor_attribute_left_behind_is_named_with_register_buffer() -> None:
+    def cell() -> None:
+        model = ScaledHead()
+        x = torch.randn(2, 3)
+        model(x)
+
+    d = diagnose_call(cell)
+    assert d["headline"].startswith("`model.scale` is on meta; `model` and ")
+    assert "self.register_buffer('scale'" in d["remedy"]
+
+
+def test_optimizer_state_on_another_device_points_at_load_order() -> None:
+    def cell() -> None:
+        model = nn.Linear(3, 2)
+        opt = torch.optim.Adam(model.parameters(), foreach=False)
+        model(torch.randn(4, 3)).sum().backward()
+        opt.step()
+        for state in opt.state.values():  # as if loaded before the model moved
+            state["exp_avg"] = state["exp_avg"].to("meta")
+        opt.step()
+
+    d = diagnose_call(cell)
+    assert d["category"] == "device_mismatch"
+    assert d["headline"] == "The `exp_avg` state of `opt` is on meta; its parameters are on cpu"
+    assert d["facts"]["odd"][0] == "opt.state[model.weight]['exp_avg']"
+    assert "before `opt.load_state_dict(...)`" in d["remedy"]
+    assert "map_location='cpu'" in d["remedy"]
+
+
+def test_cpu_data_beside_a_model_on_an_accelerator_moves_the_data() -> None:
+    """No GPU here: the rule itself, on rows as the capture makes them. Three tensors
+    left on cpu outnumber the model on cuda:0, but the model's device is the intent."""
+    from jupyterlab_torchdbg.kernel.exceptions.diagnose.device_dtype import odd_device
+
+    model = {"name": "model", "kind": "module", "devices": ["cuda:0"], "type": "Net"}
+    rows = [
+        {"name": n, "kind": "tensor", "device": "cpu", "shape": [4, 3], "type": "Tensor"}
+        for n in ("x", "mask", "pos")
+    ]
+    d = odd_device([model, *rows])
+    assert d["facts"]["target_device"] == "cuda:0"
+    assert d["headline"] == "`x`, `mask` and `pos` are on cpu; `model` parameters are on cuda:0"
+    assert "`x = x.to('cuda:0')`" in d["remedy"] and "model.to(" not in d["remedy"]
+    batch = {"name": "batch['x']", "kind": "tensor", "device": "cpu", "_holder": "batch"}
+    d = odd_device([{**model, "devices": ["cuda:0"]}, batch])
+    assert "batch = {k: v.to('cuda:0') for k, v in batch.items()}" in d["remedy"]
+    # A model left on cpu while the data is on the accelerator: the model moves.
+    d = odd_device([{**model, "devices": ["cpu"]}, *[{**r, "device": "cuda:0"} for r in rows]])
+    assert d["facts"]["odd"] == ["model"] and "`model.to('cuda:0')`" in d["remedy"]
 
 
 # --- shapes ---------------------------------------------------------------------------------
@@ -190,6 +343,105 @@ def test_dtype_plain_op_names_both_operands() -> None:
     d = diagnose_call(cell)
     assert d["category"] == "dtype_mismatch"
     assert d["headline"] == "`a` is float64; `b` is float32"
+
+
+def test_one_float64_among_float32_is_named_and_converted() -> None:
+    def cell() -> None:
+        a = torch.randn(3, 3)
+        b = torch.randn(3, 3)
+        c = torch.randn(3, 3, dtype=torch.float64)
+        torch.addmm(a, b, c)
+
+    d = diagnose_call(cell)
+    assert d["headline"] == "`c` is float64; `a` and `b` are float32"
+    assert d["remedy"] == "Convert it to float32: `c = c.float()`."
+
+
+def test_the_minority_dtype_wins_even_when_it_is_float32() -> None:
+    def cell() -> None:
+        a = torch.randn(2, 2, dtype=torch.float64)
+        b = torch.randn(2, 2, dtype=torch.float64)
+        c = torch.randn(2, 2)
+        torch.addmm(a, b, c)
+
+    d = diagnose_call(cell)
+    assert d["headline"] == "`c` is float32; `a` and `b` are float64"
+    assert d["remedy"] == "Convert it to float64: `c = c.double()`."
+
+
+def test_float16_layer_with_float32_input_converts_the_input_or_autocasts() -> None:
+    def cell() -> None:
+        layer = nn.Linear(4, 4).half()
+        x = torch.randn(2, 4)
+        layer(x)
+
+    d = diagnose_call(cell)
+    assert d["headline"] == "`x` is float32, but `layer` (Linear) has float16 weights"
+    assert d["remedy"].startswith("Convert the input: `x = x.half()`.")
+    assert "torch.autocast('cpu', dtype=torch.float16)" in d["remedy"]
+    assert d["facts"]["odd"] == ["x"]
+
+
+class OneHalfLayer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(4, 4)
+        self.fc2 = nn.Linear(4, 4).half()
+        self.fc3 = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc3(self.fc2(self.fc1(x)))
+
+
+def test_float16_layer_inside_a_float32_model_is_the_odd_one() -> None:
+    def cell() -> None:
+        net = OneHalfLayer()
+        x = torch.randn(3, 4)
+        net(x)
+
+    d = diagnose_call(cell)
+    assert d["headline"] == (
+        "`net.fc2` (Linear) has float16 weights; its input and the rest of `net` are float32"
+    )
+    assert d["remedy"] == "Convert the layer: `net.fc2.to(torch.float32)`."
+
+
+def test_conv_and_lstm_dtype_messages_name_the_input() -> None:
+    def conv() -> None:
+        conv = nn.Conv2d(1, 1, 3).half()
+        img = torch.randn(1, 1, 5, 5)
+        conv(img)
+
+    d = diagnose_call(conv)
+    assert d["headline"] == "`img` is float32, but `conv` (Conv2d) has float16 weights"
+
+    def lstm() -> None:
+        lstm = nn.LSTM(3, 3)
+        seq = torch.randn(2, 1, 3, dtype=torch.float64)
+        lstm(seq)
+
+    d = diagnose_call(lstm)
+    assert d["category"] == "dtype_mismatch" and "`seq = seq.float()`" in d["remedy"]
+
+
+def test_index_tensors_of_a_wrong_dtype() -> None:
+    def embedding() -> None:
+        emb = nn.Embedding(5, 2)
+        tokens = torch.tensor([0.0, 1.0])
+        emb(tokens)
+
+    d = diagnose_call(embedding)
+    assert (
+        d["headline"] == "`tokens` is float32, but `emb` (Embedding) needs int64 or int32 indices"
+    )
+    assert d["remedy"] == "Convert the indices: `tokens = tokens.long()`."
+
+    def one_hot() -> None:
+        labels = torch.tensor([0, 1], dtype=torch.int32)
+        F.one_hot(labels)
+
+    d = diagnose_call(one_hot)
+    assert names(d) == ["labels"] and "`labels = labels.long()`" in d["remedy"]
 
 
 def test_loss_target_dtype() -> None:

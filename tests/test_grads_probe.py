@@ -1,5 +1,8 @@
-"""The forward probe: after a non-finite gradient alarm, one forward pass is checked module
-by module to say where the NaN/Inf starts (in-process, the production hooks and alerts)."""
+"""The forward probe's fallback: when a step could not be checked before the optimizer ran
+(CUDA without skip_nonfinite; here forced on CPU with ``guard.check_on_cpu = False``), the
+flush-time non-finite alarm arms the probe for the next forward pass, checked module by
+module to say where the NaN/Inf starts (in-process, the production hooks and alerts). The
+at-step diagnosis is tested in test_grads_nan_cause.py."""
 
 from __future__ import annotations
 
@@ -26,8 +29,10 @@ class SqrtAtZero(nn.Module):
         return x + torch.sqrt(x * 0.0)
 
 
-def hooks_left(model: nn.Module) -> int:
-    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+def hooks_left(model: nn.Module, kept: int = 0) -> int:
+    """Hooks on ``model``'s modules beyond the ``kept`` ones of the input keeper (its one
+    pre-hook on the root while loaded, inputs.py)."""
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules()) - kept
 
 
 def step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> None:
@@ -51,11 +56,12 @@ def nan_then_rerun(middle: nn.Module, x: torch.Tensor, restore: bool) -> dict:
     saved = copy.deepcopy(model.state_dict())
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with session({"model": model, "opt": opt}) as s:
+        s.monitor.guard.check_on_cpu = False  # as on CUDA without skip_nonfinite
         s.comm.action("set_stride", {"stride": 1})
         step(model, opt, x)
         s.end_cell()
         assert [a["kind"] for a in s.comm.alerts()] == ["non_finite"]
-        assert hooks_left(model) > 0  # armed for the next forward pass
+        assert hooks_left(model, kept=1) > 0  # armed for the next forward pass
         if restore:
             model.load_state_dict(saved)
         step(model, opt, x)
@@ -63,7 +69,8 @@ def nan_then_rerun(middle: nn.Module, x: torch.Tensor, restore: bool) -> dict:
         found = probe_alerts(s)
         assert len(found) == 1, s.comm.alerts()
         assert found[0]["step"] == 2
-        assert hooks_left(model) == 0  # one forward pass, then every hook is gone
+        assert "weights may already be updated" in found[0]["message"]
+        assert hooks_left(model, kept=1) == 0  # one forward pass, then the probe is gone
         assert not s.ext.errors
         return found[0]
 
@@ -103,10 +110,11 @@ def test_r01_r24_unload_removes_an_armed_probe_and_keeps_no_model_alive() -> Non
     model = nn.Sequential(nn.Linear(4, 8), Log(), nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with session({"model": model, "opt": opt}) as s:
+        s.monitor.guard.check_on_cpu = False
         s.comm.action("set_stride", {"stride": 1})
         step(model, opt, torch.randn(16, 4))
         s.end_cell()
-        assert hooks_left(model) > 0
+        assert hooks_left(model, kept=1) > 0
         s.shell.user_ns.clear()
     assert hooks_left(model) == 0  # unload removed the armed probe's hooks
     ref = weakref.ref(model)
@@ -131,3 +139,36 @@ def test_r29_script_modules_are_not_probed() -> None:
             s.end_cell()
         assert [a["kind"] for a in s.comm.alerts()] == ["non_finite"]
         assert not s.ext.errors
+
+
+class Head(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 1)
+
+    def forward(self, feats: torch.Tensor) -> torch.Tensor:
+        return self.proj(feats)
+
+
+class DividesThenCalls(nn.Module):
+    """Its own division makes the Inf; the head gets it as a keyword argument."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.child = nn.Linear(4, 8)
+        self.head = Head()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(feats=self.child(x) / 0.0)
+
+
+def test_probe_checks_keyword_inputs_so_the_parent_is_named_not_its_callee() -> None:
+    from jupyterlab_torchdbg.kernel.grads.probe import ForwardProbe
+
+    torch.manual_seed(0)
+    model = DividesThenCalls()
+    probe = ForwardProbe("opt", 1, [("model", model)])
+    model(torch.randn(3, 4))
+    alert = probe.report(1)
+    assert alert is not None and alert.layer == "model", alert
+    assert hooks_left(model) == 0

@@ -1,4 +1,5 @@
-"""The automatic stride keeps the monitor's cost within budget (logic, not wall time)."""
+"""The automatic stride keeps the read's cost within budget, and the periodic work within
+its own (logic, not wall time)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,18 @@ import pytest
 from jupyterlab_torchdbg.kernel.grads.stride import (
     BOOST_STEPS,
     DEFAULT_BUDGET,
+    MAX_SLOWDOWN,
     MAX_STRIDE,
+    PARAM_INTERVAL_MAX_S,
+    PARAM_INTERVAL_S,
+    PERIODIC_BUDGET,
     WARMUP_STEPS,
+    Periodic,
     Sampler,
     choose_stride,
+    every,
     nice_at_least,
+    stride_reason,
 )
 
 
@@ -132,11 +140,117 @@ def test_one_slow_sample_does_not_spike_the_stride() -> None:
     assert s.stride == 2  # and it comes back
 
 
-def test_carried_cost_is_billed() -> None:
+def test_periodic_cost_never_raises_the_stride() -> None:
+    """Issue #13: flush / alarm / weight-norm work billed to the read made a read costing
+    2% of a step look like 50% and drove the stride to hundreds. Only the read counts."""
     s = Sampler()
-    s.add_cost(0.003)
-    s.observe(0.001)
-    assert s.last_cost == pytest.approx(0.004)
+    run(s, WARMUP_STEPS + 100, 0.025, 5e-4)  # a read costing 2% of a 25 ms step
+    assert s.stride == 2
+    t, n = 100.0, 0
+    for _ in range(500):
+        t += 0.025
+        if s.tick(t):
+            s.add_cost(0.0125)  # periodic work worth half a step before every sample
+            s.observe(5e-4)
+            n += 1
+    assert s.stride == 2 and s.cost_ema == pytest.approx(5e-4)
+    assert s.overhead == pytest.approx(0.01)  # the read's share, at the stride
+    assert n == 250 and s.periodic_s == pytest.approx(0.0125 * n)
+    # that work is paid apart: weight norms are read less often (0.5% of 2.5 s = 12.5 ms)
+    assert s.param_interval_s == pytest.approx(0.0125 / PERIODIC_BUDGET)
+
+
+def test_weight_norm_reads_slow_down_only_when_dear() -> None:
+    s = Sampler()
+    assert s.param_interval_s == PARAM_INTERVAL_S  # before any is timed
+    s.add_cost(1e-3)  # 0.1% of a second: once a second is within budget
+    assert s.param_interval_s == PARAM_INTERVAL_S
+    s = Sampler()
+    s.add_cost(0.02)  # 20 ms: once every 4 s keeps it at 0.5% of wall time
+    assert s.param_interval_s == pytest.approx(0.02 / PERIODIC_BUDGET)
+    for _ in range(50):
+        s.add_cost(1.0)  # a read of a second: capped, weight norms still show up
+    assert s.param_interval_s == PARAM_INTERVAL_MAX_S
+
+
+def drive_periodic(p: Periodic, seconds: float, pass_s: float, t0: float = 0.0) -> float:
+    """Passes of ``pass_s`` each at the flush interval ``p`` asks for (base 0.1 s), as the
+    monitor's hook does; returns the share of wall time they took."""
+    t, spent = t0, 0.0
+    slowdown = p.slowdown
+    while t - t0 < seconds:
+        t += 0.1 * slowdown
+        slowdown = p.add(pass_s, t)
+        t += pass_s
+        spent += pass_s
+    return spent / (t - t0)
+
+
+def test_periodic_work_within_budget_keeps_the_flush_interval() -> None:
+    p = Periodic()
+    share = drive_periodic(p, 20.0, 2e-4)  # 0.2% of wall time at 10 flushes/s
+    assert p.slowdown == 1.0 and share < PERIODIC_BUDGET
+    assert p.share == pytest.approx(share, rel=0.05)
+    assert p.total_s == pytest.approx(p.count * 2e-4) and p.cost_ema == pytest.approx(2e-4)
+
+
+def test_dear_periodic_work_flushes_less_often_within_bounds() -> None:
+    p = Periodic()
+    drive_periodic(p, 5.0, 2e-3)  # 2% of wall time at 10 flushes/s
+    assert 3.0 < p.slowdown < 5.0  # about 4x: 0.5% of wall time
+    later = drive_periodic(p, 20.0, 2e-3, t0=10.0)
+    assert later <= PERIODIC_BUDGET * 1.05 and p.share is not None
+    # a pass dearer than the budget allows even at 1 s: capped (the panel stays live)
+    drive_periodic(p, 20.0, 0.05, t0=40.0)
+    assert p.slowdown == MAX_SLOWDOWN
+    # and it comes back when the work gets cheap again
+    drive_periodic(p, 30.0, 1e-4, t0=70.0)
+    assert p.slowdown == 1.0
+
+
+def test_a_pause_starts_a_new_window() -> None:
+    """Time between two cells is not wall time the periodic work had to share."""
+    p = Periodic()
+    drive_periodic(p, 1.0, 2e-3)  # less than a window
+    assert p.share is None
+    drive_periodic(p, 3.0, 2e-3, t0=1000.0)  # much later: one window from here on
+    assert p.share == pytest.approx(2e-3 / (0.1 + 2e-3), rel=0.1)
+
+
+def test_stride_reasons() -> None:
+    s = Sampler()
+    assert stride_reason(s) == f"every step: first {WARMUP_STEPS} steps of the run"
+    run(s, WARMUP_STEPS + 100, 0.025, 5e-3)  # 20% of a 25 ms step -> every 20th
+    assert s.stride == 20
+    assert stride_reason(s) == "every 20th step: a read costs 5 ms, a step 25 ms, budget 1%"
+    assert stride_reason(s, clipping=True).startswith("every step: clipping is on")
+    assert stride_reason(s, skipping=True).startswith("every step: skipping non-finite")
+    s.boost()
+    assert stride_reason(s) == "every step: the norm is climbing"
+    s.set_mode("fixed", 5)
+    assert stride_reason(s, from_watch=True) == "fixed by watch(stride=5)"
+    assert stride_reason(s) == "every 5th step: fixed by the stride setting"
+    s.set_mode("off")
+    assert stride_reason(s).startswith("never")
+    s = Sampler()
+    run(s, WARMUP_STEPS + 2000, 0.1, 1.5)  # a read dearer than ten steps
+    assert s.stride == MAX_STRIDE
+    assert stride_reason(s) == (
+        "every 1000th step (the most): a read costs 1.5 s, a step 100 ms, budget 1%"
+    )
+    s = Sampler()
+    run(s, WARMUP_STEPS + 10, 3.0, 1e-3)  # steps further apart than a pause
+    assert s.step_s is None and "no step time" in stride_reason(s)
+    assert [every(n) for n in (1, 2, 3, 11, 21, 22, 112, 50)] == [
+        "every step",
+        "every 2nd step",
+        "every 3rd step",
+        "every 11th step",
+        "every 21st step",
+        "every 22nd step",
+        "every 112th step",
+        "every 50th step",
+    ]
 
 
 def ticks(sampler: Sampler, steps: int, step_s: float, cost_s: float, t0: float) -> list[bool]:

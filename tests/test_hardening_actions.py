@@ -331,6 +331,7 @@ def test_r45_default_checkpoint_names_never_collide_and_chosen_ones_never_overwr
 
 #: String arguments that are not an enum: each is pattern-checked or a list of series names.
 FREE_STRINGS = {("save_checkpoint", "filename"), ("clear_history", "names")}
+FREE_STRINGS |= {("replay_step", "track")}
 
 
 def _action_args() -> dict[str, dict[str, Any]]:

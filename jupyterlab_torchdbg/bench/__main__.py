@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                 for runner in runners.values():
                     runner.step()
             mon = current_monitor()
-            periodic0 = (mon.periodic_s, mon.periodic_n) if mon is not None else (0.0, 0)
+            periodic0 = (mon.periodic.total_s, mon.periodic.count) if mon is not None else (0.0, 0)
             reused0 = _clip_reused(loaded.ext)
             times = run_rounds(
                 runners, rounds, warmup, seed=args.seed, window=window, cuda=use_cuda
@@ -171,10 +171,13 @@ def main(argv: list[str] | None = None) -> int:
             model_out["monitor_us"] = statistics.median(mon_own) * 1e6 if mon_own else None
             model_out["total_norm_us"] = statistics.median(tn_own) * 1e6 if tn_own else None
             model_out["monitor_default"] = runners["monitor_default"].stats()
-            if mon is not None and mon.periodic_n > periodic0[1]:
-                # flush + alarm checks + status, done at most ~10 times a second
-                n = mon.periodic_n - periodic0[1]
-                model_out["monitor_periodic_us"] = (mon.periodic_s - periodic0[0]) / n * 1e6
+            if mon is not None and mon.periodic.count > periodic0[1]:
+                # flush + alarm checks + status, done at most ~10 times a second (fewer when
+                # that work is over its own budget: see stride.Periodic)
+                n = mon.periodic.count - periodic0[1]
+                model_out["monitor_periodic_us"] = (mon.periodic.total_s - periodic0[0]) / n * 1e6
+                model_out["monitor_periodic_share"] = mon.periodic.share
+                model_out["flush_interval_s"] = loaded.ext.stream.interval_s * mon.periodic.slowdown
             if use_cuda:
                 model_out["cuda"] = _cuda_extras(runners, 20)
             for r in runners.values():

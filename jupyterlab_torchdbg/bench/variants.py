@@ -31,6 +31,7 @@ import torch.optim.optimizer as optim_mod
 
 from ..kernel import extension, watches
 from ..kernel.grads import current_monitor
+from ..kernel.grads.stride import nice_at_least, stride_reason
 from .models import Workload
 
 #: The clip level of both clipping variants (the usual ``clip_grad_norm_(..., 1.0)``).
@@ -140,14 +141,27 @@ class Runner:
             self.watch.remove()
 
     def stats(self) -> dict[str, object]:
-        """What the monitor itself reports for this optimizer (stride, its overhead)."""
+        """What the monitor itself reports for this optimizer: the stride, the read cost
+        and step time it was chosen from, and the stride those imply (``implied_stride``,
+        what ``choose_stride`` gives without hysteresis)."""
         mon = current_monitor()
         track = mon.track_for(self.opt) if mon is not None else None
         if track is None:
             return {}
+        s = track.sampler
+        read, step = s.cost_ema, s.step_s
         return {
-            "stride": track.sampler.stride,
-            "every_step_now": track.sampler.boosting,
-            "overhead_estimate": track.sampler.overhead,
+            "stride": s.stride,
+            "every_step_now": s.boosting,
+            "overhead_estimate": s.overhead,
             "state": track.state,
+            # what the stride was chosen from: the read of the grads alone, and the step
+            "read_cost_s": read,
+            "step_time_s": step,
+            "budget": s.budget,
+            "implied_stride": (
+                nice_at_least(read / (s.budget * step)) if read is not None and step else None
+            ),
+            "param_cost_s": s.param_cost_ema,
+            "stride_reason": stride_reason(s),
         }

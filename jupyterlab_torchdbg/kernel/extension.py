@@ -186,9 +186,13 @@ class Extension:
     # --- IPython events ------------------------------------------------------------
 
     def _pre_run_cell(self, info: object = None) -> None:
-        """A cell starts: torch may have arrived; then exceptions, then memory."""
+        """A cell starts: torch may have arrived; models updated by hand get their
+        end-of-backward hooks (not while another cell runs: it may be inside backward);
+        then exceptions, then memory."""
         self._cells.add(threading.get_ident())
         self._guarded("pre_run_cell", self._maybe_attach_torch)
+        if not self.others_running():
+            self.scan_models()
         if self.exceptions is not None:
             self._guarded("exceptions:pre_run_cell", self.exceptions.pre_run_cell, info)
         if self.memory is not None:
@@ -217,6 +221,16 @@ class Extension:
         if self.memory is not None:
             self._guarded("memory:post_run_cell", self.memory.post_run_cell, result)
         self._guarded("post_run_cell", self.stream.flush)
+
+    def scan_models(self) -> None:
+        """Hook the namespace's (or the watched) models that no optimizer steps, at the
+        end of their backward passes (step_boundary.py); also called by ``watch()``.
+        Never raises (R11)."""
+        try:
+            if self.boundary is not None:
+                self.boundary.scan_models(self.shell.user_ns)
+        except Exception:
+            self.count_error("backward:scan")
 
     def _guarded(self, site: str, fn: Callable[..., object], *args: object) -> None:
         try:

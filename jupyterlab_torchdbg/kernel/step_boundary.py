@@ -18,8 +18,18 @@ here, in this order, written here and nowhere else:
    point (save_checkpoint) run here, between two steps.
 
 Each feature catches its own failures (R11): nothing raises into ``step()`` except the
-user's own KeyboardInterrupt while paused. Later boundaries (end of backward for loops
-without torch.optim, the per-rank boundary of worker processes) belong here too.
+user's own KeyboardInterrupt while paused. Later boundaries (the per-rank boundary of
+worker processes) belong here too.
+
+The end of backward, for loops without torch.optim (``p.data.add_(p.grad, alpha=-lr)``):
+models whose parameters no optimizer steps are read when their backward pass ends
+(``at_backward_end``, called by the hooks of backward_boundary.py, which this boundary
+owns): gradients (``GradMonitor.on_backward``, the same read and alarms on a track named
+after the model) -> control (clipping and pause work there, before the manual update;
+learning-rate scaling is refused: there is no optimizer to scale). Memory is left to the
+next optimizer step or the cell's end. Models are hooked at cell starts and at
+``watch()`` (``scan_models``); the first step of an optimizer that steps a hooked
+parameter hands it over to the optimizer boundary (``before_step``).
 
 Loading and unloading while another thread trains (R41, R01). torch iterates its global
 hook dicts inside ``Optimizer.step``'s wrapper without a lock: adding or removing a hook
@@ -39,8 +49,10 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable
-from types import FrameType
 from typing import TYPE_CHECKING, Any
+
+from .backward_boundary import BackwardHooks, ModelSource, any_thread_inside
+from .watches import watches
 
 if TYPE_CHECKING:
     import torch
@@ -54,8 +66,6 @@ if TYPE_CHECKING:
 ORDER = ("grads", "control", "memory")
 #: How often a waiting install / removal looks again for a moment without a step.
 RETRY_S = 0.01
-#: Frames looked at per thread when asking whether it is inside an optimizer step (all).
-MAX_STACK = 100_000
 
 
 class StepBoundary:
@@ -73,6 +83,8 @@ class StepBoundary:
         self.memory = memory
         self._on_error = on_error
         self._handles: list[RemovableHandle] = []
+        #: The end-of-backward hooks of models no optimizer steps.
+        self.backward = BackwardHooks(self.at_backward_end, on_error)
 
     @property
     def attached(self) -> bool:
@@ -84,6 +96,10 @@ class StepBoundary:
         returns ``detach``."""
         self.grads.attach_torch()
         HOOKS.adopt(self)
+        try:
+            self.backward.attach()
+        except Exception:
+            self._on_error("step_boundary:backward")
         return self.detach
 
     def detach(self) -> None:
@@ -93,19 +109,46 @@ class StepBoundary:
             HOOKS.release(self)
         except Exception:
             self._on_error("step_boundary:detach")
+        try:
+            self.backward.detach()
+        except Exception:
+            self._on_error("step_boundary:detach")
         self.grads.detach_torch()
 
     def before_step(
         self, optimizer: torch.optim.Optimizer, args: Any = None, kwargs: Any = None
     ) -> None:
-        """torch's step pre-hook: gradients, then control (which may hold here)."""
+        """torch's step pre-hook: gradients, then control (which may hold here). The
+        parameters this optimizer steps leave the end-of-backward boundary first."""
+        try:
+            self.backward.optimizer_seen(optimizer)
+        except Exception:
+            self._on_error("step_boundary:backward")
         read = self.grads.on_step(optimizer)
         self.control.at_step(optimizer, read)
+
+    def at_backward_end(self, source: ModelSource) -> None:
+        """A backward pass of a model no optimizer steps has ended (an autograd engine
+        callback on the thread that called ``backward()``): gradients, then control."""
+        read = self.grads.on_backward(source)
+        self.control.at_step(source, read)
+
+    def scan_models(self, ns: dict[str, Any]) -> None:
+        """The kernel's thread, at a cell start or ``watch()``: hook the models no
+        optimizer steps (backward_boundary.py says when that is safe)."""
+        if not self.attached or not self.backward.attached:
+            return
+        _, active = watches()
+        watched: list[tuple[str | None, Any]] | None = None
+        if active:
+            watched = [(None, w.model) for w in active if w.optimizer is None and w.model]
+        self.backward.scan(ns, watched)
 
     def after_step(
         self, optimizer: torch.optim.Optimizer, args: Any = None, kwargs: Any = None
     ) -> None:
-        """torch's step post-hook: memory."""
+        """torch's step post-hook: a skipped step's gradients back, then memory."""
+        self.grads.after_step(optimizer)
         self.memory.after_step(optimizer)
 
 
@@ -226,16 +269,7 @@ class TorchHooks:
 
 def _any_thread_stepping(optimizer_file: str) -> bool:
     """Some thread (this one too) is inside ``Optimizer.step``'s hook-calling wrapper."""
-    for frame in sys._current_frames().values():
-        f: FrameType | None = frame
-        depth = 0
-        while f is not None and depth < MAX_STACK:
-            code = f.f_code
-            if code.co_name == "wrapper" and code.co_filename == optimizer_file:
-                return True
-            f = f.f_back
-            depth += 1
-    return False
+    return any_thread_inside("wrapper", optimizer_file)
 
 
 #: The process's hooks (one per process, whichever extension instance is loaded).

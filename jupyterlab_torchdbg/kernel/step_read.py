@@ -26,3 +26,6 @@ class StepRead:
     norms: torch.Tensor | None
     #: The GradScaler found for this optimizer (``torch.amp.GradScaler``), or None.
     scaler: GradScaler | None = None
+    #: The optimizer step is skipped (non-finite gradients, ``skip_nonfinite``): its
+    #: gradients are hidden until the step's post-hook; nothing is clipped.
+    skipped: bool = False

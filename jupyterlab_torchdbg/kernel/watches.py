@@ -24,11 +24,17 @@ class WatchHandle:
     """
 
     def __init__(
-        self, model: Module, optimizer: Optimizer | None = None, stride: int | None = None
+        self,
+        model: Module,
+        optimizer: Optimizer | None = None,
+        stride: int | None = None,
+        skip_nonfinite: bool = False,
     ) -> None:
         self._model = weakref.ref(model)
         self._optimizer = None if optimizer is None else weakref.ref(optimizer)
         self.stride = stride
+        #: Skip optimizer steps whose gradients are NaN/Inf (grads/nonfinite.py).
+        self.skip_nonfinite = skip_nonfinite
         self.removed = False
 
     @property
@@ -64,7 +70,9 @@ class WatchHandle:
         model = self._model()
         kind = type(model).__name__ if model is not None else "dead model"
         state = "active" if self.active else "removed"
-        return f"<jupyterlab_torchdbg watch of {kind} ({state}, stride={self.stride or 'auto'})>"
+        skip = ", skip_nonfinite" if self.skip_nonfinite else ""
+        stride = self.stride or "auto"
+        return f"<jupyterlab_torchdbg watch of {kind} ({state}, stride={stride}{skip})>"
 
 
 _lock = threading.Lock()
@@ -73,10 +81,13 @@ _version = 0
 
 
 def add_watch(
-    model: Module, optimizer: Optimizer | None = None, stride: int | None = None
+    model: Module,
+    optimizer: Optimizer | None = None,
+    stride: int | None = None,
+    skip_nonfinite: bool = False,
 ) -> WatchHandle:
     global _version
-    handle = WatchHandle(model, optimizer, stride)
+    handle = WatchHandle(model, optimizer, stride, skip_nonfinite)
     with _lock:
         _watches.append(handle)
         _version += 1

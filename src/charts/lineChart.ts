@@ -238,8 +238,22 @@ export class LineChart {
         {
           ...axis,
           size: this._options.ySize ?? 52,
-          values: (_u, splits) =>
-            splits.map(this._options.yFormat ?? formatTick)
+          values: (_u, splits) => {
+            const format = this._options.yFormat ?? formatTick;
+            if (!this._options.log) {
+              return splits.map(format);
+            }
+            // A log axis gets a tick per decade: over many decades (an explosion to
+            // 1e18) label every k-th so the labels do not overlap. uPlot's own filter
+            // may have blanked some splits already (null): count the others.
+            const kept = (splits as (number | null)[]).filter(v => v !== null);
+            const fit = Math.max(2, Math.floor(this._options.height / 18));
+            const every = Math.ceil(kept.length / fit);
+            let k = 0;
+            return (splits as (number | null)[]).map(v =>
+              v === null ? '' : k++ % every === 0 ? format(v) : ''
+            );
+          }
         }
       ],
       series,

@@ -18,6 +18,8 @@ export namespace CommandIDs {
   export const releaseRefs = 'torchdbg:release-references';
   export const recordMemory = 'torchdbg:record-memory';
   export const saveCheckpoint = 'torchdbg:save-checkpoint';
+  export const replayStep = 'torchdbg:replay-bad-step';
+  export const skipNonfinite = 'torchdbg:skip-nonfinite-steps';
 }
 
 export const PALETTE_CATEGORY = 'Torch Debugger';

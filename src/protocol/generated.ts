@@ -61,6 +61,8 @@ export type ActionVariant =
   | IActionSetStride
   | IActionSetThresholds
   | IActionClearAlerts
+  | IActionReplayStep
+  | IActionSkipNonfinite
   | IActionEmptyCache
   | IActionReleaseRefs
   | IActionRecordMemory
@@ -478,13 +480,24 @@ export interface IGrads {
    */
   alerts: number;
   tracks: IGradTrack[];
+  /**
+   * The skip_nonfinite action's setting (every optimizer, also those that start stepping later); a track's own `skip_nonfinite` also counts watch(skip_nonfinite=True).
+   */
+  skip_nonfinite?: boolean;
+  /**
+   * The non-finite step kept for replay_step (the newest), or null.
+   */
+  replayable?: null | {
+    track: string;
+    step: number;
+  };
 }
 /**
  * Alarm settings of the gradient monitor (see `set_thresholds`).
  */
 export interface IGradThresholds {
   /**
-   * Total norm above this is an explosion; null: only the relative rule.
+   * Total norm above this is an explosion (default 1e12); null: only the relative rules.
    */
   explode_abs: number | null;
   /**
@@ -492,7 +505,7 @@ export interface IGradThresholds {
    */
   explode_factor: number;
   /**
-   * Sampled steps before the relative rule applies.
+   * Sampled steps before the running-median rule applies; until then a total above 100x the first steps' level is an explosion (from the second sampled step).
    */
   explode_warmup: number;
   /**
@@ -521,9 +534,13 @@ export interface IGradThresholds {
  */
 export interface IGradTrack {
   /**
-   * The optimizer's variable name.
+   * The optimizer's variable name (for an end_of_backward track: the model's).
    */
   name: string;
+  /**
+   * Where the track's steps are read: before each optimizer.step(), or at the end of each backward pass of a model no optimizer steps (a loop that updates the weights by hand; learning-rate scaling does not apply). Absent: optimizer_step.
+   */
+  boundary?: 'optimizer_step' | 'end_of_backward';
   /**
    * disabled: outside the watched scope; no_grads: no parameter had a gradient at the last sampled step.
    */
@@ -540,19 +557,58 @@ export interface IGradTrack {
    */
   stride: number;
   /**
-   * Why a track that would sample every N steps samples every step now: the auto mode's warm-up (first steps of a run), the total norm climbing towards the explosion alarm, or the clip action (which reads every step's norms anyway). null: it follows `stride`.
+   * Why a track that would sample every N steps samples every step now: the auto mode's warm-up (first steps of a run), the total norm climbing towards the explosion alarm, the clip action (which reads every step's norms anyway), or skipping non-finite steps (which needs every step's norms). null: it follows `stride`.
    */
-  every_step?: 'warmup' | 'rising' | 'clip' | null;
+  every_step?: 'warmup' | 'rising' | 'clip' | 'skip' | null;
   /**
    * Measured cost of monitoring as a share of step time (0.01 = 1%).
    */
   overhead: number | null;
   step_time_s: number | null;
+  /**
+   * Same as `read_cost_s` (kept for older panels).
+   */
   sample_cost_s: number | null;
+  /**
+   * Running cost of one read of the gradients, in seconds: the only cost the auto stride is chosen from (`overhead` is it spread over the stride).
+   */
+  read_cost_s?: number | null;
+  /**
+   * Running cost of one weight-norm read (about once a second; less often when dear). Periodic work, not billed to the stride.
+   */
+  param_cost_s?: number | null;
+  /**
+   * Share of step time the read may cost in auto mode (0.01 = 1%).
+   */
+  budget?: number;
+  /**
+   * Why the track samples as it does, in words built by the kernel, e.g. 'every 20th step: a read costs 0.31 ms, a step 25 ms, budget 1%'.
+   */
+  stride_reason?: string;
+  /**
+   * Running cost of one pass of the monitor's periodic work (flush, alarm checks, status), in seconds; monitor-wide. Paid from its own budget by flushing less often, never by the stride.
+   */
+  periodic_cost_s?: number | null;
+  /**
+   * Share of wall time that periodic work took over the last measured window (monitor-wide; null until measured).
+   */
+  periodic_share?: number | null;
+  /**
+   * The stream's flush interval now: its own, lengthened (up to 10x) while periodic work is over its budget.
+   */
+  flush_interval_s?: number | null;
   /**
    * Steps GradScaler skipped (shown as 'skipped step', not an alarm).
    */
   skipped_steps: number;
+  /**
+   * Optimizer steps with NaN/Inf gradients are skipped (the skip_nonfinite action or a watch's option).
+   */
+  skip_nonfinite?: boolean;
+  /**
+   * Optimizer steps skipped because their gradients were NaN/Inf.
+   */
+  skipped_nonfinite?: number;
   /**
    * The steps at which the skips were seen (the latest 100).
    *
@@ -629,7 +685,7 @@ export interface IAlertItem {
    */
   source: string;
   /**
-   * non_finite_forward: the forward probe's finding after a non_finite alarm (which module's output first went NaN/Inf, or that the forward pass was finite).
+   * divergence: the logged loss (a series whose name contains `loss`) jumped far above its first values (x100) while no gradient alarm told the story. non_finite_cause: a non-finite gradient diagnosed at its step, before the optimizer applied it (its `cause`). non_finite_forward: the forward probe's finding on the forward pass after a non_finite alarm, when the step could not be checked (CUDA without skip_nonfinite; the weights may already be updated). non_finite_skipped: skip_nonfinite began skipping steps. non_finite_replay: a replay_step's finding (its `replay`).
    */
   kind:
     | 'non_finite'
@@ -637,7 +693,16 @@ export interface IAlertItem {
     | 'explosion'
     | 'vanishing'
     | 'amp_skips'
-    | 'amp_scale_collapse';
+    | 'amp_scale_collapse'
+    | 'non_finite_replay'
+    | 'non_finite_cause'
+    | 'non_finite_skipped'
+    | 'divergence';
+  /**
+   * non_finite_cause only: the batch holds NaN/Inf (`layer`: the root), a module's forward turns finite inputs into NaN/Inf (`layer`: that module), a module's weights were already non-finite, the loss is non-finite on finite outputs (`layer`: the loss module, or null for the logged loss), forward and loss are finite and backward made it (`layer`: the layer nearest the loss with a non-finite gradient), or the gradient values are finite but their float32 norm overflows (exploded gradients).
+   */
+  cause?: 'input' | 'forward' | 'weights' | 'loss' | 'backward' | 'overflow';
+  replay?: IReplayResult;
   severity: 'warning' | 'error';
   step: number;
   layer: string | null;
@@ -652,6 +717,58 @@ export interface IAlertItem {
    * Unix time in seconds.
    */
   time: number;
+}
+/**
+ * non_finite_replay only: the replay's full result.
+ */
+export interface IReplayResult {
+  step: number;
+  track: string;
+  /**
+   * The root module replayed (its name in the namespace).
+   */
+  root?: string;
+  /**
+   * current: no pre-step copy was kept (over 512 MiB).
+   */
+  weights: 'pre-step' | 'current';
+  /**
+   * What backward started from: model (its own loss), loss_module:<name> (a loss module of the namespace on the output), surrogate (the sum of the outputs); null: no backward ran.
+   */
+  loss_root: string | null;
+  cause: 'input' | 'weights' | 'forward' | 'backward' | 'overflow' | 'finite';
+  /**
+   * The autograd node, e.g. SqrtBackward0.
+   */
+  backward_op: string | null;
+  /**
+   * The node anomaly mode raised on (NaN only), when it differs.
+   */
+  anomaly_op?: string | null;
+  /**
+   * The torch function that first made NaN/Inf in the forward pass.
+   */
+  forward_op?: string | null;
+  /**
+   * Where the NaN/Inf is: out[0], out['logits'], loss, args[0], weights['fc.weight'].
+   */
+  output: string | null;
+  /**
+   * The user's frames of the forward call that made it, innermost last.
+   *
+   * @maxItems 12
+   */
+  forward_stack: {
+    file: string;
+    line: number;
+    name: string;
+    code: string;
+    [k: string]: unknown;
+  }[];
+  finite: boolean;
+  no_graph?: boolean;
+  message: string;
+  [k: string]: unknown;
 }
 /**
  * The memory panel's state: device cards, the breakdown, the recording. Sent when it changes (at most every 0.5 s while a cell runs, 1 s when idle), at the end of every cell, after a memory action, and in every snapshot. The timeline numbers travel in `series` messages under `mem/` (see `MemoryDevice.series` and `host.series`).
@@ -1068,6 +1185,29 @@ export interface IActionSetThresholds {
 export interface IActionClearAlerts {
   action?: 'clear_alerts';
   args?: NoArgs;
+  [k: string]: unknown;
+}
+/**
+ * Replay the kept non-finite step (the `grads` status's `replayable`) once under torch.autograd.detect_anomaly, on the pre-step weights, without touching the model's parameters, .grad, buffers or RNG state. While a cell trains it runs at the next optimizer step (refused after 30 s without one). The result is a `ReplayResult`; it is also kept as a `non_finite_replay` alert.
+ */
+export interface IActionReplayStep {
+  action?: 'replay_step';
+  args?: {
+    /**
+     * The track whose kept step to replay (default: the kept one): a track name as the `grads` status gives it (no control characters).
+     */
+    track?: string;
+  };
+  [k: string]: unknown;
+}
+/**
+ * Skip optimizer steps whose gradients are NaN/Inf (all tracks; `watch(..., skip_nonfinite=True)` does it for one model): the weights and optimizer state stay as they were, each skip is counted (`skipped_nonfinite`). Every step is then sampled; on CUDA that adds one small host sync per step.
+ */
+export interface IActionSkipNonfinite {
+  action?: 'skip_nonfinite';
+  args?: {
+    on: boolean;
+  };
   [k: string]: unknown;
 }
 /**

@@ -186,3 +186,30 @@ def test_forward_probe_on_cuda_names_the_module() -> None:
         probe = [a for a in s.comm.alerts() if a["kind"] == "non_finite_forward"]
         assert len(probe) == 1 and probe[0]["layer"] == "model.1", s.comm.alerts()
         assert s.ext.errors == {}, dict(s.ext.errors)
+
+
+def test_skip_nonfinite_on_cuda_names_the_input_and_keeps_weights_finite() -> None:
+    """With skip on, every step's total is read on the host (the one sync per step the
+    option documents): a NaN batch is named at its step and that step is skipped."""
+    model, opt = make()
+    crit = nn.MSELoss()
+    with _session({"model": model, "opt": opt, "crit": crit}) as s:
+        s.comm.action("skip_nonfinite", {"on": True})
+        for i in range(1, 11):
+            x = torch.randn(32, 64, device="cuda")
+            if i == 6:
+                x[3, 7] = float("nan")
+            opt.zero_grad(set_to_none=True)
+            crit(model(x).float(), torch.zeros(32, 8, device="cuda")).backward()
+            before = [p.detach().clone() for p in model.parameters()]
+            opt.step()
+            if i == 6:
+                after = list(model.parameters())
+                assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+        s.end_cell()
+        cause = [a for a in s.comm.alerts() if a["kind"] == "non_finite_cause"]
+        assert len(cause) == 1 and cause[0]["step"] == 6 and cause[0]["cause"] == "input"
+        assert "[3, 7]" in cause[0]["message"]
+        assert s.track()["skipped_nonfinite"] == 1
+        assert all(bool(torch.isfinite(p).all()) for p in model.parameters())
+        assert s.ext.errors == {}, dict(s.ext.errors)

@@ -71,7 +71,7 @@ test('clip at 1.0 and pause / resume while the cell runs', async ({
   await run;
   // with clipping from early on, the run never produced non-finite gradients
   await expect(
-    page.locator(`${PANEL} .jp-TorchDbg-alert[data-kind="non_finite"]`)
+    page.locator(`${PANEL} .jp-TorchDbg-alert[data-kind^="non_finite"]`)
   ).toHaveCount(0);
   await page
     .locator(PANEL)

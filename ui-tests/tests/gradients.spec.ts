@@ -8,6 +8,7 @@ import {
   explodingRnnCell,
   notebookWithPanel,
   PANEL,
+  replayFrom,
   setSource
 } from './helpers';
 
@@ -18,9 +19,10 @@ test.use({ autoGoto: true, kernels: null });
 const TRAIN = explodingRnnCell({
   imports: ['from jupyterlab_torchdbg import log'],
   steps: 400,
+  beforeLoop: ['crit = nn.MSELoss()'],
   body: [
     'opt.zero_grad()',
-    'loss = nn.functional.mse_loss(model(x), y)',
+    'loss = crit(model(x), y)',
     'log(loss=loss)',
     'loss.backward()',
     'opt.step()',
@@ -54,17 +56,26 @@ test('exploding gradients: live charts and an alarm naming the layer', async ({
     .locator(PANEL)
     .screenshot({ path: testInfo.outputPath('grads-live-light.png') });
   await run;
-  const nonFinite = track.locator('.jp-TorchDbg-alert[data-kind="non_finite"]');
-  await expect(nonFinite).toBeVisible({ timeout: 20000 });
-  await expect(nonFinite).toContainText(/model\.(rnn|head)/);
-  // then the forward probe's finding for the next forward pass
-  const probe = track.locator(
-    '.jp-TorchDbg-alert[data-kind="non_finite_forward"]'
+  // the NaN is caught at its own step, before the weights change, and its cause is
+  // named there: the gradient values are finite, their float32 norm overflows
+  const cause = track.locator(
+    '.jp-TorchDbg-alert[data-kind="non_finite_cause"]'
   );
-  await expect(probe).toBeVisible({ timeout: 20000 });
-  await expect(probe).toContainText(
-    /Forward probe: (every module output was finite|model\.rnn)/
+  await expect(cause).toBeVisible({ timeout: 20000 });
+  await expect(cause).toContainText(/norm overflows float32/);
+  await expect(cause).toContainText(/model\.(rnn|head)/);
+  // one click replays that step under anomaly detection on the weights before it,
+  // and it reproduces: the same overflow, on the same weights
+  const replay = await replayFrom(track, cause);
+  await expect(replay.locator('.jp-TorchDbg-replay')).toHaveAttribute(
+    'data-cause',
+    'overflow'
   );
+  await expect(replay).toContainText(/pre-step weights/);
+  await page
+    .locator(PANEL)
+    .screenshot({ path: testInfo.outputPath('grads-replay-light.png') });
+  const nonFinite = cause;
   // clicking an alarm's step marks it (no error), the table lists the layers
   await nonFinite.locator('.jp-TorchDbg-alertStep').click();
   await expect(track.locator('.jp-TorchDbg-layerTable tbody tr')).toHaveCount(

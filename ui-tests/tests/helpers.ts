@@ -1,4 +1,5 @@
 import { expect, IJupyterLabPageFixture } from '@jupyterlab/galata';
+import type { Locator } from '@playwright/test';
 
 export const PANEL = '#jp-torchdbg-sidebar';
 
@@ -80,4 +81,22 @@ export function explodingRnnCell(options: IExplodingRnnOptions): string {
     `for step in range(${options.steps}):`,
     ...options.body.map(line => `    ${line}`)
   ].join('\n');
+}
+
+/**
+ * Click "Replay with anomaly detection" on a non-finite alert of `track`; returns
+ * the replay's own alert once it is shown.
+ */
+export async function replayFrom(
+  track: Locator,
+  alert: Locator
+): Promise<Locator> {
+  await alert
+    .getByRole('button', { name: 'Replay with anomaly detection' })
+    .click();
+  const replay = track.locator(
+    '.jp-TorchDbg-alert[data-kind="non_finite_replay"]'
+  );
+  await expect(replay).toBeVisible({ timeout: 30000 });
+  return replay;
 }

@@ -11,6 +11,11 @@ Nothing happens mid-backward (R12).
   kernel interrupt (KeyboardInterrupt) ends the pause and the cell cleanly. Pausing needs
   the action to have come over a subshell: otherwise nothing could deliver Resume.
 - ``at_step`` never raises into ``step()`` (R11) except the user's own KeyboardInterrupt.
+- A loop that updates its weights by hand has no optimizer step: the step boundary calls
+  ``at_step`` at the end of its backward pass instead, with the model's ``ModelSource``
+  (backward_boundary.py) in place of the optimizer. Clipping and pause work there, before
+  the manual update; a learning rate that lives in the user's loop cannot be scaled, so
+  LR scaling is refused for it with the reason.
 """
 
 from __future__ import annotations
@@ -18,9 +23,10 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..action_registry import ActionError
+from ..backward_boundary import ModelSource
 from .clip import Clipper
 
 if TYPE_CHECKING:
@@ -116,6 +122,8 @@ class Control:
         return {"step": "one optimizer step"}
 
     def act_scale_lr(self, args: dict[str, Any]) -> dict[str, object]:
+        if self._only_by_hand():
+            raise ActionError(_NO_OPTIMIZER, "refused")
         with self._lock:
             self._lr_pending = (self._lr_pending or 1.0) * args["factor"]
             self._lr_reset = False
@@ -135,8 +143,11 @@ class Control:
         """The clip action is on (the monitor then reads every step's norms for it)."""
         return self.clip is not None
 
-    def at_step(self, optimizer: torch.optim.Optimizer, read: StepRead | None) -> None:
-        """The step boundary, after the gradient monitor's read (``read``) of this step."""
+    def at_step(
+        self, optimizer: torch.optim.Optimizer | ModelSource, read: StepRead | None
+    ) -> None:
+        """The step boundary, after the gradient monitor's read (``read``) of this step
+        (a ``ModelSource`` at the end of backward of a model updated by hand)."""
         try:
             self._boundary(optimizer, read)
         except KeyboardInterrupt:
@@ -150,7 +161,9 @@ class Control:
         except Exception:
             self._ext.count_error("control")
 
-    def _boundary(self, optimizer: torch.optim.Optimizer, read: StepRead | None) -> None:
+    def _boundary(
+        self, optimizer: torch.optim.Optimizer | ModelSource, read: StepRead | None
+    ) -> None:
         if optimizer not in self._optimizers:
             self._optimizers.add(optimizer)
             self._names[id(optimizer)] = self._name_of(optimizer)
@@ -161,8 +174,9 @@ class Control:
             clip = self.clip
         if lr_factor is not None or lr_reset:
             self._apply_lr(lr_factor, lr_reset)
-        if clip is not None:
-            self.clipper.clip(optimizer, clip, self.steps, read)
+        if clip is not None and not (read is not None and read.skipped):  # skipped: no step
+            # A ModelSource has the optimizer's param_groups: all that clipping reads.
+            self.clipper.clip(cast("torch.optim.Optimizer", optimizer), clip, self.steps, read)
         if self.paused:
             self._hold()
 
@@ -202,7 +216,12 @@ class Control:
     def _apply_lr(self, factor: float | None, reset: bool) -> None:
         current = self.lr_scale or 1.0
         change = (1.0 / current) if reset else (factor or 1.0)
+        if self._only_by_hand():
+            self._refuse(_NO_OPTIMIZER)
+            return
         for opt in list(self._optimizers):
+            if isinstance(opt, ModelSource):
+                continue
             for group in opt.param_groups:
                 lr = group.get("lr")
                 if isinstance(lr, float):
@@ -213,9 +232,23 @@ class Control:
         self.lr_scale = None if math.isclose(scale, 1.0) else scale
         self.broadcast()
 
-    def _name_of(self, optimizer: torch.optim.Optimizer) -> str:
+    def _only_by_hand(self) -> bool:
+        """Every boundary seen so far is the end of a backward (no optimizer to scale)."""
+        seen = list(self._optimizers)
+        return bool(seen) and all(isinstance(o, ModelSource) for o in seen)
+
+    def _name_of(self, optimizer: torch.optim.Optimizer | ModelSource) -> str:
+        if isinstance(optimizer, ModelSource):
+            return f"{optimizer.name} (end of backward)"
         ns: dict[str, object] = getattr(self._ext.shell, "user_ns", {}) or {}
         for k, v in list(ns.items()):
             if v is optimizer and not k.startswith("_"):
                 return k
         return type(optimizer).__name__
+
+
+_NO_OPTIMIZER = (
+    "learning-rate scaling needs a torch.optim optimizer: this loop updates its weights "
+    "by hand (read at the end of backward), so its learning rate is a variable of your "
+    "code; change it there"
+)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..action_args import no_args
-from .action_args import validate_stride, validate_thresholds
+from .action_args import validate_replay, validate_skip, validate_stride, validate_thresholds
 from .monitor import GradMonitor
 
 if TYPE_CHECKING:
@@ -49,12 +49,24 @@ def attach(host: Host, clipping: Callable[[], bool]) -> tuple[GradMonitor, Calla
         return {"thresholds": mon.set_thresholds(args).to_json()}
 
     def clear_alerts(args: dict[str, object]) -> dict[str, object]:
+        mon.replayer.clear()  # the alert is gone: so is its kept batch and weight copy
         return {"cleared": mon.alerts.clear()}
+
+    def replay_step(args: dict[str, Any]) -> dict[str, object]:
+        return mon.replayer.run(args["track"])
+
+    def skip_nonfinite(args: dict[str, Any]) -> dict[str, object]:
+        mon.guard.set_skip(args["on"], list(mon.tracks.values()))
+        # The panel's checkbox shows the kernel's setting: send it now, idle or not.
+        mon.maybe_send_status(force=True)
+        return {"on": args["on"]}
 
     removers = [
         host.actions.register("set_stride", validate_stride, set_stride),
         host.actions.register("set_thresholds", validate_thresholds, set_thresholds),
         host.actions.register("clear_alerts", no_args, clear_alerts),
+        host.actions.register("replay_step", validate_replay, replay_step),
+        host.actions.register("skip_nonfinite", validate_skip, skip_nonfinite),
         host.hub.add_snapshot_part(mon.snapshot_messages),
     ]
     _monitor = mon

@@ -2,7 +2,7 @@
 
 ``AlertLog`` keeps the recent alerts for the snapshot (R06) and hands out new ones at most
 ``MAX_ALERT_MESSAGES_PER_S`` times a second; the detectors that raise them are in
-alarms.py, the forward probe's in probe.py.
+alarms.py and divergence.py (the logged loss), the forward probe's in probe.py.
 """
 
 from __future__ import annotations
@@ -54,6 +54,17 @@ REMEDY = {
     "weights have blown up.",
     "explosion": "Clip gradients (torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)) "
     "or lower the learning rate.",
+    # While the panel's clip action is on, the norms shown are before clipping: clipping
+    # is what the user already has, so the advice is about why the norm exploded.
+    "explosion_clipping": "Clipping is on, so the update stayed bounded: the norm before "
+    "clipping is what exploded. Lower the learning rate (or warm it up), and check this "
+    "step's batch for outliers or bad labels.",
+    "non_finite_clipping": "Clipping is on and cannot help here (clipping a NaN/Inf "
+    "gradient gives NaN). Check this step's batch and labels, the loss for log(0) or "
+    "division by zero, an fp16 overflow in the forward pass, and lower the learning rate.",
+    "divergence": "The loss jumped far above its level: the learning rate is far too high "
+    "for this model and optimizer (lower it 10x, or warm it up), or this batch or its "
+    "labels are broken (check the data at this step).",
     "vanishing": "Use ReLU/GELU instead of sigmoid/tanh, add residual connections or "
     "normalisation layers, or check for a detached or frozen branch.",
     "amp_skips": "GradScaler keeps finding inf/NaN: use bf16 autocast, lower the learning "

@@ -1,4 +1,5 @@
-"""``watch(model, optimizer=None, *, stride=None)``: name and scope what is monitored.
+"""``watch(model, optimizer=None, *, stride=None, skip_nonfinite=False)``: name and scope
+what is monitored.
 
 Without any ``watch()`` every optimizer is monitored and its parameters are named through
 the ``nn.Module``s in the notebook's namespace. ``watch()`` is for when that is not enough:
@@ -22,15 +23,23 @@ _warned = False
 
 
 def watch(
-    model: Module, optimizer: Optimizer | None = None, *, stride: int | None = None
+    model: Module,
+    optimizer: Optimizer | None = None,
+    *,
+    stride: int | None = None,
+    skip_nonfinite: bool = False,
 ) -> WatchHandle:
     """Monitor ``model``'s gradients (at ``optimizer``'s steps, or any optimizer's).
 
     ``stride``: sample every N optimizer steps (1 = every step); None picks it
-    automatically so the monitor costs at most 1% of the step time. Returns a handle:
+    automatically so the monitor costs at most 1% of the step time. ``skip_nonfinite``:
+    an optimizer step whose gradients hold NaN/Inf is skipped, so the weights stay finite
+    (every step is then checked; on CUDA that is one small host sync per step). Returns a
+    handle:
     ``handle.remove()`` stops watching, and ``with watch(model): ...`` watches for the
     block. Holds the model and optimizer by weakref only. Loads the extension in an
-    IPython kernel if it is not loaded yet.
+    IPython kernel if it is not loaded yet. A model no optimizer steps (a loop updating
+    its weights by hand) is read at the end of each of its backward passes instead.
     """
     if not callable(getattr(model, "named_parameters", None)):
         raise TypeError(f"watch() needs an nn.Module, got {type(model).__name__}")
@@ -43,9 +52,16 @@ def watch(
             raise TypeError("stride must be a whole number or None (automatic)")
         if not 1 <= stride <= MAX_FIXED_STRIDE:
             raise ValueError(f"stride must be between 1 and {MAX_FIXED_STRIDE}")
-    handle = add_watch(model, optimizer, stride)
+    if not isinstance(skip_nonfinite, bool):
+        raise TypeError("skip_nonfinite must be True or False")
+    handle = add_watch(model, optimizer, stride, skip_nonfinite)
     if current() is None:
         _load_or_warn()
+    ext = current()
+    if ext is not None:
+        # A model updated by hand is read at the end of its backward passes from now on,
+        # not only from the next cell (it never raises into the cell, R11).
+        ext.scan_models()
     return handle
 
 

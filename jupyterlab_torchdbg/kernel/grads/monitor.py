@@ -20,7 +20,7 @@ import math
 import time
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ...protocol import jsonable
 from ..gradscaler import scale_of_step
@@ -29,22 +29,21 @@ from ..watches import watch_version
 from . import naming
 from .alarms import Thresholds
 from .alerts import AlertLog
+from .nonfinite import NonFiniteGuard
+from .replay import Replayer
 from .status import grads_message
-from .stride import Sampler
+from .stride import Periodic, Sampler
 from .track import Track, table_stats
 
 if TYPE_CHECKING:
     import torch
 
+    from ..backward_boundary import ModelSource
     from ..host import Host
     from . import collector
-    from .probe import ForwardProbe
 
 #: How often a plan is re-validated in full (watches, requires_grad, GradScaler).
 FULL_CHECK_S = 5.0
-#: Parameter (weight) norms are taken at most this often: a second read of the weights
-#: is only cheap when rare.
-PARAM_NORM_INTERVAL_S = 1.0
 #: ``grads`` status messages at most this often while training (plus on changes).
 STATUS_INTERVAL_S = 2.0
 #: Status changes (new layers, stride, skips) are sent at most this often.
@@ -86,12 +85,12 @@ class GradMonitor:
         self._rows_waiting = False
         self._last_eval = -math.inf
         self.torch_attached = False
-        #: Time spent in the hook on periodic work (flush, alarms, status, weight norms)
-        #: and how many flushes / checks it took.
-        self.periodic_s = 0.0
-        self.periodic_n = 0
-        #: Forward probes armed and not yet reported (their hooks are removed on unload).
-        self._probes: list[ForwardProbe] = []
+        #: Periodic work (flush, alarms, status): timed and paid from its own budget.
+        self.periodic = Periodic()
+        #: The newest non-finite step's capture and the ``replay_step`` action (replay.py).
+        self.replayer = Replayer(ext, self.alerts, self._dirty)
+        #: Non-finite steps: diagnosed at the step, skipped on request (nonfinite.py).
+        self.guard = NonFiniteGuard(ext, self.alerts, self.replayer, self._dirty)
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -100,21 +99,34 @@ class GradMonitor:
         from . import collector
 
         self._collector = collector
+        self.guard.attach()
         self.torch_attached = True
         self._status_dirty = True
 
+    def _dirty(self) -> None:
+        self._status_dirty = True
+
     def detach_torch(self) -> None:
-        probes, self._probes = self._probes, []
-        for probe in probes:
-            probe.remove()
+        self.replayer.close()
+        self.guard.detach()
         self.tracks = weakref.WeakKeyDictionary()
         self.torch_attached = False
 
     # --- the step boundary (training thread) -----------------------------------------
 
-    def on_step(self, optimizer: torch.optim.Optimizer) -> StepRead | None:
+    def on_backward(self, source: ModelSource) -> StepRead | None:
+        """At the end of a backward pass of a model no optimizer steps (its track is
+        keyed by ``source``; backward_boundary.py): the same read, alarms and flush as
+        ``on_step``. A queued replay waits for an optimizer step or the cell's end: it
+        runs a backward of its own, which must not nest inside the user's."""
+        # Duck-typed: the monitor reads only ``param_groups`` of what keys a track.
+        return self.on_step(cast("torch.optim.Optimizer", source), replay=False)
+
+    def on_step(self, optimizer: torch.optim.Optimizer, replay: bool = True) -> StepRead | None:
         """Before ``optimizer.step()``: sample this step's norms if due (always while
         clipping), then the periodic flush and alarm checks. Returns what was read."""
+        if replay:
+            self.replayer.run_pending()  # a queued replay (R34: between steps), unbilled
         try:
             now = self.clock()
             track = self.tracks.get(optimizer)
@@ -122,11 +134,14 @@ class GradMonitor:
                 track = self._new_track(optimizer)
             track.step += 1
             if track.probe is not None:
-                self._finish_probe(track)
+                self.guard.finish_probe(track)
             # While the clip action is on, clipping reads every step's norms anyway:
             # this read is the one it reuses (one read of the grads serves both).
-            sample = track.sampler.tick(now) or self.clipping()
+            # Skipping non-finite steps needs every step's norms too.
+            sample = track.sampler.tick(now) or self.clipping() or track.skip_nonfinite
             norms = self._sample(track, optimizer, now) if sample else None
+            # Non-finite: diagnosed now, before the weights change; maybe skipped.
+            skipped = self.guard.at_step(track, optimizer, norms, can_skip=replay)
             stream = self.ext.stream
             due = stream.due()
             if due or (self._rows_waiting and now - self._last_eval >= EVALUATE_INTERVAL_S):
@@ -134,21 +149,27 @@ class GradMonitor:
                 if due:
                     stream.flush()
                 self._after_flush()
-                dt = self.clock() - t0
-                # Billed to the next sample, so the auto stride counts it in the budget.
-                track.sampler.add_cost(dt)
-                self.periodic_s += dt
-                self.periodic_n += 1
+                # Not the read's cost (the stride ignores it): over its own budget, the
+                # stream flushes less often instead (stride.Periodic).
+                stream.slowdown = self.periodic.add(self.clock() - t0, t0)
             plan = track.plan
             return StepRead(
                 step=track.step,
                 params=plan.params if norms is not None and plan is not None else None,
                 norms=norms,
                 scaler=plan.scaler() if plan is not None and plan.scaler is not None else None,
+                skipped=skipped,
             )
         except Exception:
             self.ext.count_error("grads:hook")
             return None
+
+    def after_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """After ``optimizer.step()``: a skipped step's gradients are put back."""
+        try:
+            self.guard.after_step(optimizer)
+        except Exception:
+            self.ext.count_error("grads:skip")
 
     def _new_track(self, optimizer: torch.optim.Optimizer) -> Track:
         taken = {t.name for t in self.tracks.values()}
@@ -194,17 +215,16 @@ class GradMonitor:
         track.sampled += 1
         self._step_base[track.name] = track.step
         t_read = self.clock()
-        if now - track.last_param_t >= PARAM_NORM_INTERVAL_S and track.param_recorder is not None:
-            # A second read (of the weights), once a second: periodic work like a flush,
-            # billed to the stride budget but not part of the per-step read.
+        sampler = track.sampler
+        if now - track.last_param_t >= sampler.param_interval_s and track.param_recorder:
+            # A second read (of the weights), about once a second: periodic work, timed
+            # apart and paid by reading less often; the stride sees the grad read alone.
             track.last_param_t = now
             prow = col.param_row(plan.params)
             if prow is not None:
                 track.param_recorder.record(prow, track.step, track.param_layout)
-            dt = self.clock() - t_read
-            track.sampler.add_cost(dt)
-            self.periodic_s += dt
-        track.sampler.observe(t_read - now)
+            sampler.add_cost(self.clock() - t_read)
+        sampler.observe(t_read - now)
         return row.values[: len(plan.params)]
 
     def _set_state(self, track: Track, state: str, reason: str | None) -> None:
@@ -220,6 +240,7 @@ class GradMonitor:
 
         if track.check_plan(optimizer, now, self._ns(), self.mode, self.ext.stream, on_rows):
             self._status_dirty = True
+        self.guard.hook_up(list(self.tracks.values()), self._ns())  # the batches kept
 
     def _ns(self) -> dict[str, object]:
         ns = getattr(self.ext.shell, "user_ns", None)
@@ -262,48 +283,26 @@ class GradMonitor:
                 track.layer_names,
                 loss_nonfinite=self._loss_nonfinite(),
                 amp=bool(track.layout.amp),
+                clipping=self.clipping(),
             )
+            alerts += det.loss_alerts(self.ext.stream, alerts)  # the logged loss's jumps
             track.stats = table_stats(m, track.stats, len(track.layer_names))
             if det.rising and track.sampler.mode == "auto":
                 # The norm is climbing: watch every step for a while (see stride.boost).
                 if not track.sampler.boosting:
                     self._status_dirty = True
                 track.sampler.boost()
+            # A step diagnosed at the step (nonfinite.py) is not alarmed again, later.
+            alerts = [
+                a for a in alerts if a.kind != "non_finite" or not self.guard.covers(track, a.step)
+            ]
             if alerts or det.skipped != skipped:
                 self._status_dirty = True
             self.alerts.add(alerts)
-            if track.probe is None and any(a.kind == "non_finite" for a in alerts):
-                self._arm_probe(track)
+            if any(a.kind == "non_finite" for a in alerts):
+                self.guard.arm_probe(track)
         except Exception:
             self.ext.count_error("grads:alarms")
-
-    # --- forward probe (after a non-finite alarm; see probe.py) -----------------------
-
-    def _arm_probe(self, track: Track) -> None:
-        from .probe import ForwardProbe, probe_roots
-
-        plan = track.plan
-        roots = probe_roots(plan.roots) if plan is not None else []
-        if roots:
-            track.probe = ForwardProbe(track.name, track.step, roots)
-            self._probes.append(track.probe)
-
-    def _finish_probe(self, track: Track, cell_end: bool = False) -> None:
-        """Report once one forward pass has run (at the next step, or the cell's end)."""
-        probe = track.probe
-        if probe is None or (cell_end and not probe.ran):
-            return
-        try:
-            track.probe = None
-            if probe in self._probes:
-                self._probes.remove(probe)
-            alert = probe.report(track.step if probe.ran else probe.armed_at)
-            if alert is not None:
-                self.alerts.add([alert])
-                self._status_dirty = True
-        except Exception:
-            probe.remove()
-            self.ext.count_error("grads:probe")
 
     def _loss_nonfinite(self) -> bool:
         stream = self.ext.stream
@@ -323,7 +322,7 @@ class GradMonitor:
                 self._evaluate(t)
         if force:  # the cell ended: a probe whose forward pass ran reports now
             for t in list(self.tracks.values()):
-                self._finish_probe(t, cell_end=True)
+                self.guard.finish_probe(t, cell_end=True)
         alerts = self.alerts.take(force)
         if alerts:
             self.ext.hub.broadcast(
@@ -359,11 +358,12 @@ class GradMonitor:
         alerts the rate limit held back, and a final status."""
         if self.torch_attached and len(self.tracks):
             self.ext.stream.flush(wait=True)
+        self.replayer.run_pending()  # the cell ended before its next step
         self._after_flush(force=True)
 
     def status(self, full: bool) -> dict[str, object]:
         """The ``grads`` message; ``full`` always lists layers (snapshots)."""
-        return grads_message(
+        msg = grads_message(
             list(self.tracks.values()),
             full=full,
             clipping=self.clipping(),
@@ -371,7 +371,12 @@ class GradMonitor:
             mode=self.mode,
             thresholds=self.thresholds,
             alerts_total=self.alerts.total,
+            periodic=self.periodic,
+            flush_s=self.ext.stream.interval_s * self.ext.stream.slowdown,
         )
+        msg["replayable"] = self.replayer.available()
+        msg["skip_nonfinite"] = self.guard.skip_all
+        return msg
 
     # --- settings (actions; may run on a subshell thread) ----------------------------
 

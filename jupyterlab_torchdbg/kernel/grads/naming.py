@@ -14,6 +14,10 @@ parameters (of the given optimizer, or of any optimizer stepping them) are monit
 Everything here holds models and optimizers by weakref (R24); the plan built for an
 optimizer holds its parameters only as long as the optimizer itself does (the monitor keys
 plans weakly by optimizer).
+
+A model updated by hand (no optimizer step: backward_boundary.py) is read at the end of
+its backward passes; its ``ModelSource`` stands in for the optimizer here (the same
+``param_groups`` shape), and its track is named after the model (``model``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..backward_boundary import ModelSource
 from ..watches import watches
 
 if TYPE_CHECKING:
@@ -308,11 +313,15 @@ def _numel(p: torch.Tensor) -> int:
 
 
 def optimizer_name(optimizer: torch.optim.Optimizer, ns: dict[str, Any], taken: set[str]) -> str:
-    """The user's name for the optimizer (``opt``), else ``optimizer``/``optimizer2``..."""
-    for k, v in list(ns.items()):
-        if v is optimizer and isinstance(k, str) and not k.startswith("_") and k not in taken:
-            return k
-    base = "optimizer"
+    """The user's name for the optimizer (``opt``), else ``optimizer``/``optimizer2``...;
+    for a model read at the end of backward, the model's name (``model``, ``model2``...)."""
+    if isinstance(optimizer, ModelSource):
+        base = optimizer.name
+    else:
+        for k, v in list(ns.items()):
+            if v is optimizer and isinstance(k, str) and not k.startswith("_") and k not in taken:
+                return k
+        base = "optimizer"
     n = 1
     name = base
     while name in taken:

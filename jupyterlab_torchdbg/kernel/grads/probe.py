@@ -1,31 +1,43 @@
-"""Forward probe: after a non-finite gradient alarm, find where the forward pass breaks.
+"""Forward probe: which module's forward turns finite values into NaN/Inf.
 
-The gradient norms say which layer's *gradient* went non-finite first; when the cause is
-in the forward pass (``log(0)``, a division by zero, an overflow) the module that produced
-the first NaN/Inf *output* is the answer the user wants. So once a non-finite alarm fires,
-the monitor arms this probe for one forward pass of the models it names the parameters
-through: a forward hook on every submodule checks its output, and a forward pre-hook on
-each root checks the input batch. At the next optimizer step of that optimizer the probe
-reports what it saw, as an alert, and removes every hook.
+The gradient norms say which layer's *gradient* went non-finite; when the cause is in the
+forward pass (``log(0)``, a division by zero, an overflow) the module that produced the
+first NaN/Inf *output* is the answer the user wants. A forward hook on every submodule
+(``with_kwargs=True``: ``self.head(feats=h)`` counts ``h`` as an input) checks its inputs
+and its output:
 
 - The first module (in completion order, so the innermost first) whose output is
-  non-finite while its inputs were finite is named. If its own parameters are already
-  non-finite, the message says so: the optimizer has applied a non-finite gradient and
-  the weights, not the computation, carry the NaN now.
+  non-finite while its inputs were finite is named. A parent whose children are fine but
+  whose own forward makes the NaN (``self.child(x) / 0``) is named, not the child. If its
+  own parameters are already non-finite, the weights, not the computation, carry the NaN.
 - Every output finite: the NaN/Inf arises in the loss or in backward.
-- The input batch non-finite: the data is the source.
+
+Two ways to run it:
+
+- ``run`` (the at-step diagnosis, diagnose.py): at the bad step, before the optimizer
+  touched the weights, the kept batch (inputs.py) is run through the roots once more,
+  under ``torch.no_grad()``, with the RNG state (CPU, and CUDA when initialised) and the
+  roots' buffers (BatchNorm running statistics) saved and restored, so the training run
+  is not disturbed; every hook is removed right after. A compiled root is run through its
+  eager ``_orig_mod`` (the compiled graph is neither traced again nor given hooks).
+- ``arm`` / ``report`` (the fallback when the step could not be checked: on CUDA without
+  ``skip_nonfinite``, R26): armed after the flush-time alarm, it watches the *next*
+  forward pass of the roots and reports at the next optimizer step — the weights may
+  already hold the non-finite update by then, and the message says so.
 
 Cost: one forward pass with one ``isfinite`` reduction per module output (on CUDA each is
 a sync) once per non-finite alarm; nothing otherwise. Forward hooks only (never full
-backward hooks), so ``inplace=True`` activations keep working (R27); ``torch.compile``d
-models and ScriptModules are left alone (R28, R29). Hooks may fire on DataParallel
-replica threads (R34): the probe's state is behind a lock. Holds modules by handle only.
+backward hooks), so ``inplace=True`` activations keep working (R27); the armed probe
+leaves ``torch.compile``d models and ScriptModules alone (R28, R29). Hooks may fire on
+DataParallel replica threads (R34): the probe's state is behind a lock. Holds modules by
+handle only, and the roots' outputs only until the diagnosis is done.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .alerts import Alert
@@ -33,6 +45,8 @@ from .alerts import Alert
 if TYPE_CHECKING:
     from torch.nn import Module
     from torch.utils.hooks import RemovableHandle
+
+    from .bad_step import KeptCall
 
 #: Modules hooked per root at most (a huge model is probed at its first levels only).
 MAX_MODULES = 4096
@@ -64,7 +78,7 @@ def _tensors(value: object, depth: int = 0) -> Iterable[Any]:
             yield from _tensors(v, depth + 1)
 
 
-def _finite(value: object) -> bool:
+def finite(value: object) -> bool:
     """True when every floating tensor in ``value`` is finite (metadata-safe)."""
     import torch
 
@@ -98,15 +112,15 @@ def _abs_max(value: object) -> float | None:
     return out
 
 
-def _params_finite(module: Module) -> bool:
+def params_finite(module: Module, recurse: bool = False) -> bool:
     try:
-        return all(_finite(p) for p in module.parameters(recurse=False))
+        return all(finite(p) for p in module.parameters(recurse=recurse))
     except Exception:
         return True
 
 
 def probe_roots(roots: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
-    """The (name, module) roots that can be probed: not compiled, not scripted."""
+    """The (name, module) roots the armed probe may hook: not compiled, not scripted."""
     import torch
 
     out = []
@@ -118,8 +132,49 @@ def probe_roots(roots: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
     return out
 
 
+def eager_root(module: Module) -> Module | None:
+    """The module to run a kept call through at once: a compiled model's eager original,
+    None for ScriptModules."""
+    import torch
+
+    inner = getattr(module, "_orig_mod", None)
+    if isinstance(inner, torch.nn.Module):
+        module = inner
+    return None if isinstance(module, torch.jit.ScriptModule) else module
+
+
+@contextlib.contextmanager
+def preserved(modules: list[Module]) -> Iterator[None]:
+    """Restore the RNG state and ``modules``' buffers after a re-run of their forward.
+
+    The buffers (running statistics, counters) are copied for the duration of the probe
+    only — a once-per-alarm cost, dropped right after (R25).
+    """
+    import torch
+
+    cpu_rng = torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    saved: list[tuple[Any, Any]] = []
+    seen: set[int] = set()
+    with torch.no_grad():
+        for m in modules:
+            for b in m.buffers():
+                if id(b) not in seen:
+                    seen.add(id(b))
+                    saved.append((b, b.clone()))
+    try:
+        yield
+    finally:
+        torch.set_rng_state(cpu_rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+        with torch.no_grad():
+            for b, copy in saved:
+                b.copy_(copy)
+
+
 class ForwardProbe:
-    """One armed probe for one optimizer track (created by the monitor after an alarm)."""
+    """Forward hooks on every submodule of the roots, for one forward pass."""
 
     def __init__(self, track: str, step: int, roots: list[tuple[str, Any]]) -> None:
         from .naming import clean_param_name
@@ -133,21 +188,40 @@ class ForwardProbe:
         self.origin: tuple[str, bool] | None = None  # (module name, its weights finite)
         self.last_bad: str | None = None
         self.out_max: float | None = None  # largest |value| of the models' outputs
-        self._roots: set[int] = set()
+        #: The roots' outputs of ``run`` (for the loss check), dropped by ``remove``.
+        self.outputs: list[Any] = []
+        self._keep_outputs = False
+        self._roots: list[tuple[str, Any]] = roots
         for prefix, root in roots:
-            self._roots.add(id(root))
             self._handles.append(root.register_forward_pre_hook(self._pre(prefix)))
             for i, (name, mod) in enumerate(root.named_modules()):
                 if i >= MAX_MODULES:
                     break
                 clean = clean_param_name(root, f"{name}.x").rpartition(".")[0] if name else ""
                 full = f"{prefix}.{clean}" if clean else prefix
-                self._handles.append(mod.register_forward_hook(self._post(full, mod is root)))
+                hook = self._post(full, mod is root)
+                self._handles.append(mod.register_forward_hook(hook, with_kwargs=True))
+
+    def run(self, calls: list[KeptCall | None]) -> None:
+        """Run each root once on its kept call (aligned with the roots), at once, without
+        autograd and without disturbing RNG or buffers; then remove every hook."""
+        import torch
+
+        self._keep_outputs = True
+        self.input_bad = "-"  # the caller checked the inputs itself (diagnose.py)
+        try:
+            with torch.no_grad(), preserved([m for _, m in self._roots]):
+                for (_, root), call in zip(self._roots, calls, strict=True):
+                    if call is not None:
+                        root(*call.args, **call.kwargs)
+        finally:
+            self.input_bad = None
+            self._remove_hooks()
 
     def _pre(self, name: str) -> Callable[[Module, tuple[object, ...]], None]:
         def hook(module: Module, args: tuple[object, ...]) -> None:
             try:
-                if self.input_bad is None and not self.ran and not _finite(args):
+                if self.input_bad is None and not self.ran and not finite(args):
                     with self._lock:
                         self.input_bad = name
             except Exception:
@@ -157,23 +231,27 @@ class ForwardProbe:
 
     def _post(
         self, name: str, is_root: bool
-    ) -> Callable[[Module, tuple[object, ...], object], None]:
-        def hook(module: Module, args: tuple[object, ...], output: object) -> None:
+    ) -> Callable[[Module, tuple[object, ...], dict[str, Any], object], None]:
+        def hook(
+            module: Module, args: tuple[object, ...], kwargs: dict[str, Any], out: object
+        ) -> None:
             try:
-                if self.ran:
+                if self.ran and not self._keep_outputs:
                     return
-                if self.origin is None and not _finite(output):
-                    if _finite(args):
+                if self.origin is None and not finite(out):
+                    if finite(args) and finite(kwargs):
                         with self._lock:
                             if self.origin is None:
-                                self.origin = (name, _params_finite(module))
+                                self.origin = (name, params_finite(module))
                     else:
                         with self._lock:
                             self.last_bad = name
                 if is_root:
-                    biggest = _abs_max(output)
+                    biggest = _abs_max(out)
                     with self._lock:
                         self.ran = True
+                        if self._keep_outputs:
+                            self.outputs.append(out)
                         if biggest is not None:
                             self.out_max = max(self.out_max or 0.0, biggest)
             except Exception:
@@ -181,7 +259,7 @@ class ForwardProbe:
 
         return hook
 
-    def remove(self) -> None:
+    def _remove_hooks(self) -> None:
         handles, self._handles = self._handles, []
         for h in handles:
             try:
@@ -189,15 +267,27 @@ class ForwardProbe:
             except Exception:
                 pass
 
+    def remove(self) -> None:
+        """Remove every hook and drop what was kept."""
+        self._remove_hooks()
+        self.outputs = []
+        self._roots = []
+
     def report(self, step: int) -> Alert | None:
-        """The finding after one forward pass (None if no forward ran), hooks removed."""
+        """The armed probe's finding after one forward pass (None if no forward ran),
+        hooks removed. The weights may already hold the bad step's update."""
         self.remove()
         if not self.ran:
             return None
         at = f"in the forward pass of step {step}"
+        late = (
+            f" (checked at the first forward after the alarm of step {self.armed_at}: the "
+            "step could not be checked before the optimizer ran, so the weights may already "
+            "be updated)"
+        )
         if self.input_bad is not None:
             msg = f"Forward probe: the input batch of {self.input_bad} contains NaN/Inf {at}."
-            return self._alert(step, self.input_bad, msg, "input")
+            return self._alert(step, self.input_bad, msg + late, "input")
         if self.origin is not None:
             name, weights_ok = self.origin
             if weights_ok:
@@ -205,19 +295,19 @@ class ForwardProbe:
                     f"Forward probe: {name} turns finite inputs into NaN/Inf {at}: the "
                     "non-finite values start there."
                 )
-                return self._alert(step, name, msg, "origin")
+                return self._alert(step, name, msg + late, "origin")
             msg = (
                 f"Forward probe: {name}'s own parameters are NaN/Inf {at} (the first such "
                 "module in forward order): the optimizer has already applied a non-finite "
                 "gradient."
             )
-            return self._alert(step, name, msg, "weights")
+            return self._alert(step, name, msg + late, "weights")
         size = "" if self.out_max is None else f" (largest output {self.out_max:.3g})"
         msg = (
             f"Forward probe: every module output was finite {at}{size}; the NaN/Inf arises "
             "in the loss or in backward."
         )
-        return self._alert(step, None, msg, "backward")
+        return self._alert(step, None, msg + late, "backward")
 
     def _alert(self, step: int, layer: str | None, msg: str, why: str) -> Alert:
         severity = "warning" if why == "backward" else "error"

@@ -14,11 +14,12 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..backward_boundary import boundary_of
 from ..stream import bound_name
 from ..watches import watch_version, watches
 from . import naming
 from .alarms import Detector, Thresholds
-from .stride import Sampler
+from .stride import Sampler, stride_reason
 
 if TYPE_CHECKING:
     import torch
@@ -35,6 +36,9 @@ class Track:
         self, optimizer: torch.optim.Optimizer, name: str, sampler: Sampler, th: Thresholds
     ) -> None:
         self.opt_ref = weakref.ref(optimizer)
+        #: Where its steps are read: "optimizer_step", or "end_of_backward" for a model
+        #: updated by hand (keyed by its ModelSource; backward_boundary.py).
+        self.boundary = boundary_of(optimizer)
         self.name = name
         self.sampler = sampler
         self.step = 0
@@ -59,6 +63,10 @@ class Track:
         self.rows: list[tuple[list[float], torch.Tensor]] = []  # flushed, not yet checked
         self.rows_count = 0
         self.probe: ForwardProbe | None = None  # a ForwardProbe armed after a non-finite alarm
+        #: Non-finite steps are skipped (the action, or watch(skip_nonfinite=True)).
+        self.skip_nonfinite = False
+        #: Optimizer steps skipped because their gradients were non-finite (nonfinite.py).
+        self.skipped_nonfinite = 0
 
     # --- names of this track's series ------------------------------------------------
 
@@ -163,14 +171,20 @@ class Track:
         amp = bool(self.layout is not None and self.layout.amp)
         out: dict[str, Any] = {
             "name": self.name,
+            "boundary": self.boundary,
             "state": self.state,
             "reason": self.reason,
             "step": self.step,
             "sampled": self.sampled,
             "mode": s.mode,
-            "stride": 1 if clipping and s.mode != "off" else s.effective_stride,
+            # Clipping and skipping non-finite steps read every step's norms (even "off").
+            "stride": 1
+            if self.skip_nonfinite or (clipping and s.mode != "off")
+            else s.effective_stride,
             "every_step": (
-                None
+                "skip"
+                if self.skip_nonfinite
+                else None
                 if s.mode == "off" or (s.mode == "fixed" and s.fixed == 1)
                 else "clip"
                 if clipping
@@ -181,6 +195,11 @@ class Track:
             "overhead": s.overhead,
             "step_time_s": s.step_s,
             "sample_cost_s": s.cost_ema,
+            # the read of the grads alone (the stride's budget); periodic work is apart
+            "read_cost_s": s.cost_ema,
+            "param_cost_s": s.param_cost_ema,
+            "budget": s.budget,
+            "stride_reason": stride_reason(s, clipping, self.mode_from_watch, self.skip_nonfinite),
             "skipped_steps": self.detector.skipped,
             "amp_scale": self.detector.last_scale if amp else None,
             "local_shard": self.local_shard,
@@ -188,6 +207,8 @@ class Track:
             "total_series": self.total_series,
             "scale_series": self.scale_series if amp else None,
             "layers_version": self.layers_version,
+            "skip_nonfinite": self.skip_nonfinite,
+            "skipped_nonfinite": self.skipped_nonfinite,
         }
         if full and plan is not None:
             out["layers"] = [

@@ -6,8 +6,8 @@ UUID), ``breakdown`` (parameters / gradients / optimizer state / everything else
 ``recording`` (memory-history start/stop and the top allocation sites),
 ``action_args`` / ``action_handlers`` (``empty_cache``, ``release_refs``,
 ``record_memory``, ``save_checkpoint``), ``monitor`` (sampling, the OOM trigger),
-``status`` (the ``memory`` message), ``poller`` (the NVML / RSS thread), ``safe_point``
-(actions that wait for the training thread).
+``status`` (the ``memory`` message), ``poller`` (the NVML / RSS thread); actions that
+wait for the training thread use ``kernel/safe_point.py``.
 
 ``attach(host, exception_id)`` registers the actions and the snapshot part and starts the
 poller thread; the step boundary calls ``MemoryMonitor.after_step`` and ``extension.py``

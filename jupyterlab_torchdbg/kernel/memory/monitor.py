@@ -18,7 +18,7 @@ RSS) go into the ordinary ``series`` messages under ``mem/``, x = Unix time in s
 series are recorded while a cell runs (the idle kernel does not fill the history). The
 ``memory`` message (device cards, breakdown, recording state) is small JSON, sent when it
 changes, at most every ``STATUS_BUSY_S`` while a cell runs and ``STATUS_IDLE_S`` when idle
-(built in status.py). Actions that need the training thread wait in ``safe_point.py``.
+(built in status.py). Actions that need the training thread wait in ``kernel/safe_point.py``.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 from ...protocol import jsonable
 from ..exceptions.diagnose.memory import sticky_cuda_error
+from ..safe_point import JobT, SafePointJobs
 from ..watches import watches
 from . import autopsy
 from . import breakdown as bd
 from .poller import Poller
 from .recording import HistoryRecorder
-from .safe_point import JobT, SafePointJobs
 from .sources import (
     DeviceMapping,
     HostSource,

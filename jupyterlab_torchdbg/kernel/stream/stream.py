@@ -24,8 +24,10 @@ room), so a snapshot's name table is bounded.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -62,6 +64,9 @@ class Stream:
     ) -> None:
         self._send = send
         self.interval_s = interval_s
+        #: Flush this many times less often than ``interval_s`` (>= 1): the gradient
+        #: monitor raises it when its periodic work costs more than its budget.
+        self.slowdown = 1.0
         self._clock = clock
         self._resolve = resolve or resolve_values
         self._lock = threading.RLock()
@@ -180,6 +185,36 @@ class Stream:
             s = self._series.get(name) or self._series.get(bound_name(name))
             return None if s is None else s.last
 
+    def tails(
+        self, wanted: Callable[[str], bool], after: dict[str, float]
+    ) -> list[tuple[str, list[float], list[float], bool]]:
+        """Flushed points of the scalar series ``wanted`` picks, newer than
+        ``after[name]``: ``(name, xs, ys, went_back)`` per series with news; ``went_back``
+        when its last x is below ``after[name]`` (a new run: all its points are news)."""
+        out: list[tuple[str, list[float], list[float], bool]] = []
+        with self._lock:
+            for name, s in self._series.items():
+                hx = s.history.x
+                if not wanted(name) or not len(hx):
+                    continue
+                since = after.get(name, -math.inf)
+                back = hx[-1] < since
+                i = 0 if back else bisect_right(hx, since)
+                if i < len(hx):
+                    out.append((name, list(hx[i:]), list(s.history.y[i:]), back))
+        return out
+
+    def newest(self, wanted: Callable[[str], bool]) -> list[object]:
+        """The newest value of each scalar series ``wanted`` picks: the last one
+        ``log()``ged and not yet flushed (possibly a device tensor), else the last
+        flushed one."""
+        with self._lock:
+            return [
+                s.pend_y[-1] if s.pend_y else s.last
+                for name, s in self._series.items()
+                if wanted(name) and (s.pend_y or s.last is not None)
+            ]
+
     def clear(self, names: Iterable[str] | None = None) -> int:
         """Forget the history (and pending points) of the named series, or of all.
 
@@ -203,7 +238,8 @@ class Stream:
 
     def due(self) -> bool:
         """Cheap check for the hot path: is there something to send and is it time?"""
-        return self.has_pending and self._clock() - self._last_flush >= self.interval_s
+        wait = self.interval_s * self.slowdown
+        return self.has_pending and self._clock() - self._last_flush >= wait
 
     def maybe_flush(self) -> bool:
         if self.due():

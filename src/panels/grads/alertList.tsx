@@ -1,20 +1,41 @@
 import type { TranslationBundle } from '@jupyterlab/translation';
 import React from 'react';
 
+import type { TorchDbgConnection } from '../../connection/connection';
 import { TorchDbgModel } from '../../model/model';
 import { IAlertItem } from '../../protocol/messages';
+import { ReplayButton, ReplayView } from './replayView';
 
-/** The latest gradient alarms (newest first); a step button marks it on the charts. */
+/** A replay result this fresh (seconds) scrolls itself into view when it arrives. */
+const REVEAL_S = 10;
+
+/**
+ * The latest gradient alarms (newest first); a step button marks it on the
+ * charts. The alert of the step the kernel kept for replay (`replayable`)
+ * offers the replay; a replay's own alert shows its result.
+ */
 export function AlertList(props: {
   alerts: readonly IAlertItem[];
   model: TorchDbgModel;
   trans: TranslationBundle;
+  conn?: TorchDbgConnection;
 }): JSX.Element | null {
-  const { alerts, trans } = props;
+  const { alerts, trans, conn } = props;
   if (!alerts.length) {
     return null;
   }
   const recent = alerts.slice(-20).reverse();
+  const kept = props.model.grads.status?.replayable ?? null;
+  // One button: on the newest alert of the kept step (not on a replay's result).
+  const offer = kept
+    ? recent.find(
+        a =>
+          a.kind !== 'non_finite_replay' &&
+          a.kind.startsWith('non_finite') &&
+          a.track === kept.track &&
+          a.step === kept.step
+      )
+    : undefined;
   return (
     <ul className="jp-TorchDbg-alerts" aria-label={trans.__('Gradient alarms')}>
       {recent.map(a => (
@@ -35,6 +56,16 @@ export function AlertList(props: {
           <span className="jp-TorchDbg-alertText">
             <span className="jp-TorchDbg-alertMessage">{a.message}</span>
             <span className="jp-TorchDbg-alertRemedy">{a.remedy}</span>
+            {a.replay && (
+              <ReplayView
+                result={a.replay}
+                trans={trans}
+                reveal={Date.now() / 1000 - a.time < REVEAL_S}
+              />
+            )}
+            {conn && a === offer && (
+              <ReplayButton conn={conn} track={a.track} trans={trans} />
+            )}
           </span>
         </li>
       ))}

@@ -3,9 +3,16 @@ import React, { useState } from 'react';
 
 import { TorchDbgConnection } from '../../connection/connection';
 import { TorchDbgModel } from '../../model/model';
+import { IGradTrack } from '../../protocol/messages';
 import { useSignalRender } from '../../ui/useSignalRender';
 import { download, gradsCsv, gradsJson } from './export';
 import { TrackView } from './trackView';
+
+/** Whether non-finite steps are skipped: every monitored track says so. */
+export function skipping(tracks: IGradTrack[] | undefined): boolean {
+  const active = (tracks ?? []).filter(t => t.state !== 'disabled');
+  return active.length > 0 && active.every(t => t.skip_nonfinite === true);
+}
 
 /** The gradient monitor: per-optimizer charts, alarms, layer table, controls. */
 export function GradsPanel(props: {
@@ -28,6 +35,21 @@ export function GradsPanel(props: {
         r => setNote(r.method === 'error' ? r.message : ''),
         e => setNote((e as Error).message)
       );
+  };
+  // The box shows the click at once; the kernel's status (sent before its ack) then
+  // takes over, so a refusal puts it back.
+  const [skipSent, setSkipSent] = useState<boolean | null>(null);
+  const setSkip = (on: boolean) => {
+    setSkipSent(on);
+    conn
+      .sendAction('skip_nonfinite', { on }, () =>
+        setNote(trans.__('pending: applies when the cell ends'))
+      )
+      .then(
+        r => setNote(r.method === 'error' ? r.message : ''),
+        e => setNote((e as Error).message)
+      )
+      .finally(() => setSkipSent(null));
   };
   if (!status) {
     return (
@@ -68,6 +90,21 @@ export function GradsPanel(props: {
               </option>
             )}
           </select>
+        </label>
+        <label
+          title={trans.__(
+            'Skip optimizer steps whose gradients are NaN/Inf: the weights and optimizer state stay finite. Every step is then checked (on CUDA one small sync per step).'
+          )}
+        >
+          <input
+            type="checkbox"
+            className="jp-TorchDbg-skipNonfinite"
+            checked={
+              skipSent ?? status.skip_nonfinite ?? skipping(status.tracks)
+            }
+            onChange={e => setSkip(e.currentTarget.checked)}
+          />{' '}
+          {trans.__('skip non-finite steps')}
         </label>
         <button
           className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"

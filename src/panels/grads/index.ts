@@ -1,3 +1,3 @@
-export { GradsPanel } from './body';
+export { GradsPanel, skipping } from './body';
 export { GradsModel } from './model';
 export { gradsCsv, gradsJson, download } from './export';

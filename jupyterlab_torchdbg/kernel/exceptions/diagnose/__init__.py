@@ -8,10 +8,12 @@ it cannot name a variable it says what it knows ("a tensor on meta was mixed wit
 cpu") and never guesses a name. Whatever no rule recognises gets the generic view.
 
 Rules read summaries (plain dicts) and, through ``Context.resolve``, the live objects of
-summarised locals while the capture runs: only to find a module's dotted name inside a
-user model (``model.fc2``) or the parameter on an odd device. No rule reads tensor data
-(the summaries already hold the small-CPU-tensor min/max/finite flags) and none touches
-CUDA (R22, R23).
+summarised locals while the capture runs, by identity only: to find a module's dotted
+name inside a user model (``model.fc2``), the parameter on an odd device, and where the user
+keeps an unnamed operand (an entry of a dict or list, a module attribute or buffer, a
+gradient, an optimizer state entry: ``batch['x']``, ``opt.state[p]['exp_avg']``).
+No rule reads tensor data (the summaries already hold the small-CPU-tensor min/max/finite
+flags) and none touches CUDA (R22, R23).
 """
 
 from __future__ import annotations

@@ -2,9 +2,11 @@
 library-frame arguments and user-visible names in them.
 
 Rules read summaries (plain dicts) and, through ``Context.resolve``, the live objects of
-summarised locals while the capture runs: only to find a module's dotted name inside a
-user model (``model.fc2``) or the parameter on an odd device. Nothing here reads tensor
-data or touches CUDA (R22, R23).
+summarised locals while the capture runs, by identity only: to find a module's dotted
+name inside a user model (``model.fc2``), the parameter on an odd device, and where the user
+keeps an unnamed operand (an entry of a dict or list, a module attribute or buffer, a
+gradient, an optimizer state entry: ``batch['x']``, ``opt.state[p]['exp_avg']``).
+Nothing here reads tensor data or touches CUDA (R22, R23).
 """
 
 from __future__ import annotations

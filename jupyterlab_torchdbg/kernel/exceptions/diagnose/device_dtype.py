@@ -1,29 +1,24 @@
-"""Device and dtype mismatches: name the tensors and modules on each side."""
+"""Device mismatches: name the object on the odd device and say how to move that one.
+
+The objects that took part (``involved``) are counted by device; the minority is the
+odd one out (``odd_one_out``), and the remedy moves it with the method its kind needs:
+a tensor ``.to(device)``, a module ``model.to(device)``, a meta model ``to_empty`` and
+its weights, optimizer state by loading it after the model moved. Meta never wins: a
+meta tensor has no data, so it is what has to change. A model on an accelerator wins
+over data on cpu whatever the count: ``model.to('cuda')`` was deliberate, leaving the
+batch on cpu was not. Dtype mismatches are in ``dtype``.
+"""
 
 from __future__ import annotations
 
 import re
 
-from .context import (
-    LOSS_FUNCS,
-    LOSS_TYPES,
-    MAX_WALK,
-    Context,
-    Diagnosis,
-    Row,
-    as_culprit,
-    describe,
-    first_match,
-    frame_row,
-    inner_library,
-    layer_label,
-    library_args,
-    library_frame,
-    mentioned_rows,
-    merge_culprits,
-    name_for,
-    user_name_or,
-)
+from .context import MAX_WALK, Context, Diagnosis, Row, describe, first_match, shape_text
+from .dtype import dtype_mismatch
+from .involved import code_path, collapse, involved
+from .odd_one_out import group_text, join, majority, model_value, sentence, split
+
+__all__ = ["device_mismatch", "dtype_mismatch"]
 
 _DEVICE_PATTERNS = [
     r"[Ee]xpected all tensors to be on the same device",
@@ -36,6 +31,10 @@ _DEVICE_PATTERNS = [
     r"should be on the same device",
 ]
 _DEVICE_TOKEN = re.compile(r"\b(cuda:\d+|cuda|cpu|meta|mps|xpu:\d+|xpu|xla:\d+|xla|hpu:\d+|hpu)\b")
+_HINT = (
+    "Define `device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')` "
+    "once and use `.to(device)` for the model and for every batch."
+)
 
 
 def _message_devices(msg: str) -> list[str]:
@@ -53,9 +52,24 @@ def _devices_of(c: Row) -> list[str]:
     return [d for d in ds if isinstance(d, str)] if isinstance(ds, list) else []
 
 
+def _device_of(c: Row) -> str | None:
+    ds = _devices_of(c)
+    return ds[0] if len(ds) == 1 else None
+
+
+def _cpu_scalar(c: Row) -> bool:
+    """A 0-dim cpu tensor joins tensors on any device (an optimizer's ``step``): it is no
+    evidence of where things belong."""
+    return c.get("kind") == "tensor" and c.get("device") == "cpu" and c.get("shape") == []
+
+
 def _same_device(a: str, b: str) -> bool:
     """``cuda`` in a message matches ``cuda:0`` in metadata."""
     return a == b or a.split(":")[0] == b or b.split(":")[0] == a
+
+
+def _accelerator(d: str | None) -> bool:
+    return d is not None and d.split(":")[0] not in ("cpu", "meta")
 
 
 def device_mismatch(ctx: Context) -> Diagnosis | None:
@@ -77,70 +91,176 @@ def device_mismatch(ctx: Context) -> Diagnosis | None:
     if meta_copy and "meta" not in msg_devices:
         msg_devices.append("meta")
 
-    # The layer whose forward raised (Linear.forward: self + input) names the operands
-    # best; without one, the innermost library frame's tensors.
-    inner = inner_library(ctx)
-    layer = next(
-        (i for i in inner if (frame_row(ctx.frames[i], "self") or {}).get("kind") == "module"), None
+    items = [c for c in involved(ctx) if _devices_of(c) and not _cpu_scalar(c)]
+    items = collapse(
+        items,
+        lambda child, mod: _device_of(mod) is not None and _device_of(child) == _device_of(mod),
     )
-    if layer is None and inner:
-        layer = inner[0]
-    cands = merge_culprits(
-        mentioned_rows(ctx),
-        library_args(ctx, layer, ("tensor", "module")) if layer is not None else [],
-    )
-    cands = [c for c in cands if _devices_of(c)]
-    devices = list(dict.fromkeys(d for c in cands for d in _devices_of(c)))
-    culprits: list[Row] = []
-    parts: list[str] = []
-    if len(devices) >= 2:
-        for c in cands:
-            ds = _devices_of(c)
-            if c["kind"] == "module" and len(ds) > 1:
-                parts.append(f"{describe(c)} is spread over {' and '.join(ds)}")
-                culprits.append(c)
-                culprits.extend(_odd_parameters(ctx, c, ds))
-            elif c["kind"] == "module":
-                parts.append(f"{describe(c)} parameters are on {ds[0]}")
-                culprits.append(c)
-            else:
-                parts.append(f"{describe(c)} is on {ds[0]}")
-                culprits.append(c)
-        head = "; ".join(parts)
-    elif len(devices) == 1:
-        others = [d for d in msg_devices if not _same_device(d, devices[0])]
-        parts = [
-            describe(c) + (" parameters are" if c["kind"] == "module" else " is") for c in cands
-        ]
-        head = f"{', '.join(parts)} on {devices[0]}"
-        if others:
-            head += f", but the operation also used a tensor on {' and '.join(others)}"
-        culprits = cands
-    else:
-        shown = " and ".join(msg_devices) if msg_devices else "different devices"
-        head = f"Tensors on {shown} were mixed in one operation"
+    devices = list(dict.fromkeys(d for c in items for d in _devices_of(c)))
     all_devices = list(dict.fromkeys([*devices, *msg_devices]))
-    target = _target_device(culprits, all_devices)
-    remedy = _device_remedy(culprits, target, all_devices)
+    spread = next((c for c in items if c["kind"] == "module" and len(_devices_of(c)) > 1), None)
+    if spread is not None:
+        d = _spread_model(ctx, spread, items)
+    elif len(devices) >= 2:
+        d = odd_device(items)
+    else:
+        d = _unseen_device(items, devices, msg_devices)
+    d.setdefault("hints", []).append(_HINT)
+    d["facts"] = {"devices": all_devices, **d.get("facts", {})}
+    return {"category": "device_mismatch", "title": "Device mismatch", **d}
+
+
+def odd_device(items: list[Row]) -> Diagnosis:
+    """Two or more devices among the objects: the minority is the odd one out."""
+    counts: dict[str, int] = {}
+    for c in items:
+        d = _device_of(c)
+        if d is not None:
+            counts[d] = counts.get(d, 0) + 1
+    model = model_value(items, _device_of)
+    win = majority(counts, model=model, never=("meta",), rank=lambda v: not _accelerator(v))
+    if _accelerator(model) and win == "cpu":
+        win = str(model)  # data left on cpu beside a model on the accelerator
+    odd = split(items, _device_of, win)
+    rest = [c for c in items if c not in odd]
+    odd_v = join(list(dict.fromkeys(str(_device_of(c)) for c in odd)))
+    hints = []
+    if win == "cpu" and any(_accelerator(_device_of(c)) for c in odd):
+        mods = [c for c in rest if c["kind"] == "module" and c.get("named", True)]
+        accel = next(str(_device_of(c)) for c in odd if _accelerator(_device_of(c)))
+        if mods:
+            hints.append(
+                f"To run on {accel} instead, move the model there: "
+                f"`{code_path(mods[0]['name'])}.to('{accel}')`."
+            )
+    head = sentence(odd, rest, odd_v, win, noun="parameters", on="on ")
+    opts = {c.get("_optimizer") for c in odd}
+    if len(opts) == 1 and None not in opts:
+        # Optimizer state of many parameters reads as one object: "the exp_avg state".
+        keys = join(list(dict.fromkeys(f"`{c.get('_state_key')}`" for c in odd)))
+        head = f"The {keys} state of `{opts.pop()}` is on {odd_v}; its parameters are on {win}"
     return {
-        "category": "device_mismatch",
-        "title": "Device mismatch",
         "headline": head,
-        "culprits": culprits,
-        "remedy": remedy,
-        "hints": [
-            "Define `device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')` "
-            "once and use `.to(device)` for the model and for every batch."
-        ],
-        "facts": {"devices": all_devices, "target_device": target},
+        "culprits": odd + rest,
+        "remedy": _moves(odd, win),
+        "hints": hints,
+        "facts": {"target_device": win, "odd": [c.get("name") for c in odd]},
     }
 
 
-def _odd_parameters(ctx: Context, module: Row, devices: list[str]) -> list[Row]:
-    """Parameters of a multi-device model that sit on its less common device(s)."""
+def _moves(odd: list[Row], to: str) -> str:
+    """How to move each odd object to ``to``, by kind: one sentence each."""
+    out = [_move(c, to) for c in odd[:3]]
+    if len(odd) > 3:
+        out.append(f"Do the same for the other {len(odd) - 3}.")
+    return " ".join(dict.fromkeys(out))
+
+
+def _move(c: Row, to: str) -> str:
+    """``to``: a device, or "device" when the right one is not known (then the code
+    names a ``device`` variable)."""
+    dev = _device_of(c)
+    name = str(c.get("name"))
+    code = "device" if to == "device" else f"'{to}'"
+    where = "`device`" if to == "device" else to
+    if c["kind"] == "module":
+        m = code_path(name) if c.get("named", True) and name != "self" else "model"
+        if dev == "meta":
+            return (
+                f"Materialise `{m}` on {where}: `{m}.to_empty(device={code})`, then load its "
+                f"weights (`{m}.load_state_dict(...)`) or initialise them; a model on meta "
+                "has no data to move."
+            )
+        return f"Move the model: `{m}.to('{to}')`."
+    if c.get("_state_of") is not None:
+        opt = c.get("_optimizer", "optimizer")
+        owner = code_path(str(c["_state_of"]).split(".")[0])
+        return (
+            f"The state of `{opt}` is on {dev}, its parameters on {to}: move `{owner}` to "
+            f"{to} before `{opt}.load_state_dict(...)` (it puts each state on its "
+            f"parameter's device), and load the checkpoint with "
+            f"`torch.load(path, map_location='{to}')`."
+        )
+    kept = c.get("_kept_as")
+    if isinstance(kept, dict):
+        name, holder = str(kept["name"]), kept.get("_holder")
+    else:
+        holder = c.get("_holder")
+    if not c.get("named", True):
+        return f"Move {describe(c)} to {to} with `.to('{to}')` where it is made."
+    if c.get("_attribute") or (isinstance(kept, dict) and kept.get("_attribute")):
+        attr = name.rsplit(".", 1)[-1]
+        return (
+            f"`{name}` is a plain attribute, which `.to(device)` on its module does not "
+            f"move: register it as a buffer in `__init__` (`self.register_buffer('{attr}', "
+            f"...)`), made on {to} or moved with the model."
+        )
+    if c.get("type") == "Parameter" and "." in name and "[" not in name:
+        m = code_path(name.rsplit(".", 1)[0])
+        return f"Move the model that holds `{name}`: `{m}.to('{to}')`."
+    if dev == "meta":
+        dtype = c.get("dtype")
+        made = f"torch.ones({shape_args(c)}"
+        made += f", dtype=torch.{dtype}" if isinstance(dtype, str) else ""
+        return (
+            f"Create `{name}` on {where} instead: a tensor on meta has no data to move "
+            f"(e.g. `{name} = {made}, device={code})`, with the values it should hold)."
+        )
+    text = f"Move `{name}` to {to}: `{name} = {name}.to('{to}')`"
+    if isinstance(holder, str) and name.startswith(f"{holder}['"):
+        text += (
+            f", or the whole batch: `{holder} = {{k: v.to('{to}') for k, v in {holder}.items()}}`"
+        )
+    return text + "."
+
+
+def _spread_model(ctx: Context, model: Row, items: list[Row]) -> Diagnosis:
+    """One model over several devices: name its parameters on the odd device(s)."""
+    ds = _devices_of(model)
+    odd_params, common = _odd_parameters(ctx, model, ds)
+    inputs = {_device_of(c) for c in items if c["kind"] == "tensor" and c.get("named", True)}
+    inputs.discard(None)
+    inputs.discard("meta")
+    target = inputs.pop() if len(inputs) == 1 else (common if common != "meta" else "cpu")
+    subs = list(dict.fromkeys(str(p["name"]).rsplit(".", 1)[0] for p in odd_params))
+    name = str(model["name"])
+    head = f"{describe(model)} is spread over {' and '.join(ds)}"
+    if subs and odd_params:
+        where = join([f"`{s}`" for s in subs[:3]])
+        head += f": {where} {'are' if len(subs) > 1 else 'is'} on {odd_params[0]['device']}"
+    if odd_params and odd_params[0]["device"] == "meta":
+        sub = code_path(subs[0])
+        remedy = (
+            f"`{subs[0]}` has no data on meta: materialise it with "
+            f"`{sub}.to_empty(device='{target}')`, then load its weights or call "
+            f"`{sub}.reset_parameters()`."
+        )
+        if common not in (None, target):
+            remedy += f" Then move the model: `{code_path(name)}.to('{target}')`."
+    else:
+        remedy = f"Move the whole model to {target}: `{code_path(name)}.to('{target}')`."
+    named = {str(p["name"]) for p in odd_params}
+    others = [
+        c
+        for c in items
+        if c is not model
+        and c.get("name") not in named
+        and not str(c.get("name")).startswith(f"{name}.")
+    ]
+    return {
+        "headline": head,
+        "culprits": [model, *odd_params, *others],
+        "remedy": remedy,
+        "facts": {"target_device": target, "odd": [p["name"] for p in odd_params]},
+    }
+
+
+def _odd_parameters(ctx: Context, module: Row, devices: list[str]) -> tuple[list[Row], str | None]:
+    """Parameters of a multi-device model that sit on its less common device(s), and its
+    most common device."""
     model = ctx.resolve_row(module)
     if model is None:
-        return []
+        return [], None
     by_device: dict[str, list[str]] = {}
     try:
         for n, (path, p) in enumerate(model.named_parameters()):
@@ -148,10 +268,10 @@ def _odd_parameters(ctx: Context, module: Row, devices: list[str]) -> list[Row]:
                 break
             by_device.setdefault(str(p.device), []).append(str(path))
     except Exception:
-        return []
+        return [], None
     if len(by_device) < 2:
-        return []
-    common = max(by_device, key=lambda d: len(by_device[d]))
+        return [], None
+    common = majority({d: len(v) for d, v in by_device.items()}, never=("meta",))
     out = []
     for dev, names in by_device.items():
         if dev == common:
@@ -167,170 +287,52 @@ def _odd_parameters(ctx: Context, module: Row, devices: list[str]) -> list[Row]:
                     "role": "odd device",
                 }
             )
-    return out
+    return out, common
 
 
-def _target_device(culprits: list[Row], devices: list[str]) -> str | None:
-    """Where things should go: the model's device if one model is on one real device,
-    else the accelerator mentioned."""
-    for c in culprits:
-        ds = _devices_of(c)
-        if c.get("kind") == "module" and len(ds) == 1 and ds[0] != "meta":
-            return ds[0]
-    accel = [d for d in devices if d not in ("cpu", "meta")]
-    if accel:
-        return accel[0]
-    return "cpu" if "cpu" in devices else None
-
-
-def _device_remedy(culprits: list[Row], target: str | None, devices: list[str]) -> str:
-    if "meta" in devices:
-        return (
-            "Tensors on the meta device have no data: create the model on a real device, "
-            "or materialise it with `model.to_empty(device='cpu')` (or 'cuda') and then "
-            "load or initialise its weights."
-        )
-    if target is None:
-        return "Move the model and every input to one device with `.to(device)`."
-    moves = [
-        f"`{c['name']} = {c['name']}.to('{target}')`"
-        for c in culprits
-        if c.get("kind") == "tensor"
-        and "." not in str(c.get("name"))
-        and _devices_of(c)
-        and not _same_device(_devices_of(c)[0], target)
-        and c.get("named", True)
-    ]
-    mods = [
-        f"`{c['name']}.to('{target}')`"
-        for c in culprits
-        if c.get("kind") == "module" and any(not _same_device(d, target) for d in _devices_of(c))
-    ]
-    steps = moves + mods
-    if steps:
-        return f"Move them to {target}: " + ", ".join(steps) + "."
-    return f"Move the model and every input to {target} with `.to('{target}')`."
-
-
-_DTYPE_NAMES = {
-    "double": "float64",
-    "float": "float32",
-    "half": "float16",
-    "bfloat16": "bfloat16",
-    "long": "int64",
-    "int": "int32",
-    "short": "int16",
-    "byte": "uint8",
-    "char": "int8",
-    "bool": "bool",
-    "complexfloat": "complex64",
-    "complexdouble": "complex128",
-    "float64": "float64",
-    "float32": "float32",
-    "float16": "float16",
-    "int64": "int64",
-    "int32": "int32",
-}
-
-
-def _dtype(name: str) -> str | None:
-    n = name.lower().removeprefix("torch.").removesuffix("tensor")
-    return _DTYPE_NAMES.get(n)
-
-
-_DTYPE_PATTERNS = [
-    r"expected target dtype to be (\w+)(?: or (\w+))?, but got (\w+)",
-    r"must have the same dtype, but got (\w+) and (\w+)",
-    r"to have the same dtype, but got:? (\w+) != (\w+)",
-    r"expected scalar type (\w+) but found (\w+)",
-    r"Input type \((\w+)\) and (?:weight|bias) type \((\w+)\) should be the same",
-    r"Input type \(torch\.(\w+)\) and weight type \(torch\.(\w+)\) should be the same",
-    r"Found dtype (\w+) but expected (\w+)",
-    r"result type (\w+) can't be cast to the desired output type (\w+)",
-    r"[Ee]xpected object of scalar type (\w+) but got scalar type (\w+)",
-    r"expected (?:both vectors|input and target|self and \w+) to have (?:the )?same dtype",
-]
-
-
-def dtype_mismatch(ctx: Context) -> Diagnosis | None:
-    m = first_match(_DTYPE_PATTERNS, ctx.message)
-    if m is None:
-        return None
-    named = [d for d in (_dtype(g) for g in m.groups() if g) if d]
-    named = list(dict.fromkeys(named))
-    loss = library_frame(ctx, self_types=LOSS_TYPES, functions=LOSS_FUNCS)
-    if "target dtype" in ctx.message and loss is not None:
-        target = next((c for c in library_args(ctx, loss) if c.get("arg") == "target"), None)
-        got = named[-1] if named else (target or {}).get("dtype", "n/a")
-        who = user_name_or(target, "The target")
-        return {
-            "category": "dtype_mismatch",
-            "title": "Target dtype for the loss",
-            "headline": f"{who} is {got}, but "
-            f"`{ctx.frames[loss].get('function')}` needs class indices as int64 (Long)",
-            "culprits": [target] if target else [],
-            "remedy": (
-                f"Convert the labels: `{target['name'] if target else 'labels'} = "
-                f"{target['name'] if target else 'labels'}.long()`. (Soft labels are "
-                "float class probabilities with the same shape as the logits.)"
-            ),
-            "facts": {"dtypes": named, "expected": "int64"},
-        }
-    layer = library_frame(
-        ctx,
-        self_types=("Linear", "Conv1d", "Conv2d", "Conv3d", "Bilinear", "Embedding", "LSTM", "GRU"),
-    )
-    culprits: list[Row] = []
-    if layer is not None:
-        name, s = layer_label(ctx, layer)
-        args = [c for c in library_args(ctx, layer) if c.get("arg") != "self"]
-        layer_dtypes = s.get("dtypes") if s else None
-        inp = next((c for c in args if c.get("dtype") not in (layer_dtypes or [])), None)
-        if inp is not None and isinstance(layer_dtypes, list) and layer_dtypes:
-            who = user_name_or(inp, "The input")
-            layer_c = as_culprit(s, layer) if s else None
-            named_layer = name_for(ctx, s.get("_id")) if s else None
-            if layer_c is not None and named_layer is not None:
-                layer_c["name"], layer_c["frame"] = named_layer
-            culprits = [inp] + ([layer_c] if layer_c else [])
-            return {
-                "category": "dtype_mismatch",
-                "title": "Dtype mismatch",
-                "headline": f"{who} is {inp.get('dtype')}, but {name} has "
-                f"{' and '.join(layer_dtypes)} weights",
-                "culprits": culprits,
-                "remedy": _dtype_remedy(inp, layer_dtypes[0]),
-                "hints": [
-                    "NumPy arrays are float64 by default: `torch.from_numpy(a).float()`.",
-                    "Or convert the model instead: `model.to(torch.float64)`.",
-                ],
-                "facts": {"dtypes": named, "expected": layer_dtypes[0]},
-            }
-    cands = [c for c in mentioned_rows(ctx, ("tensor",)) if c.get("dtype") in named]
-    if len({c.get("dtype") for c in cands}) >= 2:
-        head = "; ".join(f"`{c['name']}` is {c['dtype']}" for c in cands)
-        culprits = cands
+def _unseen_device(items: list[Row], devices: list[str], msg_devices: list[str]) -> Diagnosis:
+    """Every object seen is on one device: the other operand was not in a frame (made
+    inside the library, or held in an attribute); say which device it was on."""
+    others = [d for d in msg_devices if not devices or not _same_device(d, devices[0])]
+    if items:
+        who, many = group_text(items, noun="parameters", rest=False)
+        head = f"{who} {'are' if many else 'is'} on {devices[0]}"
+        if others:
+            head += f", but the operation also used a tensor on {' and '.join(others)}"
+        elif devices == ["meta"]:
+            head += ", which holds no data to copy"
     else:
-        head = (
-            f"Tensors of dtype {' and '.join(named)} were mixed in one operation"
-            if len(named) >= 2
-            else "A tensor has the wrong dtype for this operation"
+        shown = " and ".join(msg_devices) if msg_devices else "different devices"
+        head = f"Tensors on {shown} were mixed in one operation"
+    target = devices[0] if devices and devices[0] != "meta" else None
+    if target is None:
+        target = next((d for d in msg_devices if _accelerator(d)), None)
+        target = target or ("cpu" if "cpu" in msg_devices else None)
+    on_meta = [c for c in items if _device_of(c) == "meta"]
+    if on_meta:
+        remedy = _moves(on_meta, target or "device")
+    elif "meta" in others:
+        remedy = (
+            "A tensor or model on meta has no data: create it on a real device, or "
+            "materialise a meta model with `model.to_empty(device=...)` and load its weights."
         )
+    elif target is not None:
+        remedy = (
+            f"Find the tensor on {join(others) or 'the other device'} (an attribute, a "
+            f"buffer or a tensor made inside the function) and create or move it to {target} "
+            f"with `.to('{target}')`."
+        )
+    else:
+        remedy = "Move the model and every input to one device with `.to(device)`."
     return {
-        "category": "dtype_mismatch",
-        "title": "Dtype mismatch",
         "headline": head,
-        "culprits": culprits,
-        "remedy": "Convert one side so both match, e.g. `x = x.float()` (float32) or "
-        "`x = x.to(other.dtype)`.",
-        "hints": ["NumPy arrays are float64 by default: `torch.from_numpy(a).float()`."],
-        "facts": {"dtypes": named},
+        "culprits": items,
+        "remedy": remedy,
+        "facts": {"target_device": target},
     }
 
 
-def _dtype_remedy(c: Row, to: str) -> str:
-    short = {"float32": "float", "float64": "double", "float16": "half", "int64": "long"}
-    name = c.get("name") if c.get("named", True) else "x"
-    method = short.get(to)
-    conv = f".{method}()" if method else f".to(torch.{to})"
-    return f"Convert the input: `{name} = {name}{conv}`."
+def shape_args(c: Row) -> str:
+    """``2, 8`` for a tensor of shape [2, 8] (a factory call's arguments)."""
+    shape = c.get("shape")
+    return shape_text(shape).strip("[]") if isinstance(shape, list) else "..."

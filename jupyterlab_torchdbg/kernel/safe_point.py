@@ -1,9 +1,12 @@
 """Actions that must run on the training thread: a queue drained at the next safe point.
 
-``save_checkpoint`` while a cell trains must not read the weights mid-step (R12): the
-action's handler (on a subshell thread) queues the job and waits; the training thread
-runs it at its next optimizer step boundary, or the cell's end runs it. A job nobody
-picks up in time is withdrawn and refused with the reason.
+``save_checkpoint`` (memory) while a cell trains must not read the weights mid-step (R12),
+and ``replay_step`` (grads) must not run a forward + backward of the model while the
+training thread is inside its own (R34): the action's handler (on a subshell thread)
+queues the job and waits; the training thread runs it at its next optimizer step
+boundary, or the cell's end runs it. A job nobody picks up in time is withdrawn and
+refused with the reason. Kernel-level so that each feature keeps its own queue without
+importing another feature.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar, cast
 
-from ..action_registry import ActionError
+from .action_registry import ActionError
 
 #: What a job's function returns (``run_at_next`` hands it back).
 JobT = TypeVar("JobT")

@@ -1,0 +1,399 @@
+"""The end-of-backward boundary: models whose loop never calls ``optimizer.step()``.
+
+The classic word-language-model example updates its weights by hand
+(``p.data.add_(p.grad, alpha=-lr)`` after ``clip_grad_norm_``): no optimizer step hook
+ever fires, so the step boundary (step_boundary.py, which owns this module) watches the
+end of each backward pass instead, for the models in the notebook's namespace (or given
+to ``watch()``) whose parameters no optimizer steps:
+
+- a post-accumulate-grad hook (``Tensor.register_post_accumulate_grad_hook``) on the
+  first trainable parameter of each module (a module's parameters take part in a
+  backward together: a Linear's bias with its weight). The first one to fire in a
+  backward pass (a new autograd graph task id) queues an engine callback
+  (``Variable._execution_engine.queue_callback``) that runs once the whole backward has
+  finished, on the thread that called ``backward()`` — how DDP finds the end of
+  backward. A hook call is torch's trip into Python (microseconds, measured in
+  tests/test_grads_manual_loop.py) and a compare: one per module, not per tensor.
+- the callback is the boundary: gradients -> control, in step_boundary.py's ORDER
+  (``StepBoundary.at_backward_end``). Memory is not called there: its ``after_step``
+  counts its argument as an optimizer of the memory breakdown.
+
+What a step is here: one backward pass that accumulated a gradient into the model's
+parameters. ``autograd.grad`` accumulates nothing (no boundary), ``no_grad`` evaluation
+has no backward, ``backward(retain_graph=True)`` twice is two steps, and gradient
+accumulation over N passes without an optimizer is N steps (each read sees the sum so
+far). Reentrant activation checkpointing (``use_reentrant=True``) runs nested backward
+passes, each of which ends with a boundary of its own.
+
+When hooks may be registered (the one unsafe moment). torch swaps a tensor's C++ hook
+holder the first time a Python post-accumulate-grad hook is registered on it; a backward
+running on another thread at that moment may read it mid-swap. Later registrations and
+every removal only change a Python dict that torch copies under the GIL before calling
+it, so removal is safe at any time and on any thread. Registration therefore happens on
+the kernel's thread at cell starts (when no other cell runs) and at ``watch()``, and only
+in a stretch where no thread is inside ``backward()`` (checked on every thread's stack,
+without a thread switch in between, as step_boundary.py does for optimizer steps); else
+it waits for the next cell. So a model created and trained in one cell without
+``watch()`` is picked up from the next cell run: ``watch(model)`` before its loop picks
+it up at once.
+
+Which models: every ``nn.Module`` in the namespace (the largest first; a submodule of
+one already watched adds nothing, ``enc = model.encoder``), or only the watched models
+once any ``watch()`` is active (not those watched with an optimizer); minus the
+parameters of optimizers that have stepped or are bound in the namespace. If an
+optimizer steps a hooked parameter anyway (one kept in a trainer object), the optimizer
+boundary takes over at that step: those parameters' hooks are removed, and once none is
+left the model's end-of-backward track ends (the step before it was counted by both).
+
+No strong reference to a model (R24): ``ModelSource`` holds it by weakref and a finalizer
+removes its hooks when it dies; its parameters are held while it lives. Unload removes
+every hook (R01); torch gives no way to drop its C++ holder, so an empty hook dict stays
+on each parameter that had one.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.hooks import RemovableHandle
+
+#: ``GradTrack.boundary``: where a track's steps are read.
+OPTIMIZER_STEP = "optimizer_step"
+END_OF_BACKWARD = "end_of_backward"
+MAX_STACK = 100_000  # frames looked at per thread (all)
+#: Models looked at per scan at most (the largest namespaces stay cheap).
+MAX_MODELS = 256
+
+
+class ModelSource:
+    """One model updated by hand, where the monitor and control expect an optimizer.
+
+    The key of its gradient track. ``param_groups`` has an optimizer's shape (one group,
+    no ``lr``), so naming's plan, the monitor and clipping read it as they read an
+    optimizer; a new list means new parameters (naming.group_sig sees it).
+    """
+
+    boundary = END_OF_BACKWARD
+
+    def __init__(self, model: torch.nn.Module, name: str, params: list[torch.Tensor]) -> None:
+        self.model_ref = weakref.ref(model)
+        self.name = name
+        self.param_groups: list[dict[str, Any]] = [{"params": params}]
+
+    @property
+    def model(self) -> torch.nn.Module | None:
+        return self.model_ref()
+
+    @property
+    def params(self) -> list[torch.Tensor]:
+        params: list[torch.Tensor] = self.param_groups[0]["params"]
+        return params
+
+    def __repr__(self) -> str:
+        return f"<end of backward of {self.name} ({len(self.params)} parameters)>"
+
+
+def boundary_of(key: object) -> str:
+    """The boundary a track keyed by ``key`` (an optimizer or a ``ModelSource``) uses."""
+    return END_OF_BACKWARD if isinstance(key, ModelSource) else OPTIMIZER_STEP
+
+
+class _Hooked:
+    """One model's hooks, its source, and the finalizer that removes them when it dies."""
+
+    def __init__(
+        self,
+        source: ModelSource,
+        fire: Callable[[ModelSource], None],
+        on_error: Callable[[str], None],
+    ) -> None:
+        self.source = source
+        self.fire = fire
+        self.on_error = on_error
+        self.handles: dict[int, RemovableHandle] = {}  # id(param) -> its hook's handle
+        self.task = -2  # the autograd graph task whose end is queued (or was last)
+        self.finalizer: weakref.finalize[Any, Any] | None = None
+
+    def on_grad(self, param: torch.Tensor) -> None:
+        """A gradient was accumulated (inside backward, maybe on a device thread): queue
+        the boundary once per backward pass. Kept to a compare; never raises."""
+        try:
+            task = _torch.task_id()
+            if task != self.task:
+                self.task = task
+                _torch.queue(self.at_end)
+        except Exception:  # never into the user's backward (R11): this read is skipped
+            self.on_error("backward:hook")
+
+    def at_end(self) -> None:
+        """The engine callback: the whole backward has finished. Only the user's
+        KeyboardInterrupt (while paused here) goes on into ``backward()``."""
+        try:
+            self.fire(self.source)
+        except Exception:
+            self.on_error("backward:boundary")
+
+    def remove(self, ids: Iterable[int] | None = None) -> None:
+        """Remove the hooks of ``ids`` (all when None); safe on any thread, any time."""
+        for pid in list(self.handles) if ids is None else list(ids):
+            handle = self.handles.pop(pid, None)
+            if handle is not None:
+                handle.remove()
+        if not self.handles and self.finalizer is not None:
+            self.finalizer.detach()
+
+
+class _Torch:
+    """torch's engine entry points, bound once torch is imported (never at import)."""
+
+    def __init__(self) -> None:
+        self.task_id: Callable[[], int] = lambda: -1
+        self.queue: Callable[[Callable[[], None]], None] = lambda fn: None
+        self.graph_file = ""
+        self.bound = False
+
+    def bind(self) -> bool:
+        if self.bound:
+            return True
+        import torch
+        from torch.autograd import graph
+
+        task_id = getattr(torch._C, "_current_graph_task_id", None)
+        engine = getattr(torch.autograd.Variable, "_execution_engine", None)
+        queue = getattr(engine, "queue_callback", None)
+        if task_id is None or queue is None:
+            return False  # an older torch: no end-of-backward boundary
+        self.task_id, self.queue, self.graph_file = task_id, queue, graph.__file__
+        self.bound = True
+        return True
+
+
+_torch = _Torch()
+
+
+class BackwardHooks:
+    """The end-of-backward hooks of every model no optimizer steps (step_boundary.py)."""
+
+    def __init__(
+        self, fire: Callable[[ModelSource], None], on_error: Callable[[str], None]
+    ) -> None:
+        self._fire = fire
+        self._on_error = on_error
+        self._lock = threading.Lock()
+        self._hooked: dict[int, _Hooked] = {}  # id(model) -> its hooks
+        #: Optimizers seen stepping, with the parameter lists they had then.
+        self._stepped: weakref.WeakKeyDictionary[Any, tuple[tuple[int, int], ...]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.attached = False
+
+    def attach(self) -> None:
+        """torch is imported: scans may hook models from now on."""
+        self.attached = _torch.bind()
+
+    def detach(self) -> None:
+        """Remove every hook (unload): no parameter keeps one of ours."""
+        self.attached = False
+        with self._lock:
+            hooked, self._hooked = self._hooked, {}
+            self._stepped = weakref.WeakKeyDictionary()
+        for h in hooked.values():
+            h.remove()
+
+    def sources(self) -> list[ModelSource]:
+        return [h.source for h in list(self._hooked.values())]
+
+    def hooked_params(self) -> int:
+        return sum(len(h.handles) for h in list(self._hooked.values()))
+
+    # --- the optimizer boundary takes over (training thread) ---------------------------
+
+    def optimizer_seen(self, optimizer: torch.optim.Optimizer) -> None:
+        """Before an optimizer step: the parameters it steps leave the backward hooks."""
+        sig = tuple((id(g["params"]), len(g["params"])) for g in optimizer.param_groups)
+        try:
+            if self._stepped.get(optimizer) == sig:
+                return
+            self._stepped[optimizer] = sig
+        except TypeError:
+            pass  # an optimizer without weakref support: checked at every step
+        if not self._hooked:
+            return
+        ids = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        with self._lock:
+            for key, h in list(self._hooked.items()):
+                kept = [p for p in h.source.params if id(p) not in ids]
+                if len(kept) == len(h.source.params):
+                    continue
+                h.remove(ids & h.handles.keys())
+                if kept and h.handles:
+                    h.source.param_groups = [{"params": kept}]
+                else:
+                    h.remove()
+                    del self._hooked[key]
+
+    # --- scans (the kernel's thread: cell starts, watch()) ------------------------------
+
+    def scan(self, ns: dict[str, Any], watched: list[tuple[str | None, Any]] | None) -> bool:
+        """Hook new models, re-hook changed ones, unhook those gone out of scope.
+
+        ``watched``: (name or None, model) of every active watch without an optimizer, or
+        None when no watch is active (then the namespace is the scope).
+        Returns False when a thread was inside backward (nothing new hooked: next time).
+        """
+        if not self.attached:
+            return True
+        wanted = self._wanted(ns, watched)
+        with self._lock:
+            for key in [k for k in self._hooked if k not in wanted]:
+                self._hooked.pop(key).remove()
+            changes: list[tuple[Any, str, list[torch.Tensor]]] = []
+            for key, (name, model, params) in wanted.items():
+                h = self._hooked.get(key)
+                if h is not None and h.source.model is model:
+                    if [id(p) for p in h.source.params] == [id(p) for p in params]:
+                        continue
+                changes.append((model, name, params))
+            if not changes:
+                return True
+            return self._hook_all(changes)
+
+    def _wanted(
+        self, ns: dict[str, Any], watched: list[tuple[str | None, Any]] | None
+    ) -> dict[int, tuple[str, Any, list[torch.Tensor]]]:
+        import torch
+
+        names: dict[int, str] = {}
+        for k, v in list(ns.items()):
+            if isinstance(k, str) and not k.startswith("_"):
+                names.setdefault(id(v), k)
+        stepped: set[int] = set()
+        for opt in [*list(self._stepped.keys()), *list(ns.values())]:
+            if isinstance(opt, torch.optim.Optimizer):
+                stepped.update(id(p) for g in opt.param_groups for p in g["params"])
+        if watched is not None:
+            found = [(n or names.get(id(m)) or type(m).__name__.lower(), m) for n, m in watched]
+        else:
+            found = [
+                (k, v)
+                for k, v in list(ns.items())
+                if isinstance(k, str) and not k.startswith("_") and isinstance(v, torch.nn.Module)
+            ]
+        models: list[tuple[int, str, Any, list[torch.Tensor]]] = []
+        seen: set[int] = set()
+        for name, model in found[:MAX_MODELS]:
+            if id(model) in seen:
+                continue
+            seen.add(id(model))
+            try:
+                params = [p for p in model.parameters() if p.requires_grad and p.grad_fn is None]
+            except Exception:  # R29: exotic modules may refuse
+                continue
+            if params:
+                models.append((-len(params), name, model, params))
+        models.sort(key=lambda t: t[0])  # the largest first (stable: namespace order)
+        covered: set[int] = set()
+        out: dict[int, tuple[str, Any, list[torch.Tensor]]] = {}
+        for _, name, model, params in models:
+            mine = [p for p in params if id(p) not in stepped and id(p) not in covered]
+            covered.update(id(p) for p in params)
+            if mine:
+                out[id(model)] = (name, model, mine)
+        return out
+
+    def _hook_all(self, changes: list[tuple[Any, str, list[torch.Tensor]]]) -> bool:
+        """Register in one stretch without a thread switch, if no thread is in backward."""
+        old = sys.getswitchinterval()
+        sys.setswitchinterval(1.0)
+        try:
+            if any_thread_inside("_engine_run_backward", _torch.graph_file):
+                return False
+            for model, name, params in changes:
+                key = id(model)
+                h = self._hooked.get(key)
+                if h is None or h.source.model is not model:
+                    if h is not None:
+                        h.remove()
+                    h = _Hooked(ModelSource(model, name, params), self._fire, self._on_error)
+                    h.finalizer = weakref.finalize(model, self._forget, key, h)
+                    self._hooked[key] = h
+                else:
+                    h.source.name = name
+                    h.source.param_groups = [{"params": params}]
+                targets = _one_per_module(model, params)
+                want = {id(p) for p in targets}
+                h.remove([pid for pid in h.handles if pid not in want])
+                if h.finalizer is not None and not h.finalizer.alive:
+                    h.finalizer = weakref.finalize(model, self._forget, key, h)
+                for p in targets:
+                    if id(p) not in h.handles:
+                        h.handles[id(p)] = p.register_post_accumulate_grad_hook(h.on_grad)
+            return True
+        finally:
+            sys.setswitchinterval(old)
+
+    def _forget(self, key: int, h: _Hooked) -> None:
+        """The model died (its finalizer, any thread): remove its hooks, end its track."""
+        try:
+            h.remove()
+            with self._lock:
+                if self._hooked.get(key) is h:
+                    del self._hooked[key]
+        except Exception:
+            self._on_error("backward:forget")
+
+
+def _one_per_module(model: Any, params: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The first of ``params`` each module owns directly (in model order); parameters
+    no module owns directly are all kept."""
+    wanted = {id(p): p for p in params}
+    out: dict[int, torch.Tensor] = {}
+    owned: set[int] = set()
+    try:
+        for module in model.modules():
+            mine = [p for p in module.parameters(recurse=False) if id(p) in wanted]
+            owned.update(id(p) for p in mine)
+            if mine and not any(id(p) in out for p in mine):
+                out[id(mine[0])] = mine[0]
+    except Exception:  # R29: exotic modules: hook every parameter instead
+        return params
+    for pid, p in wanted.items():
+        if pid not in owned:
+            out[pid] = p
+    return list(out.values())
+
+
+def any_thread_inside(co_name: str, filename: str) -> bool:
+    """Some thread (this one too) runs the function ``co_name`` of ``filename``.
+
+    The garbage collector is off while ``sys._current_frames`` runs: it holds the
+    interpreter's thread-list lock while it allocates frame objects, and a collection
+    started there that frees a ``threading.local`` (the comm hub of an earlier load)
+    takes the same lock again, deadlocking the kernel (CPython gh-106883, 3.11; seen in
+    tests/test_hook_lifecycle.py's reload storm). Called with the GIL held throughout.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        frames = sys._current_frames()
+    finally:
+        if enabled:
+            gc.enable()
+    for frame in frames.values():
+        f: FrameType | None = frame
+        depth = 0
+        while f is not None and depth < MAX_STACK:
+            code = f.f_code
+            if code.co_name == co_name and code.co_filename == filename:
+                return True
+            f = f.f_back
+            depth += 1
+    return False

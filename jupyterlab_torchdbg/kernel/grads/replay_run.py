@@ -1,0 +1,359 @@
+"""The replay itself: one forward + backward of a kept batch under anomaly detection.
+
+Nothing of the user's model state is touched: the forward runs through
+``torch.func.functional_call`` with fresh leaves (the pre-step snapshot on the
+parameters' devices, or detached views of the current weights) and cloned buffers, so
+``.grad``, the parameters and BatchNorm's running statistics stay as they were; the
+backward is ``torch.autograd.grad`` (never ``.backward()`` into ``.grad``); the RNG
+state is restored afterwards (``fork_rng``).
+
+What it finds, in order:
+
+1. the kept batch or the weights already hold NaN/Inf (the data / an earlier update);
+2. the forward pass (or the loss) yields NaN/Inf: anomaly mode checks backward only, so a
+   ``TorchFunctionMode`` checks each op's output during this one forward and names the
+   first op that made NaN/Inf from finite arguments (a ``-inf`` mask passed as an
+   argument is not blamed), with its Python stack;
+3. backward: a post hook on every node of the graph names the first node whose gradient
+   turned NaN/Inf from finite incoming gradients (anomaly mode's own check sees NaN
+   only, so ``SqrtBackward0`` returning ``inf`` at 0 would be blamed on the op that
+   later turned it into NaN); the forward stack is the node's anomaly-mode traceback.
+   Anomaly mode's RuntimeError and warning are the fallback.
+
+Stacks keep the user's frames (notebook cells, the user's and libraries' model code) and
+drop torch's, the standard library's and this extension's, innermost last, bounded.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import traceback
+import warnings
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from ..action_registry import ActionError
+from .replay_report import Frame, report, user_frames
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from torch.nn import Module
+
+    from .bad_step import BadStep, KeptCall, KeptLoss
+
+#: Graph nodes hooked at most (a bigger graph is watched on its first nodes only).
+MAX_NODES = 200_000
+#: Output tensors looked at at most (nested tuples / dicts of a model's output).
+MAX_OUTPUTS = 256
+
+_ANOMALY = re.compile(r"Function '(\w+)' returned nan values in its (\d+)\w* output")
+
+
+def eager(module: Module) -> Module:
+    """The plain module to replay: under a ``torch.compile`` wrapper (anomaly mode needs
+    eager) and under (Distributed)DataParallel (whose forward runs collectives: one rank
+    replaying alone would hang, and a replay is per process anyway)."""
+    for _ in range(4):
+        if type(module).__name__ in ("DistributedDataParallel", "DataParallel"):
+            inner = getattr(module, "module", None)
+        else:
+            inner = getattr(module, "_orig_mod", None)
+        if inner is None:
+            break
+        module = inner
+    return module
+
+
+def replay(bad: BadStep, snapshot: dict[str, dict[str, Any]] | None) -> dict[str, object]:
+    """Replay each root's kept call; the first that reproduces a NaN/Inf is reported."""
+    first: dict[str, object] | None = None
+    for name, ref in bad.roots:
+        root, call = ref(), bad.calls.get(name)
+        if root is None or call is None:
+            continue
+        snap = snapshot.get(name) if snapshot is not None else None
+        res = _replay_root(eager(root), call, bad.losses, snap)
+        res = {"step": bad.step, "track": bad.track, "root": name, **res}
+        if not res["finite"]:
+            return report(res)
+        first = first or res
+    if first is None:
+        raise ActionError(
+            "nothing to replay: the model or its kept batch is gone (deleted or replaced)",
+            "refused",
+        )
+    return report(first)
+
+
+def _replay_root(
+    module: Module, call: KeptCall, losses: list[KeptLoss], snap: dict[str, Any] | None
+) -> dict[str, object]:
+    import torch
+
+    state, leaves, weights = _state(module, snap)
+    out: dict[str, object] = {
+        "weights": weights,
+        "loss_root": None,
+        "backward_op": None,
+        "anomaly_op": None,
+        "output": None,
+        "forward_stack": [],
+        "finite": False,
+    }
+    where = _first_nonfinite_in(call.args, "args") or _first_nonfinite_in(call.kwargs, "kwargs")
+    if where is not None:
+        return {**out, "cause": "input", "output": where}
+    where = _first_nonfinite_in(state, "weights")
+    if where is not None:
+        return {**out, "cause": "weights", "output": where}
+    devices = sorted({t.device.index or 0 for t in leaves if t.device.type == "cuda"})
+    with (
+        warnings.catch_warnings(record=True) as caught,
+        torch.random.fork_rng(devices=devices, device_type="cuda"),
+        torch.enable_grad(),
+        torch.autograd.detect_anomaly(check_nan=True),
+    ):
+        warnings.simplefilter("always")
+        watch = forward_watch()
+        with watch:
+            result = torch.func.functional_call(module, state, tuple(call.args), dict(call.kwargs))
+            loss, out["loss_root"] = _loss_root(result, losses)
+        where = _first_nonfinite_in(result, "out")
+        if where is None and loss is not None and not _finite(loss):
+            where = "loss"
+        if where is not None:
+            op, stack = watch.origin or (None, [])
+            return {
+                **out,
+                "cause": "forward",
+                "output": where,
+                "forward_op": op,
+                "forward_stack": stack,
+            }
+        if loss is None or not loss.requires_grad or not leaves:
+            return {**out, "finite": True, "cause": "finite", "no_graph": True}
+        nodes = _BackwardWatch(loss)
+        try:
+            grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+        except RuntimeError as e:
+            m = _ANOMALY.search(str(e))
+            if m is None:
+                raise
+            out["anomaly_op"] = m.group(1)
+            grads = ()
+        finally:
+            nodes.remove()
+    if nodes.origin is not None:
+        name, lines = nodes.origin
+        return {
+            **out,
+            "cause": "backward",
+            "backward_op": name,
+            "forward_stack": user_frames(lines),
+        }
+    if out["anomaly_op"] is not None:
+        text = "".join(
+            str(w.message) for w in caught if "Traceback of forward call" in str(w.message)
+        )
+        return {
+            **out,
+            "cause": "backward",
+            "backward_op": out["anomaly_op"],
+            "forward_stack": user_frames([text]),
+        }
+    names = [k for k, v in state.items() if isinstance(v, torch.Tensor) and v.requires_grad]
+    for k, g in zip(names, grads, strict=False):  # () when anomaly mode raised
+        if g is not None and not _finite(g):
+            return {**out, "cause": "backward", "output": f"grad of {k}"}
+    for k, g in zip(names, grads, strict=False):
+        # Finite values whose float32 norm overflows: what the monitor saw as non-finite.
+        if g is not None and g.is_floating_point() and g.numel():
+            if not math.isfinite(float(torch.linalg.vector_norm(g.detach().float()))):
+                return {**out, "cause": "overflow", "output": f"grad of {k}"}
+    return {**out, "finite": True, "cause": "finite"}
+
+
+def _state(module: Module, snap: dict[str, Any] | None) -> tuple[dict[str, Any], list[Tensor], str]:
+    """Parameters (fresh leaves) and buffers (copies) for ``functional_call``."""
+    state: dict[str, Any] = {}
+    leaves: list[Tensor] = []
+    pre_step = snap is not None
+    for name, p in module.named_parameters():
+        src = snap.get(name) if snap is not None else None
+        if src is None or src.shape != p.shape:
+            pre_step = False
+            t = p.detach()  # a view: autograd.grad never writes it
+        else:
+            t = src.to(p.device, copy=True)
+        t.requires_grad_(p.requires_grad)
+        if t.requires_grad:
+            leaves.append(t)
+        state[name] = t
+    for name, b in module.named_buffers():
+        src = snap.get(name) if snap is not None else None
+        if src is None or src.shape != b.shape:
+            state[name] = b.detach().clone()  # BatchNorm updates its copy, not the user's
+        else:
+            state[name] = src.to(b.device, copy=True)
+    return state, leaves, "pre-step" if pre_step else "current"
+
+
+def _loss_root(result: object, losses: list[KeptLoss]) -> tuple[Tensor | None, str | None]:
+    """What backward starts from: the model's loss, a kept loss module's, or a surrogate."""
+    import torch
+
+    own = _model_loss(result)
+    if own is not None:
+        return own, "model"
+    outputs = [t for _, t in _outputs(result, "out") if t.is_floating_point()]
+    for kl in losses:
+        m = kl.module()
+        if m is None or kl.input_shape is None:
+            continue
+        n = math.prod(kl.input_shape)
+        for t in outputs:
+            if t.numel() == n:
+                loss = m(t.reshape(kl.input_shape), *kl.rest, **kl.kwargs)
+                if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+                    return loss.reshape(()), f"loss_module:{kl.name}"
+    graph = [t for t in outputs if t.requires_grad]
+    if not graph:
+        return None, None
+    return torch.stack([t.float().sum() for t in graph]).sum(), "surrogate"
+
+
+def _model_loss(result: object) -> Tensor | None:
+    """A scalar output, an output's ``.loss`` (Hugging Face) or ``["loss"]``, or a tuple's
+    leading scalar (``return_dict=False`` with labels)."""
+    import torch
+
+    def scalar(v: object) -> Tensor | None:
+        if isinstance(v, torch.Tensor) and v.ndim == 0 and v.is_floating_point():
+            return v
+        return None
+
+    if isinstance(result, torch.Tensor):
+        return scalar(result)
+    if isinstance(result, dict) and "loss" in result:
+        return scalar(result["loss"])
+    own = scalar(getattr(result, "loss", None))
+    if own is not None:
+        return own
+    if isinstance(result, (tuple, list)) and result:
+        return scalar(result[0])
+    return None
+
+
+def _outputs(value: object, path: str, depth: int = 0) -> Iterator[tuple[str, Tensor]]:
+    """(path, tensor) of a nested output: ``out[0]``, ``out['logits']``, ``batch.x``."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        yield path, value
+    elif depth >= 4:
+        return
+    elif isinstance(value, dict):
+        for k, v in list(value.items())[:MAX_OUTPUTS]:
+            yield from _outputs(v, f"{path}[{k!r}]", depth + 1)
+    elif isinstance(value, (tuple, list)):
+        for i, v in enumerate(value[:MAX_OUTPUTS]):
+            yield from _outputs(v, f"{path}[{i}]", depth + 1)
+
+
+def _first_nonfinite_in(value: object, path: str) -> str | None:
+    for i, (where, t) in enumerate(_outputs(value, path)):
+        if i >= MAX_OUTPUTS:
+            break
+        if not _finite(t):
+            return where
+    return None
+
+
+def _finite(t: object) -> bool:
+    """False only for a floating tensor holding NaN/Inf (other values: no evidence)."""
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        return not (isinstance(t, float) and not math.isfinite(t))
+    try:
+        if t.layout != torch.strided or t.device.type == "meta" or t.numel() == 0:
+            return True
+        if not (t.is_floating_point() or t.is_complex()):
+            return True
+        return bool(torch.isfinite(t.detach()).all())
+    except Exception:
+        return True
+
+
+def _all_finite(value: object, depth: int = 0) -> bool:
+    if isinstance(value, (tuple, list)) and depth < 3:
+        return all(_all_finite(v, depth + 1) for v in value)
+    if isinstance(value, dict) and depth < 3:
+        return all(_all_finite(v, depth + 1) for v in value.values())
+    return _finite(value)
+
+
+_watch_cls: Any = None
+
+
+def forward_watch() -> Any:
+    """A ``TorchFunctionMode`` that names the first op making NaN/Inf from finite
+    arguments, with its stack (the class is made on first use: no torch at import)."""
+    global _watch_cls
+    if _watch_cls is None:
+        import torch
+        from torch.overrides import TorchFunctionMode
+
+        class ForwardWatch(TorchFunctionMode):
+            def __init__(self) -> None:
+                super().__init__()
+                self.origin: tuple[str, list[Frame]] | None = None
+
+            def __torch_function__(
+                self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+            ) -> Any:
+                kwargs = kwargs or {}
+                result = func(*args, **kwargs)
+                if self.origin is None and isinstance(result, (torch.Tensor, tuple, list)):
+                    try:
+                        if not _all_finite(result) and _all_finite((args, kwargs)):
+                            name = getattr(func, "__name__", None) or repr(func)
+                            self.origin = (str(name), user_frames(traceback.format_stack()))
+                    except Exception:
+                        pass  # not evidence either way
+                return result
+
+        _watch_cls = ForwardWatch
+    return _watch_cls()
+
+
+class _BackwardWatch:
+    """Post hooks on every node of ``loss``'s graph: the first to turn NaN/Inf."""
+
+    def __init__(self, loss: Tensor) -> None:
+        self.origin: tuple[str, list[str]] | None = None
+        self._handles: list[Any] = []
+        seen: set[Any] = set()
+        todo = [loss.grad_fn]
+        while todo and len(seen) < MAX_NODES:
+            node = todo.pop()
+            if node is None or node in seen:
+                continue
+            seen.add(node)
+            self._handles.append(node.register_hook(self._hook(node)))
+            todo.extend(n for n, _ in node.next_functions)
+
+    def _hook(self, node: Any) -> Any:
+        def hook(grad_inputs: tuple[Any, ...], grad_outputs: tuple[Any, ...]) -> None:
+            if self.origin is None and not _all_finite(grad_inputs) and _all_finite(grad_outputs):
+                meta = getattr(node, "metadata", {})
+                lines = meta.get("traceback_", []) if isinstance(meta, dict) else []
+                self.origin = (str(node.name()), [str(x) for x in lines])
+
+        return hook
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()

@@ -1,0 +1,1 @@
+"""Realistic small training workloads (plain torch, CPU) for the signal tests."""

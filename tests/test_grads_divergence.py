@@ -1,0 +1,277 @@
+"""Divergence from step 1: the early explosion rule, the logged loss's divergence alarm,
+the layer carrying the norm, and remedies that know clipping is on (divergence.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+from grads_support import session
+
+from jupyterlab_torchdbg import log
+from jupyterlab_torchdbg.kernel.grads.alarms import REARM_SAMPLES, Detector, Thresholds
+from jupyterlab_torchdbg.kernel.grads.divergence import (
+    EARLY_FACTOR,
+    LOSS_FACTOR,
+    LOSS_REARM_POINTS,
+    LossWatch,
+)
+from jupyterlab_torchdbg.kernel.stream import Stream
+
+
+def rows(*values: list[float]) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def total_row(*layers: float) -> list[float]:
+    return [math.sqrt(sum(v * v for v in layers)), *layers]
+
+
+LAYERS = ["model.encoder", "model.lstm", "model.decoder"]
+HEALTHY = total_row(0.01, 0.04, 0.03)  # 0.051
+
+
+# --- the early rule -----------------------------------------------------------------------
+
+
+def test_a_x100_jump_at_step_2_is_an_explosion_at_step_2() -> None:
+    d = Detector("opt", Thresholds())
+    alerts = d.evaluate([1, 2], rows(HEALTHY, total_row(1.0, 11.0, 2.0)), LAYERS)
+    assert [(a.kind, a.step) for a in alerts] == [("explosion", 2)]
+    assert "the level of the first steps" in alerts[0].message
+    assert f"alarm above {EARLY_FACTOR:.0f}x" in alerts[0].message
+
+
+def test_the_first_sample_alone_raises_nothing_and_healthy_growth_stays_quiet() -> None:
+    d = Detector("opt", Thresholds())
+    assert d.evaluate([1], rows(total_row(100.0, 1.0, 1.0)), LAYERS) == []
+    # an LSTM's first gradients are small and grow x17 within ten steps: healthy
+    d = Detector("opt", Thresholds())
+    grow = [total_row(0.01 * 1.35**k, 0.04 * 1.35**k, 0.03) for k in range(12)]
+    assert d.evaluate(list(range(1, 13)), rows(*grow), LAYERS) == []
+
+
+def test_a_first_climb_under_the_bar_does_not_hide_the_next_one() -> None:
+    """x50 at step 2 (under x100) then x400 at step 3: the baseline is the lower median of
+    the first samples, so step 3 is measured against step 1, not a mean of both."""
+    d = Detector("opt", Thresholds())
+    alerts = d.evaluate(
+        [1, 2, 3],
+        rows(total_row(1.0), total_row(50.0), total_row(400.0)),
+        ["model.fc"],
+    )
+    assert [(a.kind, a.step) for a in alerts] == [("explosion", 3)]
+    assert "400x the level of the first steps 1" in alerts[0].message
+
+
+def test_exploded_values_never_enter_the_baseline() -> None:
+    d = Detector("opt", Thresholds())
+    first = d.evaluate([1, 2], rows(HEALTHY, total_row(1.0, 11.0, 2.0)), LAYERS)
+    assert [a.step for a in first] == [2]
+    exploded = [total_row(1.0, 12.0, 2.0)] * 30
+    assert d.evaluate(list(range(3, 33)), rows(*exploded), LAYERS) == []
+    assert list(d.window) == [pytest.approx(HEALTHY[0])]  # only the healthy first step
+    assert d._baseline()[0] == pytest.approx(HEALTHY[0])
+    # a healthy stretch re-arms; the next jump is an alarm again
+    calm = [HEALTHY] * REARM_SAMPLES
+    assert d.evaluate(list(range(33, 33 + REARM_SAMPLES)), rows(*calm), LAYERS) == []
+    again = d.evaluate([100], rows(total_row(2.0, 20.0, 1.0)), LAYERS)
+    assert [(a.kind, a.step) for a in again] == [("explosion", 100)]
+    assert "running median" in again[0].message  # the window is full enough now
+
+
+def test_a_user_factor_above_the_early_one_applies_early_too() -> None:
+    d = Detector("opt", Thresholds(explode_factor=500.0))
+    assert d.evaluate([1, 2], rows(total_row(1.0), total_row(300.0)), ["fc"]) == []
+
+
+def test_absolute_default_is_on_with_a_wide_margin() -> None:
+    th = Thresholds()
+    assert th.explode_abs == 1e12
+    d = Detector("opt", th)
+    # a healthy un-normalised regression: 1.9e9 and climbing slowly, no alarm
+    steady = [total_row(2e8 * 1.01**k, 1e9) for k in range(20)]
+    assert d.evaluate(list(range(1, 21)), rows(*steady), ["a", "b"]) == []
+    big = Detector("opt", th)
+    alerts = big.evaluate([1], rows(total_row(3e12, 1.0)), ["a", "b"])
+    assert [a.kind for a in alerts] == ["explosion"] and "threshold 1e+12" in alerts[0].message
+
+
+# --- which layer is named -----------------------------------------------------------------
+
+
+def test_the_layer_carrying_the_norm_is_named_and_the_biggest_jump_is_a_second_fact() -> None:
+    d = Detector("opt", Thresholds())
+    steady = [total_row(0.001, 0.5, 0.2)] * 12
+    assert d.evaluate(list(range(1, 13)), rows(*steady), LAYERS) == []
+    # the embedding jumps x1000 but holds a sliver; the LSTM carries the norm
+    row = total_row(1.0, 50.0, 3.0)
+    alerts = d.evaluate([13], rows(row), LAYERS)
+    assert [a.kind for a in alerts] == ["explosion"]
+    a = alerts[0]
+    share = 50.0**2 / row[0] ** 2
+    assert a.layer == "model.lstm"
+    assert f"model.lstm carries {share:.0%} of the norm" in a.message
+    assert "the largest jump is in model.encoder (1000x its own level)" in a.message
+
+
+def test_no_second_fact_when_the_carrier_also_jumped_most() -> None:
+    d = Detector("opt", Thresholds())
+    d.evaluate(list(range(1, 13)), rows(*[total_row(0.3, 0.5, 0.2)] * 12), LAYERS)
+    alerts = d.evaluate([13], rows(total_row(0.4, 80.0, 0.3)), LAYERS)
+    assert alerts[0].layer == "model.lstm" and "largest jump" not in alerts[0].message
+
+
+def test_the_jump_is_measured_within_the_first_check_too() -> None:
+    """No running level yet (first flush): the rows before the alarm are the level."""
+    d = Detector("opt", Thresholds())
+    alerts = d.evaluate([1, 2], rows(HEALTHY, total_row(5.0, 10.0, 0.03)), LAYERS)
+    assert alerts[0].layer == "model.lstm"
+    assert "the largest jump is in model.encoder (500x its own level)" in alerts[0].message
+
+
+# --- remedies that know clipping is on ----------------------------------------------------
+
+
+def test_explosion_remedy_with_and_without_clipping() -> None:
+    spike = rows(HEALTHY, total_row(1.0, 30.0, 1.0))
+    plain = Detector("opt", Thresholds()).evaluate([1, 2], spike, LAYERS)[0]
+    assert "clip_grad_norm_" in plain.remedy
+    clipped = Detector("opt", Thresholds()).evaluate([1, 2], spike, LAYERS, clipping=True)[0]
+    assert "clip_grad_norm_" not in clipped.remedy and "Clip gradients" not in clipped.remedy
+    assert "Clipping is on" in clipped.remedy and "learning rate" in clipped.remedy
+    assert "before clipping" in clipped.message
+
+
+def test_non_finite_remedy_with_clipping_does_not_advise_clipping() -> None:
+    bad = rows(HEALTHY, [math.nan, math.nan, 0.1, 0.1])
+    plain = Detector("opt", Thresholds()).evaluate([1, 2], bad, LAYERS)[0]
+    clipped = Detector("opt", Thresholds()).evaluate([1, 2], bad, LAYERS, clipping=True)[0]
+    assert plain.kind == clipped.kind == "non_finite"
+    assert "clip" in plain.remedy.lower()
+    assert "cannot help" in clipped.remedy and "clip_grad_norm_" not in clipped.remedy
+
+
+# --- the logged loss ----------------------------------------------------------------------
+
+
+def stream_with(**series: list[float]) -> Stream:
+    st = Stream(lambda h, b: None)
+    for name, ys in series.items():
+        for y in ys:
+            st.record(name, y)
+    st.flush()
+    return st
+
+
+def test_loss_watch_finds_a_x100_jump_at_its_step_once() -> None:
+    st = stream_with(loss=[4.2, 4.1, 4.0, 900.0, 2000.0, 2500.0])
+    w = LossWatch()
+    jumps = w.scan(st)
+    assert [(j.name, j.step) for j in jumps] == [("loss", 3)]
+    assert jumps[0].baseline == pytest.approx(4.1)  # the lower median of the first values
+    for y in [3000.0, 3.9]:
+        st.record("loss", y)
+    st.flush()
+    assert w.scan(st) == []  # still diverged, then one calm point: not re-armed yet
+
+
+def test_loss_watch_rearms_after_a_calm_stretch_and_restarts_on_a_new_run() -> None:
+    st = stream_with(train_loss=[2.0, 2.0, 500.0])
+    w = LossWatch()
+    assert [j.step for j in w.scan(st)] == [2]
+    for _ in range(LOSS_REARM_POINTS):
+        st.record("train_loss", 2.0)
+    st.record("train_loss", 800.0)
+    st.flush()
+    assert [j.step for j in w.scan(st)] == [3 + LOSS_REARM_POINTS]
+    # the history goes back (cleared, logged from step 0 again): a new baseline
+    st.clear()
+    for x, y in enumerate([0.01, 0.01, 5.0]):
+        st.record("train_loss", y, x)
+    st.flush()
+    assert [j.step for j in w.scan(st)] == [2]
+
+
+def test_loss_watch_ignores_healthy_falls_noise_growth_negatives_and_the_scale() -> None:
+    noisy = [1.3, 0.2, 2.5, 0.01, 3.1, 1e-6, 2.0, 0.4] * 10  # batch-1 regression
+    fitted = [2.3] * 5 + [1e-4] * 100 + [0.5] + [1e-4] * 10  # one sample it has not fitted
+    st = stream_with(
+        loss=[4.2 * 0.99**k for k in range(300)],
+        train_loss=fitted,
+        kl_loss=[1e-4 * 1.05**k for k in range(200)],  # grows x17,000, gradually
+        val_loss=noisy,
+        nll_loss=[-1.0, -50.0, 200.0],  # not a positive loss
+        loss_scale=[65536.0 / 2**10, 65536.0, 65536.0 * 4],
+        acc=[0.01, 5.0],
+    )
+    assert LossWatch().scan(st) == []
+
+
+def test_a_jump_checked_with_a_fresh_explosion_is_added_to_its_message() -> None:
+    st = stream_with(loss=[2.0, 2.0, 2.0, 900.0])
+    d = Detector("opt", Thresholds())
+    m = rows(*[total_row(1.0)] * 3, total_row(500.0), total_row(500.0))
+    alerts = d.evaluate([0, 1, 2, 3, 4], m, ["fc"])
+    alerts += d.loss_alerts(st, alerts)
+    assert [a.kind for a in alerts] == ["explosion"]
+    assert "The loss jumped too: loss 900 at step 3, 450x its level before." in alerts[0].message
+
+
+def test_a_jump_past_the_rows_checked_waits_for_them_once() -> None:
+    st = stream_with(loss=[2.0, 2.0, 2.0, 900.0])
+    d = Detector("opt", Thresholds())
+    quiet = d.evaluate([0, 1, 2], rows(*[total_row(1.0)] * 3), ["fc"])
+    assert d.loss_alerts(st, quiet) == []  # step 3's gradients are not checked yet
+    later = d.evaluate([3], rows(total_row(1.1)), ["fc"])  # its gradients were fine
+    told = d.loss_alerts(st, later)
+    assert [(a.kind, a.step) for a in told] == [("divergence", 3)]
+    assert "loss = 900 is 450x its level before (2" in told[0].message
+
+
+def test_loss_divergence_in_a_run_whose_gradients_the_user_clips() -> None:
+    """The user clips in their own code: the norms at the step never explode, the loss
+    does. The divergence alarm names the logged step of the jump."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(64, 8), torch.randn(64, 1)
+    with session({"model": model, "opt": opt}) as s:
+        for step in range(1, 61):
+            target = y if step < 40 else y * 1e3  # the labels of this run go bad at 40
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(model(x), target)
+            log(step, loss=loss)
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            opt.step()
+        s.end_cell()
+        alerts = s.comm.alerts()
+        assert [(a["kind"], a["step"]) for a in alerts] == [("divergence", 40)], alerts
+        a = alerts[0]
+        assert a["track"] == "opt" and a["severity"] == "error"
+        assert f"alarm above {LOSS_FACTOR:.0f}x" in a["message"]
+        assert "learning rate" in a["remedy"] and "clip" not in a["remedy"].lower()
+        assert not s.ext.errors
+
+
+def test_a_loss_jump_with_the_gradient_explosion_is_one_alert() -> None:
+    """The loss is logged before backward (so before its gradients reach the hook): its
+    jump waits for the rows of its step, and the explosion tells the story once."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)  # the loss sets the norm
+    x, y = torch.randn(64, 8), torch.randn(64, 1)
+    with session({"model": model, "opt": opt}) as s:
+        for step in range(1, 31):
+            scale = 1.0 if step < 20 else 1e4
+            opt.zero_grad()
+            loss = scale * nn.functional.mse_loss(model(x), y)
+            log(step, loss=loss)
+            loss.backward()
+            opt.step()
+        s.end_cell()
+        alerts = s.comm.alerts()
+        assert [(a["kind"], a["step"]) for a in alerts] == [("explosion", 20)], alerts
