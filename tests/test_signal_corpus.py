@@ -406,3 +406,29 @@ def test_a_nan_sample_from_dataloader_workers_is_named_at_its_step() -> None:
     assert first["step"] == 5 and first["cause"] == "input", first
     assert "at index [5, 2]" in first["message"], first["message"]
     assert "learning rate" not in first["remedy"]
+
+
+def test_word_lm_updated_by_hand_climbs_x400_in_three_steps() -> None:
+    """The word-language-model example's manual SGD (clipped in the loop) at lr 400: the
+    norm climbs x26, x3, x5 per step (x427 by step 4), each step under the bar, and the
+    alarm still comes at step 4, from the end-of-backward boundary, naming the LSTM."""
+    model = build_lstm_lm()
+    batches = token_batches()
+    with session({"model": model}) as s:
+        s.ext.scan_models()  # what the start of the training cell does
+        for _step in range(1, 21):
+            x, y = next(batches)
+            model.zero_grad()
+            lstm_loss(model, (x, y)).backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(p.grad, alpha=-400.0)
+        s.end_cell()
+        alerts = s.comm.alerts()
+        assert s.track("model")["boundary"] == "end_of_backward"
+        assert not s.ext.errors, s.ext.errors
+    first = [a for a in alerts if not a["kind"].startswith("non_finite")]
+    assert first and first[0]["kind"] == "explosion", alerts
+    assert abs(first[0]["step"] - 4) <= 1, first[0]
+    assert first[0]["layer"] == "model.lstm", first[0]

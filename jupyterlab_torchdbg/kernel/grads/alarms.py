@@ -213,7 +213,7 @@ class Detector:
         The factor is ``explode_factor`` for a steady run and grows with the run's own
         noise (3 robust standard deviations of log-norm, from the median absolute
         deviation) up to 10x that, so a noisy small-batch run does not cry wolf. While
-        the window holds fewer than ``explode_warmup`` samples: the lower median of them
+        the window holds fewer than ``explode_warmup`` samples: the smallest of them
         and ``EARLY_FACTOR`` (too few samples for a noise estimate; divergence.py).
         """
         positive = [math.log(v) for v in self.window if v > 0]
