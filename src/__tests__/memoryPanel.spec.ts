@@ -6,7 +6,6 @@
  * its top allocation sites as text; the process RSS timeline in the CPU-only
  * state; charts mounted and disposed by the shared `useMounted` hook.
  */
-import type { TranslationBundle } from '@jupyterlab/translation';
 import type * as ReactT from 'react';
 
 import type { TorchDbgConnection } from '../connection/connection';
@@ -21,6 +20,7 @@ import type {
   IMemorySnapshotSummary
 } from '../protocol/messages';
 import { schemaDef } from './schema';
+import { trans, XSS } from './translate';
 
 // jsdom lacks these; uPlot reads matchMedia when it loads, LineChart observes its size.
 class FakeResizeObserver {
@@ -63,13 +63,6 @@ const {
 const memoryMessage = schemaDef('Memory');
 const snapshotSummary = schemaDef('MemorySnapshotSummary');
 
-/** `trans.__` as JupyterLab's null translator does it (%1, %2 substituted). */
-const trans = {
-  __: (s: string, ...args: unknown[]) =>
-    s.replace(/%(\d+)/g, (_, i) => String(args[Number(i) - 1]))
-} as unknown as TranslationBundle;
-
-const XSS = '<img src=x onerror="window.__pwned=1">';
 const MiB = 2 ** 20;
 
 const summary: IMemorySnapshotSummary = {

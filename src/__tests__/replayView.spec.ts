@@ -7,7 +7,6 @@
  * the kernel replays and shows a refusal; a `non_finite_replay` alert shows
  * the backward op in bold and the forward stack as text.
  */
-import type { TranslationBundle } from '@jupyterlab/translation';
 import type * as ReactT from 'react';
 
 import type { TorchDbgConnection } from '../connection/connection';
@@ -16,6 +15,7 @@ import type { AlertList as AlertListT } from '../panels/grads/alertList';
 import type { IAck, IAlertItem, IError, IGrads } from '../protocol/messages';
 import type { IReplayResult } from '../protocol/generated';
 import { schemaDef } from './schema';
+import { trans, XSS } from './translate';
 
 Object.assign(globalThis, { IS_REACT_ACT_ENVIRONMENT: true });
 
@@ -37,13 +37,6 @@ const {
 
 const alertItem = schemaDef('AlertItem');
 const replayResult = schemaDef('ReplayResult');
-
-const trans = {
-  __: (s: string, ...args: unknown[]) =>
-    s.replace(/%(\d+)/g, (_, i) => String(args[Number(i) - 1]))
-} as unknown as TranslationBundle;
-
-const XSS = '<img src=x onerror="window.__pwned=1">';
 
 const result: IReplayResult = {
   step: 4,

@@ -1,0 +1,10 @@
+import type { TranslationBundle } from '@jupyterlab/translation';
+
+/** `trans.__` as JupyterLab's null translator does it (%1, %2 substituted). */
+export const trans = {
+  __: (s: string, ...args: unknown[]) =>
+    s.replace(/%(\d+)/g, (_, i) => String(args[Number(i) - 1]))
+} as unknown as TranslationBundle;
+
+/** Markup a kernel might send: the panel must render it as text, never as HTML. */
+export const XSS = '<img src=x onerror="window.__pwned=1">';
