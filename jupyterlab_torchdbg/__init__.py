@@ -60,9 +60,9 @@ def log(*step: object, **values: object) -> None:
     ``…#`` and a 10-digit hash. A no-op when the extension is not loaded; never raises
     into the training loop (R42).
     """
-    from .kernel.scalars import log as _log
+    from .kernel.scalars import log_values
 
-    _log(*step, **values)
+    log_values(step, values)
 
 
 def watch(

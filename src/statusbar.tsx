@@ -3,8 +3,38 @@ import { ReactWidget } from '@jupyterlab/ui-components';
 import React from 'react';
 
 import { KernelTracker } from './connection/tracker';
+import { describeState } from './sidebar/describeState';
+import { currentTrack } from './sidebar/nowStrip';
 import { useSignalRender } from './ui/useSignalRender';
 
+/** A short word for each non-connected state (the full sentence is the tooltip). */
+function shortState(kind: string, trans: TranslationBundle): string {
+  switch (kind) {
+    case 'connecting':
+    case 'loading':
+      return trans.__('connecting…');
+    case 'busy_waiting':
+      return trans.__('waiting for the cell');
+    case 'not_loaded':
+      return trans.__('not loaded');
+    case 'package_missing':
+      return trans.__('not installed');
+    case 'version_mismatch':
+      return trans.__('version mismatch');
+    case 'restarting':
+      return trans.__('restarting');
+    case 'dead':
+      return trans.__('kernel dead');
+    default:
+      return trans.__('off');
+  }
+}
+
+/**
+ * "Torch: step 120 · 2 alarms", "Torch: not training", "Torch: paused at step 40 · clip 1"…
+ * (never the word "Idle": Galata and users read the kernel's "Idle" in the same bar)
+ * in JupyterLab's own status text style (aligned with the other items).
+ */
 function StatusText(props: {
   tracker: KernelTracker;
   trans: TranslationBundle;
@@ -15,13 +45,32 @@ function StatusText(props: {
   useSignalRender(conn ? conn.model.stateChanged : null);
   useSignalRender(conn ? conn.model.control.changed : null);
   useSignalRender(conn ? conn.model.grads.changed : null);
-  if (!conn || conn.model.state.kind !== 'connected') {
+  if (!conn || conn.model.state.kind === 'no_kernel') {
     return null;
   }
+  const state = conn.model.state;
+  if (state.kind !== 'connected') {
+    return (
+      <span
+        className="jp-TorchDbg-status jp-StatusBar-TextItem"
+        data-state={state.kind}
+        title={describeState(state, trans)}
+      >
+        {trans.__('Torch: %1', shortState(state.kind, trans))}
+      </span>
+    );
+  }
   const c = conn.model.control.state;
+  const track = currentTrack(conn.model);
+  const step = c && c.step > 0 ? c.step : (track?.step ?? 0);
+  const idle = c?.idle ?? step === 0;
   const parts: string[] = [];
   if (c?.paused && c.paused_at !== null) {
     parts.push(trans.__('paused at step %1', String(c.paused_at)));
+  } else if (idle) {
+    parts.push(trans.__('not training'));
+  } else {
+    parts.push(trans.__('step %1', String(step)));
   }
   if (c?.clip !== null && c?.clip !== undefined) {
     parts.push(trans.__('clip %1', String(c.clip)));
@@ -31,15 +80,24 @@ function StatusText(props: {
   }
   const alerts = conn.model.grads.alerts.length;
   if (alerts) {
-    parts.push(trans.__('%1 alarms', String(alerts)));
+    parts.push(
+      alerts === 1 ? trans.__('1 alarm') : trans.__('%1 alarms', String(alerts))
+    );
   }
   return (
     <span
-      className="jp-TorchDbg-status"
+      className="jp-TorchDbg-status jp-StatusBar-TextItem"
       data-paused={c?.paused ? 'true' : 'false'}
+      data-idle={idle ? 'true' : 'false'}
+      title={
+        idle
+          ? trans.__(
+              'Torch Debugger: no training step ran in the last seconds. Click to open the panel.'
+            )
+          : trans.__('Torch Debugger: click to open the panel')
+      }
     >
-      {trans.__('Torch')}
-      {parts.length ? `: ${parts.join(' · ')}` : ''}
+      {trans.__('Torch: %1', parts.join(' · '))}
     </span>
   );
 }

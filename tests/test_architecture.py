@@ -149,6 +149,7 @@ def test_one_registration_site_for_the_end_of_backward_hooks() -> None:
         "jupyterlab_torchdbg.kernel.grads.track",
         "jupyterlab_torchdbg.kernel.grads.monitor",
         "jupyterlab_torchdbg.kernel.control.controller",
+        "jupyterlab_torchdbg.kernel.control.lr",  # a ModelSource target has no lr
     }, users
 
 
@@ -171,7 +172,8 @@ def test_step_boundary_calls_grads_then_control_then_memory(
     clipping, control clips with exactly those norms, memory runs after the step."""
     from grads_support import session
 
-    assert step_boundary.ORDER == ("grads", "control", "memory")
+    # runs first: which run the step belongs to (runs.py), then the order below
+    assert step_boundary.ORDER == ("runs", "grads", "control", "memory")
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -94,6 +94,14 @@ def test_quick_benchmark_json_shape(tmp_path: Path) -> None:
     assert s["prefilled_steps"] > 4096  # measured past the history capacity (a long run)
     assert s["points_delivered"] == s["points_recorded"] > 0
     assert 0 < s["messages_per_s"] <= 11
+    # the log() section: wide log() calls streamed whole, their cost and sending share
+    ls = data["log_streaming"]
+    assert ls["series"] == 400 and ls["calls"] > 0
+    assert ls["points_delivered"] == ls["points_recorded"] == ls["calls"] * 400
+    assert ls["sequence_gaps"] == 0 and ls["undecodable_blocks"] == 0
+    assert 0 < ls["log_us_per_call"] < 1e5 and 0 < ls["send_fraction"] < 1
+    assert data["targets"]["log.us_per_call<=100"] in (True, False)
+    assert "log() of 400 values at 250 calls/s:" in proc.stdout
     assert data["meta"]["quick"] is True and data["meta"]["tool_errors"] == {}
     assert data["meta"]["default_primed_steps"] == WARMUP_STEPS
     assert isinstance(data["targets"], dict)

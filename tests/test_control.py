@@ -219,31 +219,49 @@ async def test_r14_control_arguments_validated(kernel: KernelDriver) -> None:
 
 
 async def test_scale_lr_and_reset_at_next_step(kernel: KernelDriver) -> None:
-    comm_id, sub, _ = await setup(kernel)
-    await kernel.action(comm_id, "scale_lr", {"factor": 0.5}, subshell_id=sub)
-    assert await kernel.value("opt.param_groups[0]['lr']") == "0.001"  # not before a step
-    await kernel.run("train(1, 0)")
-    assert await kernel.value("opt.param_groups[0]['lr']") == "0.0005"
+    comm_id, sub, probe_sub = await setup(kernel)
+    # idle (nothing trains): refused, and the idle optimizer is left alone
+    reply = await kernel.action(comm_id, "scale_lr", {"factor": 0.5}, subshell_id=sub)
+    assert reply["code"] == "refused" and "nothing is training" in reply["message"]
+    run = kernel.start_execute("train(300, 0.01)")
+    while int(await probe(kernel, "done", probe_sub)) < 3:
+        await asyncio.sleep(0.05)
+    ack = await kernel.action(comm_id, "scale_lr", {"factor": 0.5}, subshell_id=sub)
+    assert ack["method"] == "ack", ack
+    await kernel.pump_until(lambda: kernel.messages("control", comm_id)[-1].data["lr_scale"] == 0.5)
+    assert await probe(kernel, "opt.param_groups[0]['lr']", probe_sub) == "0.0005"
     await kernel.action(comm_id, "reset_lr", {}, subshell_id=sub)
-    await kernel.run("train(1, 0)")
-    assert await kernel.value("opt.param_groups[0]['lr']") == "0.001"
-    await kernel.drain(0.2)
-    assert kernel.messages("control", comm_id)[-1].data["lr_scale"] is None
+    await kernel.pump_until(
+        lambda: kernel.messages("control", comm_id)[-1].data["lr_scale"] is None
+    )
+    assert await probe(kernel, "opt.param_groups[0]['lr']", probe_sub) == "0.001"
+    reply = await kernel.action(comm_id, "reset_lr", {}, subshell_id=sub)
+    assert reply["code"] == "refused"  # nothing changed any more
+    await kernel.action(comm_id, "resume", {}, subshell_id=sub)
+    assert (await kernel.wait_execute(run, 60)).ok
 
 
 async def test_resume_reaches_a_loop_paused_by_the_training_thread(kernel: KernelDriver) -> None:
     """The pause broadcast comes from the training thread (main shell); ipykernel would then
     route the panel's next comm message to the busy main shell. Resume must still arrive."""
-    comm_id, sub, _ = await setup(kernel)
+    comm_id, sub, probe_sub = await setup(kernel)
+    reply = await kernel.action(comm_id, "pause", {}, subshell_id=sub)
+    assert reply["code"] == "refused" and reply["message"] == "pause: Idle: nothing is training"
+    run = kernel.start_execute("train(500, 0.01)")
+    while int(await probe(kernel, "done", probe_sub)) < 3:
+        await asyncio.sleep(0.05)
     await kernel.action(comm_id, "pause", {}, subshell_id=sub)
-    run = kernel.start_execute("train(20, 0.0)")
     await kernel.pump_until(
         lambda: any(m.data["paused_at"] for m in kernel.messages("control", comm_id))
     )
+    held = next(
+        m.data["paused_at"] for m in kernel.messages("control", comm_id) if m.data["paused_at"]
+    )
+    assert held < 100  # the step within this run
     await kernel.drain(0.3)
     await kernel.action(comm_id, "step", {}, subshell_id=sub, timeout=10)
     await kernel.pump_until(
-        lambda: any(m.data["paused_at"] == 2 for m in kernel.messages("control", comm_id)),
+        lambda: any(m.data["paused_at"] == held + 1 for m in kernel.messages("control", comm_id)),
         timeout=10,
     )
     await kernel.action(comm_id, "resume", {}, subshell_id=sub, timeout=10)

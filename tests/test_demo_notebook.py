@@ -18,9 +18,12 @@ def test_demo_notebook_runs_and_logs() -> None:
     nb.cells.append(
         nbformat.v4.new_code_cell(
             "from jupyterlab_torchdbg.kernel.extension import current\n"
-            "s = current().stream._series\n"
-            "print(sorted(k for k in s if '/' not in k), s['loss'].history.seen,"
-            " s['accuracy'].history.y[-1] > 0.9)"
+            "st = current().stream  # every run's log() series (runs.py), the earlier first\n"
+            "s = list(st.retired.series(st._series.values()))\n"
+            "def longest(n):\n"
+            "    return max((x for x in s if x.name == n), key=lambda x: x.history.seen)\n"
+            "print(sorted({x.name for x in s if '/' not in x.name}), longest('loss').history.seen,"
+            " longest('accuracy').history.y[-1] > 0.9, any(True for _ in st.retired.series([])))"
         )
     )
     nb.cells.append(
@@ -34,13 +37,14 @@ def test_demo_notebook_runs_and_logs() -> None:
     )
     NotebookClient(nb, timeout=300, kernel_name="python3").execute()
     out = nb.cells[-2].outputs[0]["text"].strip()
-    assert out == "['accuracy', 'loss', 'lr'] 1920 True"
+    assert out == "['accuracy', 'loss', 'lr'] 1920 True True"  # the training cell's run
     # the exploding-RNN cell raised the gradient alarms (the explosion, then the overflow
-    # caught at its step); the bad batch was named at its step (the 120th of that cell)
+    # caught at its step); the bad batch was named at its step (the 121st of that cell's
+    # run: each run counts its own steps from 1)
     # and skipped; the failing cell was diagnosed (its error is expected: tagged
     # raises-exception, as the demo means it to fail)
     out = nb.cells[-1].outputs[0]["text"].strip()
-    assert out == "['explosion', 'non_finite_cause'] [(2041, 'input')] shape_mismatch", out
+    assert out == "['explosion', 'non_finite_cause'] [(121, 'input')] shape_mismatch", out
     skipped = [c for c in nb.cells if c.cell_type == "code" and "skip_nonfinite=True" in c.source]
     skipped = skipped[0]
     assert skipped.outputs[-1]["text"].strip() == "weights finite: True"

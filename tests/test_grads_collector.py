@@ -245,12 +245,14 @@ def test_r30_load_state_dict_assign_says_detached_not_stale() -> None:
         assert track["state"] == "no_grads"
         assert "create the optimizer again" in track["reason"]
         assert len(s.comm.series()["grad/opt/total"][0]) == 2  # nothing stale recorded
-        # a new optimizer over the new parameters is monitored under the same name
+        # a new optimizer over the new parameters is monitored under the same name; the
+        # old one is gone, so it is a new run (runs.py: a sweep's next trial), from step 1
         ns["opt"] = opt = torch.optim.SGD(model.parameters(), lr=0.01)
         train(model, opt, 2, torch.randn(2, 4))
         s.end_cell()
         xs = s.comm.series()["grad/opt/total"][0]
-        assert xs.tolist() == [1, 2, 3, 4]  # the x axis continues
+        assert xs.tolist() == [1, 2, 1, 2]
+        assert s.track()["run"] == 2 and s.track()["state"] == "active"
 
 
 def test_collector_never_syncs_on_cpu_tensors_it_creates() -> None:

@@ -170,7 +170,7 @@ def test_loss_watch_finds_a_x100_jump_at_its_step_once() -> None:
     st = stream_with(loss=[4.2, 4.1, 4.0, 900.0, 2000.0, 2500.0])
     w = LossWatch()
     jumps = w.scan(st)
-    assert [(j.name, j.step) for j in jumps] == [("loss", 3)]
+    assert [(j.name, j.step) for j in jumps] == [("loss", 4)]  # log() counts calls from 1
     assert jumps[0].baseline == pytest.approx(4.1)  # the lower median of the first values
     for y in [3000.0, 3.9]:
         st.record("loss", y)
@@ -181,12 +181,12 @@ def test_loss_watch_finds_a_x100_jump_at_its_step_once() -> None:
 def test_loss_watch_rearms_after_a_calm_stretch_and_restarts_on_a_new_run() -> None:
     st = stream_with(train_loss=[2.0, 2.0, 500.0])
     w = LossWatch()
-    assert [j.step for j in w.scan(st)] == [2]
+    assert [j.step for j in w.scan(st)] == [3]
     for _ in range(LOSS_REARM_POINTS):
         st.record("train_loss", 2.0)
     st.record("train_loss", 800.0)
     st.flush()
-    assert [j.step for j in w.scan(st)] == [3 + LOSS_REARM_POINTS]
+    assert [j.step for j in w.scan(st)] == [4 + LOSS_REARM_POINTS]
     # the history goes back (cleared, logged from step 0 again): a new baseline
     st.clear()
     for x, y in enumerate([0.01, 0.01, 5.0]):
@@ -214,20 +214,20 @@ def test_a_jump_checked_with_a_fresh_explosion_is_added_to_its_message() -> None
     st = stream_with(loss=[2.0, 2.0, 2.0, 900.0])
     d = Detector("opt", Thresholds())
     m = rows(*[total_row(1.0)] * 3, total_row(500.0), total_row(500.0))
-    alerts = d.evaluate([0, 1, 2, 3, 4], m, ["fc"])
+    alerts = d.evaluate([1, 2, 3, 4, 5], m, ["fc"])  # steps and log() calls count from 1
     alerts += d.loss_alerts(st, alerts)
     assert [a.kind for a in alerts] == ["explosion"]
-    assert "The loss jumped too: loss 900 at step 3, 450x its level before." in alerts[0].message
+    assert "The loss jumped too: loss 900 at step 4, 450x its level before." in alerts[0].message
 
 
 def test_a_jump_past_the_rows_checked_waits_for_them_once() -> None:
     st = stream_with(loss=[2.0, 2.0, 2.0, 900.0])
     d = Detector("opt", Thresholds())
-    quiet = d.evaluate([0, 1, 2], rows(*[total_row(1.0)] * 3), ["fc"])
-    assert d.loss_alerts(st, quiet) == []  # step 3's gradients are not checked yet
-    later = d.evaluate([3], rows(total_row(1.1)), ["fc"])  # its gradients were fine
+    quiet = d.evaluate([1, 2, 3], rows(*[total_row(1.0)] * 3), ["fc"])
+    assert d.loss_alerts(st, quiet) == []  # step 4's gradients are not checked yet
+    later = d.evaluate([4], rows(total_row(1.1)), ["fc"])  # its gradients were fine
     told = d.loss_alerts(st, later)
-    assert [(a.kind, a.step) for a in told] == [("divergence", 3)]
+    assert [(a.kind, a.step) for a in told] == [("divergence", 4)]
     assert "loss = 900 is 450x its level before (2" in told[0].message
 
 

@@ -69,6 +69,13 @@ def test_hysteresis_raises_at_once_lowers_with_room() -> None:
     assert choose_stride(3.4e-4, 0.01, 0.01, current=10) == 5
     # need = 5.1 at stride 5: raised at once
     assert choose_stride(5.1e-4, 0.01, 0.01, current=5) == 10
+    # never more than twice what the read implies: 1.5 implies 2; 5 is lowered to 4
+    assert choose_stride(1.5e-4, 0.01, 0.01, current=5) == 4
+    assert choose_stride(1.5e-4, 0.01, 0.01, current=4) == 4  # and stays (no flapping)
+    for need in (1.1, 1.5, 1.9, 2.1, 3.3, 4.6, 7.7, 14.0, 33.0):
+        for current in (1, 2, 4, 5, 10, 20, 50, 100):
+            got = choose_stride(need * 1e-4, 0.01, 0.01, current=current)
+            assert got <= 2 * nice_at_least(need), (need, current, got)
 
 
 def run(sampler: Sampler, steps: int, step_s: float, cost_s: float, t0: float = 0.0) -> float:

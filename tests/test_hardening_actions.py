@@ -332,6 +332,8 @@ def test_r45_default_checkpoint_names_never_collide_and_chosen_ones_never_overwr
 #: String arguments that are not an enum: each is pattern-checked or a list of series names.
 FREE_STRINGS = {("save_checkpoint", "filename"), ("clear_history", "names")}
 FREE_STRINGS |= {("replay_step", "track")}
+# a control target's key, "name#n" (issue #14)
+FREE_STRINGS |= {("set_lr", "optimizer"), ("scale_lr", "optimizer"), ("reset_lr", "optimizer")}
 
 
 def _action_args() -> dict[str, dict[str, Any]]:

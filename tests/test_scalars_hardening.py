@@ -145,7 +145,7 @@ def test_r42_log_never_raises_for_hostile_values_steps_and_names() -> None:
         assert not set(SKIPPED) & set(got)
         assert got["loss"] == 1.0 and got[""] == 1.0 and got["\ufffdlone"] == 2.0
         x = {k: v[0].tolist() for k, v in loaded.comm.series().items()}
-        assert x["loss"] == [0.0]  # an unusable step is ignored: the series counts calls
+        assert x["loss"] == [1.0]  # an unusable step is ignored: the series counts calls
         assert x["tensor_step"] == [3.0]  # a CPU tensor is a usable step
         messages = [str(w.message) for w in caught]
         assert sum("step must be" in m for m in messages) == 1

@@ -41,7 +41,8 @@ async def test_r08_5000_calls_per_second_coalesced(loaded: KernelDriver) -> None
     pts = merge_series(msgs)
     assert len(pts["loss"][1]) == n and len(pts["acc"][1]) == n
     np.testing.assert_array_equal(pts["loss"][1], np.arange(n, dtype=np.float32))
-    np.testing.assert_array_equal(pts["loss"][0], np.arange(n, dtype=np.float64))
+    # log() without a step counts calls from 1 (in each run)
+    np.testing.assert_array_equal(pts["loss"][0], np.arange(1, n + 1, dtype=np.float64))
     # the stream arrived while the cell ran, not all at the end
     first, last = msgs[0].t, msgs[-1].t
     assert last - first > seconds / 2
@@ -108,8 +109,8 @@ async def test_r06_late_panel_gets_one_snapshot_of_history(loaded: KernelDriver)
     x, y = hist
     # downsampled but spanning the whole run, bounded in size
     assert 1000 < len(x) <= 4096
-    assert x[0] == 0 and x[-1] > 19000
-    np.testing.assert_array_equal(x.astype(np.float32), y)
+    assert x[0] == 1 and x[-1] > 19000  # calls are counted from 1
+    np.testing.assert_array_equal(x.astype(np.float32) - 1, y)  # call n logged n - 1
     # no series replay: the next series continues from the snapshot's seq
     seq0 = snaps[0].data["seq"]
     await loaded.run("log(loss=1.0)")

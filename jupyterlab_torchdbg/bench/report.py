@@ -73,6 +73,10 @@ def table(results: dict[str, Any]) -> str:
             f"{s['bytes_per_s'] / 1e6:.2f} MB/s, {s['kernel_us_per_flush']:.0f} µs per flush "
             f"({100 * s['send_fraction']:.3f}% of wall time), {s['sequence_gaps']} sequence gaps."
         )
+    ls = results.get("log_streaming")
+    if ls:
+        lines.append("")
+        lines.append(log_summary(ls))
     return "\n".join(lines)
 
 
@@ -128,6 +132,10 @@ def targets(results: dict[str, Any]) -> dict[str, object]:
         out["streaming.messages_per_s<=10"] = s["messages_per_s"] <= 10.5
         out["streaming.sequence_gaps==0"] = s["sequence_gaps"] == 0
         out["streaming.send_fraction<=0.001"] = s["send_fraction"] <= 0.001
+    ls = results.get("log_streaming")
+    if ls:
+        out["log.us_per_call<=100"] = _met(ls["log_us_per_call"], 100)
+        out["log.send_fraction<=0.001"] = _met(ls["send_fraction"], 0.001)
     return out
 
 
@@ -135,3 +143,13 @@ def _met(v: float | None, limit: float) -> bool | None:
     if v is None or not math.isfinite(v):
         return None
     return v <= limit
+
+
+def log_summary(s: dict[str, Any]) -> str:
+    """The log() section in one line (``log_stream``)."""
+    return (
+        f"log() of {s['series']} values at {s['steps_per_s_offered']:.0f} calls/s: "
+        f"{s['log_us_per_call']:.1f} µs per call (median {s['log_us_per_call_median']:.1f}), "
+        f"flushes {s['kernel_us_per_flush']:.0f} µs each, {100 * s['send_fraction']:.3f}% "
+        f"of wall time sending, {s['sequence_gaps']} sequence gaps."
+    )

@@ -138,10 +138,19 @@ class CommHub:
         """
         comm_id = getattr(comm, "comm_id", "")
         lock = getattr(comm, "_reply_subshell_lock", None)
-        if lock is None or comm_id not in self._routes:
+        if lock is None:
             return
         with lock:
-            comm._reply_subshell_id = self._routes[comm_id]
+            if callable(getattr(comm, "_reply_subshell_for", None)):
+                # No route of ours: ipykernel then routes each incoming message to the
+                # subshell its own header names, the one the panel chose. A remembered
+                # route would be wrong for the first action: JupyterLab opens the comm
+                # before its subshell exists (the open, and so the route, is the main
+                # shell's), then sends every action over the subshell; the first one,
+                # sent while a cell trains, would wait for the cell's end (issue #14).
+                comm.__dict__.pop("_reply_subshell_id", None)
+            elif comm_id in self._routes:
+                comm._reply_subshell_id = self._routes[comm_id]
 
     def _on_open(self, comm: Any, msg: dict[str, Any]) -> None:
         self._note_route(comm, msg)

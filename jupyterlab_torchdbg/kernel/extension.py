@@ -32,6 +32,7 @@ from .action_args import no_args, only_keys, string_list
 from .action_registry import ActionRegistry
 from .capabilities import Nvml, capabilities
 from .comms import CommHub, Deliver
+from .runs import Runs, name_of
 from .step_boundary import StepBoundary
 from .stream import Stream
 from .torch_import import TorchImportWatcher
@@ -65,6 +66,8 @@ class Extension:
             on_error=self.count_error,
         )
         self.stream = Stream(self.hub.broadcast)
+        #: The runs (runs.py): the step boundary, log() and the cell events feed it.
+        self.runs = Runs(self.hub.broadcast, self.count_error)
         self._cleanups: list[Callable[[], None]] = []
         self._torch_attached = False
         self.exceptions: exceptions.ExceptionMonitor | None = None
@@ -137,6 +140,7 @@ class Extension:
         )
         self.hub.register()
         self.add_cleanup(self.hub.close)
+        self._wire_runs()
         self.add_cleanup(self.nvml.shutdown)
         # The features, each given what it needs of the others (no feature reaches another).
         self.exceptions, cleanup = exceptions.attach(self)
@@ -147,12 +151,36 @@ class Extension:
         self.add_cleanup(cleanup)
         self.memory, cleanup = memory.attach(self, exception_id=self.exceptions.exception_id)
         self.add_cleanup(cleanup)
-        self.boundary = StepBoundary(self.grads, self.control, self.memory, self.count_error)
+        self.boundary = StepBoundary(
+            self.grads,
+            self.control,
+            self.memory,
+            self.count_error,
+            runs=self.runs,
+            name_of=lambda o: name_of(o, self.shell.user_ns),
+        )
         # Removed before the features' own cleanups run (cleanups run in reverse).
         self.add_cleanup(self.boundary.detach)
         if "torch" not in sys.modules:
             self.add_cleanup(TorchImportWatcher(self._on_torch_imported).install())
         self._maybe_attach_torch()
+
+    def _wire_runs(self) -> None:
+        """Runs: sent right after the snapshot; a new run gives the stream new blocks."""
+        runs, stream = self.runs, self.stream
+
+        def on_run(event: str, run: object) -> None:
+            if event == "start":
+                stream.start_run(runs.current_id or 0)
+            elif event == "end":
+                stream.end_run()
+
+        self.add_cleanup(runs.on_change(on_run))
+        self.add_cleanup(self.hub.add_snapshot_part(lambda: [runs.message()]))
+        stream.on_no_run = runs.at_log
+        runs.activity = lambda: stream.logged
+        stream.on_step_back = runs.step_backwards
+        self.add_cleanup(runs.close)
 
     def _clipping(self) -> bool:
         return self.control is not None and self.control.clipping
@@ -190,6 +218,12 @@ class Extension:
         end-of-backward hooks (not while another cell runs: it may be inside backward);
         then exceptions, then memory."""
         self._cells.add(threading.get_ident())
+        cell_id = getattr(info, "cell_id", None)
+        count = getattr(self.shell, "execution_count", None)
+        self.runs.cell_started(
+            cell_id if isinstance(cell_id, str) else None,
+            count if isinstance(count, int) else None,
+        )
         self._guarded("pre_run_cell", self._maybe_attach_torch)
         if not self.others_running():
             self.scan_models()
@@ -221,6 +255,7 @@ class Extension:
         if self.memory is not None:
             self._guarded("memory:post_run_cell", self.memory.post_run_cell, result)
         self._guarded("post_run_cell", self.stream.flush)
+        self._guarded("runs", self.runs.cell_ended)  # the run this cell started ends
 
     def scan_models(self) -> None:
         """Hook the namespace's (or the watched) models that no optimizer steps, at the

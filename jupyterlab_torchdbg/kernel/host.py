@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from .action_registry import ActionRegistry
     from .capabilities import Nvml
     from .comms import CommHub
+    from .runs import Runs
     from .stream import Stream
 
 
@@ -55,6 +56,8 @@ class Host(Protocol):
     session_id: str
     stream: Stream
     hub: CommHub
+    #: The runs (runs.py): which run is current, idle or not, run start / end events.
+    runs: Runs
     actions: ActionRegistry
     nvml: Nvml
 

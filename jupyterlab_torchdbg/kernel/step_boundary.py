@@ -5,6 +5,9 @@ Zero code change: ``torch.optim.optimizer.register_optimizer_step_pre_hook`` and
 is the only place that registers them (a test checks it); each feature is called from
 here, in this order, written here and nowhere else:
 
+0. **runs** (``Runs.at_step``) — which run this step belongs to: a step after idle, in
+   another cell execution with a new optimizer, starts one (runs.py); the stream, the
+   gradient monitor and control number their steps per run from there.
 1. **gradients** (``GradMonitor.on_step``) — before the step: gradients are final (after
    DDP's all-reduce, after GradScaler's ``unscale_``). The monitor reads this step's
    per-tensor norms if the step is sampled (every step while clipping is on) and returns
@@ -52,6 +55,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .backward_boundary import BackwardHooks, ModelSource, any_thread_inside
+from .runs import Runs
 from .watches import watches
 
 if TYPE_CHECKING:
@@ -63,7 +67,7 @@ if TYPE_CHECKING:
     from .memory import MemoryMonitor
 
 #: The order the features are called in at each step (documentation and tests).
-ORDER = ("grads", "control", "memory")
+ORDER = ("runs", "grads", "control", "memory")
 #: How often a waiting install / removal looks again for a moment without a step.
 RETRY_S = 0.01
 
@@ -77,7 +81,11 @@ class StepBoundary:
         control: Control,
         memory: MemoryMonitor,
         on_error: Callable[[str], None],
+        runs: Runs | None = None,
+        name_of: Callable[[object], str] = lambda o: type(o).__name__,
     ) -> None:
+        self.runs = runs
+        self._name_of = name_of
         self.grads = grads
         self.control = control
         self.memory = memory
@@ -124,12 +132,23 @@ class StepBoundary:
             self.backward.optimizer_seen(optimizer)
         except Exception:
             self._on_error("step_boundary:backward")
+        self._run(optimizer)
         read = self.grads.on_step(optimizer)
         self.control.at_step(optimizer, read)
+
+    def _run(self, optimizer: object) -> None:
+        """Runs first: the step's run (maybe a new one) is known to the features after."""
+        if self.runs is None:
+            return
+        try:
+            self.runs.at_step(optimizer, lambda: self._name_of(optimizer))
+        except Exception:
+            self._on_error("runs")
 
     def at_backward_end(self, source: ModelSource) -> None:
         """A backward pass of a model no optimizer steps has ended (an autograd engine
         callback on the thread that called ``backward()``): gradients, then control."""
+        self._run(source)
         read = self.grads.on_backward(source)
         self.control.at_step(source, read)
 

@@ -6,6 +6,7 @@
  * its top allocation sites as text; the process RSS timeline in the CPU-only
  * state; charts mounted and disposed by the shared `useMounted` hook.
  */
+import { act, mountEach, React } from './dom';
 import type * as ReactT from 'react';
 
 import type { TorchDbgConnection } from '../connection/connection';
@@ -22,33 +23,7 @@ import type {
 import { schemaDef } from './schema';
 import { trans, XSS } from './translate';
 
-// jsdom lacks these; uPlot reads matchMedia when it loads, LineChart observes its size.
-class FakeResizeObserver {
-  observe(): void {}
-  disconnect(): void {}
-}
-Object.assign(globalThis, {
-  ResizeObserver: FakeResizeObserver,
-  IS_REACT_ACT_ENVIRONMENT: true
-});
-window.matchMedia = ((query: string) => ({
-  matches: false,
-  media: query,
-  addEventListener: () => undefined,
-  removeEventListener: () => undefined
-})) as unknown as typeof window.matchMedia;
-
 /* eslint-disable @typescript-eslint/no-require-imports */
-const React: typeof ReactT = require('react');
-// react-dom has no type declarations in this project: the little used here
-interface IRoot {
-  render(element: ReactT.ReactNode): void;
-  unmount(): void;
-}
-const {
-  createRoot
-}: { createRoot(container: Element): IRoot } = require('react-dom/client');
-const { act } = React;
 const {
   MemoryPanel
 }: { MemoryPanel: typeof MemoryPanelT } = require('../panels/memory/body');
@@ -129,25 +104,14 @@ function fakeConn(reply: (action: string) => IAck): {
   return { conn, sent };
 }
 
-let host: HTMLDivElement;
-let root: IRoot;
-
-beforeEach(() => {
-  host = document.createElement('div');
-  document.body.appendChild(host);
-  root = createRoot(host);
-});
+const dom = mountEach();
 
 afterEach(() => {
-  act(() => root.unmount());
-  host.remove();
   jest.restoreAllMocks();
 });
 
 function render(model: TorchDbgModel, conn: TorchDbgConnection): void {
-  act(() => {
-    root.render(React.createElement(MemoryPanel, { model, conn, trans }));
-  });
+  dom.render(React.createElement(MemoryPanel, { model, conn, trans }));
 }
 
 describe('memory panel: the last recording', () => {
@@ -167,7 +131,7 @@ describe('memory panel: the last recording', () => {
       memory({ recording: { ...memory().recording, last: summary } })
     );
     render(model, fakeConn(() => ({}) as IAck).conn);
-    const snap = host.querySelector('.jp-TorchDbg-snapshot')!;
+    const snap = dom.host.querySelector('.jp-TorchDbg-snapshot')!;
     expect(snap.getAttribute('data-file')).toBe(summary.file);
     expect(
       snap.querySelector('.jp-TorchDbg-snapshotFile code')!.textContent
@@ -217,10 +181,10 @@ describe('memory panel: the last recording', () => {
       })
     );
     render(model, fakeConn(() => ({}) as IAck).conn);
-    expect(host.querySelector('.jp-TorchDbg-sites')).toBeNull();
-    expect(host.querySelector('.jp-TorchDbg-snapshot')!.textContent).toContain(
-      'No allocation with a Python stack'
-    );
+    expect(dom.host.querySelector('.jp-TorchDbg-sites')).toBeNull();
+    expect(
+      dom.host.querySelector('.jp-TorchDbg-snapshot')!.textContent
+    ).toContain('No allocation with a Python stack');
   });
 
   it('stop sends the action, notes the file, then shows the sites the status carries', async () => {
@@ -238,13 +202,13 @@ describe('memory panel: the last recording', () => {
       result: { state: 'off', max_entries: null, since: null, ...summary }
     }));
     render(model, conn);
-    expect(host.querySelector('.jp-TorchDbg-snapshot')).toBeNull();
-    const stop = Array.from(host.querySelectorAll('button')).find(
+    expect(dom.host.querySelector('.jp-TorchDbg-snapshot')).toBeNull();
+    const stop = Array.from(dom.host.querySelectorAll('button')).find(
       b => b.textContent === 'Stop recording'
     )!;
     await act(async () => stop.click());
     expect(sent).toEqual([{ action: 'record_memory', args: { op: 'stop' } }]);
-    expect(host.querySelector('.jp-TorchDbg-note')!.textContent).toBe(
+    expect(dom.host.querySelector('.jp-TorchDbg-note')!.textContent).toBe(
       'Memory snapshot saved: its top allocation sites are below.'
     );
     // the kernel broadcasts the status with the summary right after the ack
@@ -259,9 +223,9 @@ describe('memory panel: the last recording', () => {
     await act(async () => {
       await new Promise(r => requestAnimationFrame(() => r(null)));
     });
-    expect(host.querySelectorAll('.jp-TorchDbg-sites tbody tr')).toHaveLength(
-      2
-    );
+    expect(
+      dom.host.querySelectorAll('.jp-TorchDbg-sites tbody tr')
+    ).toHaveLength(2);
   });
 });
 
@@ -274,7 +238,7 @@ describe('memory panel: CPU-only state', () => {
     const setData = jest.spyOn(LineChart.prototype, 'setData');
     model.memory.apply(memory());
     render(model, fakeConn(() => ({}) as IAck).conn);
-    const card = host.querySelector('.jp-TorchDbg-rssCard')!;
+    const card = dom.host.querySelector('.jp-TorchDbg-rssCard')!;
     expect(card.getAttribute('data-series')).toBe('mem/cpu/rss');
     expect(card.textContent).toContain('512 MiB');
     expect(
@@ -286,7 +250,8 @@ describe('memory panel: CPU-only state', () => {
     expect(Array.from(y)).toEqual([400 * MiB, 450 * MiB, 512 * MiB]);
     // the RSS is in the card: the footer does not repeat it
     expect(
-      host.querySelector('.jp-TorchDbg-memory')!.lastElementChild!.textContent
+      dom.host.querySelector('.jp-TorchDbg-memory')!.lastElementChild!
+        .textContent
     ).toBe('NVML library not found');
   });
 
@@ -320,18 +285,18 @@ describe('memory panel: CPU-only state', () => {
     expect(memoryMessage(msg)).toBe(true);
     model.memory.apply(msg);
     render(model, fakeConn(() => ({}) as IAck).conn);
-    expect(host.querySelector('.jp-TorchDbg-breakdownNote')!.textContent).toBe(
-      note
-    );
+    expect(
+      dom.host.querySelector('.jp-TorchDbg-breakdownNote')!.textContent
+    ).toBe(note);
   });
 
   it('says the timeline fills while a cell runs when there is no point yet', () => {
     const model = new TorchDbgModel();
     model.memory.apply(memory());
     render(model, fakeConn(() => ({}) as IAck).conn);
-    expect(host.querySelector('.jp-TorchDbg-rssCard')!.textContent).toContain(
-      'fills while a cell runs'
-    );
+    expect(
+      dom.host.querySelector('.jp-TorchDbg-rssCard')!.textContent
+    ).toContain('fills while a cell runs');
   });
 
   it('has no RSS card when device cards show the timeline', () => {
@@ -364,9 +329,9 @@ describe('memory panel: CPU-only state', () => {
       })
     );
     render(model, fakeConn(() => ({}) as IAck).conn);
-    expect(host.querySelector('.jp-TorchDbg-rssCard')).toBeNull();
+    expect(dom.host.querySelector('.jp-TorchDbg-rssCard')).toBeNull();
     expect(
-      host.querySelector(
+      dom.host.querySelector(
         '.jp-TorchDbg-deviceCard[data-device="cuda:0"] .jp-TorchDbg-chart'
       )
     ).not.toBeNull();
@@ -397,18 +362,18 @@ describe('useMounted', () => {
   }
 
   it('mounts the object in the host, remakes it when deps change, disposes on unmount', () => {
-    act(() => root.render(React.createElement(Host, { k: 'a' })));
-    expect(host.querySelectorAll('.thing')).toHaveLength(1);
-    expect(host.querySelector('.thing')!.textContent).toBe('a');
-    act(() => root.render(React.createElement(Host, { k: 'a' })));
+    dom.render(React.createElement(Host, { k: 'a' }));
+    expect(dom.host.querySelectorAll('.thing')).toHaveLength(1);
+    expect(dom.host.querySelector('.thing')!.textContent).toBe('a');
+    dom.render(React.createElement(Host, { k: 'a' }));
     expect([Thing.made, Thing.disposed]).toEqual([1, 0]);
-    act(() => root.render(React.createElement(Host, { k: 'b' })));
+    dom.render(React.createElement(Host, { k: 'b' }));
     expect([Thing.made, Thing.disposed]).toEqual([2, 1]);
     expect(
-      Array.from(host.querySelectorAll('.thing')).map(n => n.textContent)
+      Array.from(dom.host.querySelectorAll('.thing')).map(n => n.textContent)
     ).toEqual(['b']);
-    act(() => root.render(React.createElement('p')));
+    dom.render(React.createElement('p'));
     expect([Thing.made, Thing.disposed]).toEqual([2, 2]);
-    expect(host.querySelector('.thing')).toBeNull();
+    expect(dom.host.querySelector('.thing')).toBeNull();
   });
 });

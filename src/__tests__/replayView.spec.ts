@@ -7,8 +7,7 @@
  * the kernel replays and shows a refusal; a `non_finite_replay` alert shows
  * the backward op in bold and the forward stack as text.
  */
-import type * as ReactT from 'react';
-
+import { act, mountEach, React } from './dom';
 import type { TorchDbgConnection } from '../connection/connection';
 import { TorchDbgModel } from '../model/model';
 import type { AlertList as AlertListT } from '../panels/grads/alertList';
@@ -17,19 +16,7 @@ import type { IReplayResult } from '../protocol/generated';
 import { schemaDef } from './schema';
 import { trans, XSS } from './translate';
 
-Object.assign(globalThis, { IS_REACT_ACT_ENVIRONMENT: true });
-
 /* eslint-disable @typescript-eslint/no-require-imports */
-const React: typeof ReactT = require('react');
-// react-dom has no type declarations in this project: the little used here
-interface IRoot {
-  render(element: ReactT.ReactNode): void;
-  unmount(): void;
-}
-const {
-  createRoot
-}: { createRoot(container: Element): IRoot } = require('react-dom/client');
-const { act } = React;
 const {
   AlertList
 }: { AlertList: typeof AlertListT } = require('../panels/grads/alertList');
@@ -118,32 +105,18 @@ function fakeConn(): {
   return { conn, sent, answer: r => settle(r) };
 }
 
-let host: HTMLDivElement;
-let root: IRoot;
-
-beforeEach(() => {
-  host = document.createElement('div');
-  document.body.appendChild(host);
-  root = createRoot(host);
-});
-
-afterEach(() => {
-  act(() => root.unmount());
-  host.remove();
-});
+const dom = mountEach();
 
 function render(
   model: TorchDbgModel,
   alerts: IAlertItem[],
   conn?: TorchDbgConnection
 ): void {
-  act(() => {
-    root.render(React.createElement(AlertList, { alerts, model, conn, trans }));
-  });
+  dom.render(React.createElement(AlertList, { alerts, model, conn, trans }));
 }
 
 const buttons = (): HTMLButtonElement[] =>
-  Array.from(host.querySelectorAll('.jp-TorchDbg-replayAction button'));
+  Array.from(dom.host.querySelectorAll('.jp-TorchDbg-replayAction button'));
 
 describe('replay of a non-finite step', () => {
   it('uses fixtures the schema accepts', () => {
@@ -183,7 +156,7 @@ describe('replay of a non-finite step', () => {
       });
     });
     expect(buttons()[0].disabled).toBe(false);
-    expect(host.querySelector('.jp-TorchDbg-replayNote')?.textContent).toBe(
+    expect(dom.host.querySelector('.jp-TorchDbg-replayNote')?.textContent).toBe(
       'the running cell reached no optimizer step in 30 s'
     );
   });
@@ -198,11 +171,11 @@ describe('replay of a non-finite step', () => {
       replay: result
     });
     render(model, [alert(), replayAlert], fakeConn().conn);
-    expect(host.querySelector('strong.jp-TorchDbg-replayOp')?.textContent).toBe(
-      'SqrtBackward0'
-    );
+    expect(
+      dom.host.querySelector('strong.jp-TorchDbg-replayOp')?.textContent
+    ).toBe('SqrtBackward0');
     const frames = Array.from(
-      host.querySelectorAll('.jp-TorchDbg-replayStack li')
+      dom.host.querySelectorAll('.jp-TorchDbg-replayStack li')
     );
     expect(
       frames.map(f => f.querySelector('.jp-TorchDbg-replayWhere')?.textContent)
@@ -211,8 +184,8 @@ describe('replay of a non-finite step', () => {
       '/tmp/ipykernel_42/123456.py:7'
     );
     expect(frames[1].querySelector('code')?.textContent).toContain(XSS);
-    expect(host.querySelector('img')).toBeNull(); // kernel text stays text
-    expect(host.textContent).toContain('pre-step weights');
+    expect(dom.host.querySelector('img')).toBeNull(); // kernel text stays text
+    expect(dom.host.textContent).toContain('pre-step weights');
     // The replay's own alert offers no second replay: one button, on the bad step's alert.
     expect(buttons()).toHaveLength(1);
     expect(buttons()[0].closest('li')?.getAttribute('data-kind')).toBe(
@@ -233,9 +206,13 @@ describe('replay of a non-finite step', () => {
       forward_stack: []
     };
     render(model, [alert({ kind: 'non_finite_replay', replay: finite })]);
-    expect(host.textContent).toContain('the NaN does not reproduce');
-    expect(host.textContent).toContain('current weights (no pre-step copy)');
-    expect(host.textContent).toContain('backward from the sum of the outputs');
-    expect(host.querySelector('.jp-TorchDbg-replayStack')).toBeNull();
+    expect(dom.host.textContent).toContain('the NaN does not reproduce');
+    expect(dom.host.textContent).toContain(
+      'current weights (no pre-step copy)'
+    );
+    expect(dom.host.textContent).toContain(
+      'backward from the sum of the outputs'
+    );
+    expect(dom.host.querySelector('.jp-TorchDbg-replayStack')).toBeNull();
   });
 });

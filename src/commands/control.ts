@@ -13,6 +13,8 @@ export function addControlCommands(ctx: ICommandContext): void {
   const { app, trans } = ctx;
   const current = () => currentConnection(ctx);
   const connected = () => isConnected(ctx);
+  // Pause and Step act on a run that is training (the kernel refuses them while idle)
+  const running = () => current()?.model.control.running ?? false;
   const control = async <K extends ActionName>(
     action: K,
     args: IActionArgs[K]
@@ -52,7 +54,7 @@ export function addControlCommands(ctx: ICommandContext): void {
   });
   app.commands.addCommand(CommandIDs.pause, {
     label: trans.__('Pause Training'),
-    isEnabled: connected,
+    isEnabled: () => connected() && running(),
     execute: () => control('pause', {})
   });
   app.commands.addCommand(CommandIDs.resume, {
@@ -63,7 +65,9 @@ export function addControlCommands(ctx: ICommandContext): void {
   app.commands.addCommand(CommandIDs.step, {
     label: trans.__('Single Step (while paused)'),
     isEnabled: () =>
-      connected() && (current()?.model.control.state?.paused ?? false),
+      connected() &&
+      running() &&
+      (current()?.model.control.state?.paused ?? false),
     execute: () => control('step', {})
   });
 }

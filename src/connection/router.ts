@@ -48,6 +48,9 @@ export function routeMessage(
     case 'memory':
       model.memory.apply(data);
       break;
+    case 'runs':
+      model.applyRuns(data);
+      break;
     case 'oom':
       model.memory.applyOom(data);
       break;

@@ -3,9 +3,18 @@ import { ISignal, Signal } from '@lumino/signaling';
 import { ControlModel } from '../panels/control/model';
 import { ExceptionModel } from '../panels/exception/model';
 import { MemoryModel } from '../panels/memory/model';
+import type { IOverlay } from '../charts/lineChart';
 import { GradsModel } from '../panels/grads/model';
-import { decodeBlocks, NameTable } from '../protocol/codec';
-import { IHello, ISeries, ISnapshot, IStreamStats } from '../protocol/messages';
+import { MAX_RUNS, NO_RUN, RunsModel } from '../panels/runs/model';
+import { decodeBlocks, IDecoded, NameTable } from '../protocol/codec';
+import type { IRuns } from '../protocol/generated';
+import {
+  IBlock,
+  IHello,
+  ISeries,
+  ISnapshot,
+  IStreamStats
+} from '../protocol/messages';
 import { SeriesRing } from './ringbuffer';
 
 /**
@@ -28,6 +37,12 @@ export type ConnectionState =
 /** Points kept per series in the browser. */
 export const SERIES_CAPACITY = 100_000;
 
+/** A series of an earlier run, drawn faded behind the shown run's. */
+export interface IRunSeries {
+  run: number;
+  ring: SeriesRing;
+}
+
 /**
  * The state of one kernel as the panel knows it: connection state, the kernel's
  * hello, and the streamed series. Pure data with signals; no DOM.
@@ -35,7 +50,13 @@ export const SERIES_CAPACITY = 100_000;
 export class TorchDbgModel {
   constructor(options: TorchDbgModel.IOptions = {}) {
     this._capacity = options.capacity ?? SERIES_CAPACITY;
+    this._maxRuns = options.maxRuns ?? MAX_RUNS;
+    this._runs.set(NO_RUN, new Map());
+    this.runs.changed.connect(this._onRunsChanged, this);
   }
+
+  /** The runs, and which one the panel shows (see `series`). */
+  readonly runs = new RunsModel();
 
   /** The gradient monitor's status and alarms. */
   readonly grads = new GradsModel();
@@ -78,9 +99,79 @@ export class TorchDbgModel {
     this._stateChanged.emit(this._state);
   }
 
-  /** Series by name, in first-seen order. */
+  /**
+   * The series of the shown run (`runs.shown`) by name, in first-seen order,
+   * followed by those recorded outside any run (e.g. memory) that the shown
+   * run does not have.
+   */
   get series(): ReadonlyMap<string, SeriesRing> {
-    return this._series;
+    if (!this._view) {
+      const outside = this._runs.get(NO_RUN)!;
+      const shown = this._runs.get(this.runs.shown) ?? new Map();
+      if (shown === outside || outside.size === 0) {
+        this._view = shown;
+      } else {
+        this._view = new Map(shown);
+        for (const [name, ring] of outside) {
+          if (!shown.has(name)) {
+            this._view.set(name, ring);
+          }
+        }
+      }
+    }
+    return this._view;
+  }
+
+  /** The series of one run by name (NO_RUN: recorded outside any run). */
+  seriesOfRun(run: number): ReadonlyMap<string, SeriesRing> {
+    return this._runs.get(run) ?? new Map();
+  }
+
+  /**
+   * The same series in the runs drawn faded behind the shown one
+   * (`runs.overlayRuns()`), oldest first; runs without it are left out.
+   */
+  overlays(name: string): IRunSeries[] {
+    const out: IRunSeries[] = [];
+    for (const run of this.runs.overlayRuns()) {
+      const ring = this._runs.get(run)?.get(name);
+      if (ring && ring.length) {
+        out.push({ run, ring });
+      }
+    }
+    return out;
+  }
+
+  /**
+   * `overlays(name)` as the charts take them (`LineChart.setOverlays`): the
+   * same array while nothing in it changed, so a chart rebuilds only then.
+   */
+  overlayData(name: string): IOverlay[] {
+    const runs = this.overlays(name);
+    const key = runs.map(r => `${r.run}:${r.ring.total}`).join(',');
+    const cached = this._overlayCache.get(name);
+    if (cached && cached.key === key) {
+      return cached.value;
+    }
+    const value = runs.map(({ run, ring }) => {
+      const { x, y } = ring.toArrays();
+      return { label: `run ${run}`, x, y };
+    });
+    this._overlayCache.set(name, { key, value });
+    return value;
+  }
+
+  /** The same series in every held run other than the shown one, oldest first. */
+  earlierSeries(name: string): IRunSeries[] {
+    const shown = this.runs.shown;
+    const out: IRunSeries[] = [];
+    for (const run of [...this._runs.keys()].sort((a, b) => a - b)) {
+      const ring = this._runs.get(run)!.get(name);
+      if (run !== NO_RUN && run < shown && ring && ring.length) {
+        out.push({ run, ring });
+      }
+    }
+    return out;
   }
 
   /** The stream's block id -> names table (PROTOCOL.md, "The name table"). */
@@ -122,13 +213,13 @@ export class TorchDbgModel {
     buffers: ReadonlyArray<ArrayBuffer | ArrayBufferView>
   ): void {
     this._names.reset(msg.blocks);
+    this._blockRun.clear();
     const decoded = decodeBlocks(msg.blocks, buffers, this._names);
-    this._series.clear();
-    for (const block of decoded.blocks) {
-      block.names.forEach((name, j) => {
-        this._ring(name).push(block.x, block.ys[j]);
-      });
-    }
+    this._runs.clear();
+    this._runs.set(NO_RUN, new Map());
+    this._overlayCache.clear();
+    this._view = null;
+    this._pushAll(msg.blocks, decoded);
     this._lastSeq = msg.seq;
     this._stats = msg.stats;
     this._messages++;
@@ -147,10 +238,8 @@ export class TorchDbgModel {
     const decoded = decodeBlocks(msg.blocks, buffers, this._names);
     for (const block of decoded.blocks) {
       this._dropped += block.dropped;
-      block.names.forEach((name, j) => {
-        this._ring(name).push(block.x, block.ys[j]);
-      });
     }
+    this._pushAll(msg.blocks, decoded);
     const contiguous = this._lastSeq < 0 || msg.seq === this._lastSeq + 1;
     if (!contiguous) {
       this._gaps++;
@@ -164,14 +253,28 @@ export class TorchDbgModel {
 
   /** Forget the logged series only (after the kernel cleared its history). */
   clearSeries(): void {
-    this._series.clear();
+    this._runs.clear();
+    this._runs.set(NO_RUN, new Map());
+    this._overlayCache.clear();
+    this._view = null;
+    this.runs.setStored([]);
     this._dataChanged.emit();
+  }
+
+  /** Apply a `runs` message. */
+  applyRuns(msg: IRuns): void {
+    this.runs.apply(msg);
   }
 
   /** Forget the data (kernel restarted or changed). */
   reset(): void {
-    this._series.clear();
+    this._runs.clear();
+    this._runs.set(NO_RUN, new Map());
+    this._overlayCache.clear();
+    this._view = null;
     this._names.clear();
+    this._blockRun.clear();
+    this.runs.reset();
     this._lastSeq = -1;
     this._stats = null;
     this._messages = 0;
@@ -182,19 +285,100 @@ export class TorchDbgModel {
     this._dataChanged.emit();
   }
 
-  private _ring(name: string): SeriesRing {
-    let ring = this._series.get(name);
-    if (!ring) {
-      ring = new SeriesRing(this._capacity);
-      this._series.set(name, ring);
+  /** Store decoded blocks under their runs (`run` on the block or its id). */
+  private _pushAll(blocks: IBlock[], decoded: IDecoded): void {
+    for (const block of blocks) {
+      if (block.run !== undefined) {
+        this._blockRun.set(block.id, block.run);
+      }
     }
-    return ring;
+    this._pushing = true;
+    try {
+      for (const block of decoded.blocks) {
+        const run = this._blockRun.get(block.id) ?? NO_RUN;
+        const rings = this._runRings(run);
+        if (!rings) {
+          continue;
+        }
+        block.names.forEach((name, j) => {
+          let ring = rings.get(name);
+          if (!ring) {
+            ring = new SeriesRing(this._capacity);
+            rings.set(name, ring);
+            this._view = null;
+          }
+          ring.push(block.x, block.ys[j]);
+        });
+      }
+    } finally {
+      this._pushing = false;
+    }
+    // the caller emits dataChanged: only note what the charts now show
+    this._view = null;
+    this.grads.shownRun = this.runs.shown;
+    this._viewKey = this._key();
+  }
+
+  /**
+   * The rings of `run`, created if needed; the oldest run is forgotten when
+   * more than `maxRuns` runs would be held. Undefined for a run older than
+   * every held one once the browser holds `maxRuns` (its points are dropped).
+   */
+  private _runRings(run: number): Map<string, SeriesRing> | undefined {
+    let rings = this._runs.get(run);
+    if (rings) {
+      return rings;
+    }
+    const held = [...this._runs.keys()]
+      .filter(id => id !== NO_RUN)
+      .sort((a, b) => a - b);
+    if (run !== NO_RUN && held.length >= this._maxRuns) {
+      if (run < held[0]) {
+        return undefined;
+      }
+      for (const id of held.slice(0, held.length - this._maxRuns + 1)) {
+        this._runs.delete(id);
+      }
+    }
+    rings = new Map<string, SeriesRing>();
+    this._runs.set(run, rings);
+    this._view = null;
+    this.runs.setStored(
+      [...this._runs.keys()].filter(id => id !== NO_RUN).sort((a, b) => a - b)
+    );
+    return rings;
+  }
+
+  /** What the charts show: the shown run and the overlaid ones. */
+  private _key(): string {
+    return `${this.runs.shown}|${this.runs.overlayRuns().join(',')}`;
+  }
+
+  private _onRunsChanged(): void {
+    this._view = null;
+    this.grads.shownRun = this.runs.shown;
+    if (this._pushing) {
+      return; // the push's caller emits dataChanged once it is done
+    }
+    const key = this._key();
+    if (key !== this._viewKey) {
+      this._viewKey = key;
+      this._dataChanged.emit();
+    }
   }
 
   private _capacity: number;
   private _state: ConnectionState = { kind: 'connecting' };
   private _hello: IHello | null = null;
-  private _series = new Map<string, SeriesRing>();
+  private _maxRuns: number;
+  /** run -> name -> ring (NO_RUN: points recorded outside any run). */
+  private _runs = new Map<number, Map<string, SeriesRing>>();
+  /** block id -> run, from the blocks that carry `run`. */
+  private _blockRun = new Map<number, number>();
+  private _overlayCache = new Map<string, { key: string; value: IOverlay[] }>();
+  private _view: Map<string, SeriesRing> | null = null;
+  private _viewKey = `${NO_RUN}|`;
+  private _pushing = false;
   private _names = new NameTable();
   private _unknownBlocks = 0;
   private _lastSeq = -1;
@@ -210,5 +394,7 @@ export namespace TorchDbgModel {
   export interface IOptions {
     /** Points kept per series (default SERIES_CAPACITY). */
     capacity?: number;
+    /** Runs whose points are kept (default MAX_RUNS). */
+    maxRuns?: number;
   }
 }

@@ -25,7 +25,8 @@ export type KernelMessage =
   | IAlert
   | IMemory
   | IOom
-  | IControl;
+  | IControl
+  | IRuns;
 export type ProtocolVersion = string;
 /**
  * A block in a snapshot: always with its names (the snapshot carries the whole name table).
@@ -73,7 +74,8 @@ export type ActionVariant =
   | IActionResume
   | IActionStep
   | IActionScaleLr
-  | IActionResetLr;
+  | IActionResetLr
+  | IActionSetLr;
 export type NoArgs = Record<string, never>;
 
 /**
@@ -151,6 +153,10 @@ export interface IBlock {
    * Points recorded but not sent because the pending buffer was full (the panel marks a gap).
    */
   dropped?: number;
+  /**
+   * The run whose points the block holds (see `runs`). Absent: recorded outside any run. A new run gives the log() series and each gradient track new block ids.
+   */
+  run?: number;
 }
 export interface IStreamStats {
   messages: number;
@@ -476,7 +482,7 @@ export interface IGrads {
   budget: number;
   thresholds: IGradThresholds;
   /**
-   * Alerts raised since load.
+   * Alerts raised in the current run (the last run when idle).
    */
   alerts: number;
   tracks: IGradTrack[];
@@ -491,6 +497,10 @@ export interface IGrads {
     track: string;
     step: number;
   };
+  /**
+   * Alerts raised since load.
+   */
+  alerts_total?: number;
 }
 /**
  * Alarm settings of the gradient monitor (see `set_thresholds`).
@@ -632,6 +642,10 @@ export interface IGradTrack {
    */
   layers?: IGradLayer[];
   stats?: IGradStats;
+  /**
+   * The run the track belongs to; `step` counts steps within that run.
+   */
+  run?: number;
 }
 /**
  * One layer (module) of a monitored optimizer. `series` names its gradient-norm series, `param_series` its weight-norm series (sampled at most once a second).
@@ -704,6 +718,9 @@ export interface IAlertItem {
   cause?: 'input' | 'forward' | 'weights' | 'loss' | 'backward' | 'overflow';
   replay?: IReplayResult;
   severity: 'warning' | 'error';
+  /**
+   * The step within the run (`run`).
+   */
   step: number;
   layer: string | null;
   message: string;
@@ -717,6 +734,10 @@ export interface IAlertItem {
    * Unix time in seconds.
    */
   time: number;
+  /**
+   * The run it was raised in; `step` is the step within that run.
+   */
+  run?: number;
 }
 /**
  * non_finite_replay only: the replay's full result.
@@ -1094,11 +1115,11 @@ export interface IControl {
   clip: number | null;
   paused: boolean;
   /**
-   * The step boundary the loop is held at.
+   * The step (within the current run) the loop is held at.
    */
   paused_at: number | null;
   /**
-   * Optimizer step boundaries seen.
+   * Step boundaries seen in the current run (the last run when idle).
    */
   step: number;
   /**
@@ -1110,6 +1131,107 @@ export interface IControl {
    * Why the last step was not clipped (non-finite norm), if so.
    */
   last_refusal: string | null;
+  /**
+   * No step boundary in the last few seconds or no cell running: Pause, Step and learning-rate changes are refused.
+   */
+  idle?: boolean;
+  /**
+   * The current run (the last run when idle), or null before any.
+   */
+  run?: number | null;
+  targets?: IControlTarget[];
+  /**
+   * The default target's key (the optimizer that stepped most recently).
+   */
+  target?: string | null;
+}
+/**
+ * One optimizer (or hand-updated model) seen stepping in the current run (the last run when idle).
+ */
+export interface IControlTarget {
+  /**
+   * Stable per optimizer object for this kernel session.
+   */
+  key: string;
+  name: string;
+  /**
+   * It stepped in the current run and the run is not idle.
+   */
+  stepping: boolean;
+  /**
+   * A loop without torch.optim: no learning rate to change.
+   */
+  by_hand: boolean;
+  groups: IControlGroup[];
+}
+export interface IControlGroup {
+  index: number;
+  /**
+   * A number, a non-finite number spelled as a string, or null (not known yet).
+   */
+  lr: FiniteOrSpecial | null;
+  /**
+   * A number, a non-finite number spelled as a string, or null (not known yet).
+   */
+  initial_lr: FiniteOrSpecial | null;
+  /**
+   * The panel changed this group's lr in this run.
+   */
+  changed: boolean;
+}
+/**
+ * The runs: broadcast when a run starts or ends and about every 2 s while one runs, and sent to a comm that opens, right after `snapshot`.
+ */
+export interface IRuns {
+  method: 'runs';
+  /**
+   * The running run's id, or null when idle.
+   */
+  current: number | null;
+  /**
+   * The last 20 runs, oldest first.
+   *
+   * @maxItems 20
+   */
+  runs: IRunInfo[];
+}
+/**
+ * One run: a stretch of training with its own step numbering and alarms.
+ */
+export interface IRunInfo {
+  /**
+   * Increasing per kernel-side session.
+   */
+  id: number;
+  /**
+   * Unix time in seconds.
+   */
+  start: number;
+  /**
+   * Unix time the run ended, or null while it runs.
+   */
+  end: number | null;
+  /**
+   * Why it started: the first run of the session, a step after idle or in a new cell execution, a new optimizer object stepping in another cell execution, or a logged step that went backwards.
+   */
+  reason: 'first' | 'idle' | 'new_optimizer' | 'step_backwards';
+  /**
+   * The notebook cell that started it (pre_run_cell's cell_id), when known.
+   */
+  cell_id: string | null;
+  execution_count: number | null;
+  /**
+   * Names of the optimizers (or hand-updated models) that stepped in it.
+   */
+  optimizers: string[];
+  /**
+   * Step boundaries taken in the run.
+   */
+  steps: number;
+  /**
+   * Alarms raised in the run.
+   */
+  alerts: number;
 }
 /**
  * The data of the panel's comm_open.
@@ -1295,20 +1417,44 @@ export interface IActionStep {
   [k: string]: unknown;
 }
 /**
- * Multiply every param group learning rate by factor at the next step.
+ * Multiply every param group learning rate of the target by factor at its next step. Refused while idle.
  */
 export interface IActionScaleLr {
   action?: 'scale_lr';
   args?: {
     factor: number;
+    /**
+     * A target key from `control.targets` (`name#n`); absent: `control.target`.
+     */
+    optimizer?: string;
   };
   [k: string]: unknown;
 }
 /**
- * Undo scale_lr.
+ * Restore every param group's lr from before the panel's first change in this run. Refused when nothing was changed.
  */
 export interface IActionResetLr {
   action?: 'reset_lr';
-  args?: NoArgs;
+  args?: {
+    /**
+     * A target key from `control.targets` (`name#n`); absent: `control.target`.
+     */
+    optimizer?: string;
+  };
+  [k: string]: unknown;
+}
+/**
+ * Set the absolute learning rate of one param group (all groups when `group` is absent: ratios between groups kept) at the target's next step. Refused while idle and for loops without torch.optim.
+ */
+export interface IActionSetLr {
+  action?: 'set_lr';
+  args?: {
+    lr: number;
+    /**
+     * A target key from `control.targets` (`name#n`); absent: `control.target`.
+     */
+    optimizer?: string;
+    group?: number;
+  };
   [k: string]: unknown;
 }

@@ -6,13 +6,24 @@ import { ControlPanel } from '../panels/control';
 import { ExceptionPanel, IExceptionActions } from '../panels/exception';
 import { GradsPanel } from '../panels/grads';
 import { MemoryPanel } from '../panels/memory';
+import { RunsBar } from '../panels/runs';
 import { SeriesPanel } from '../panels/series';
 import { useSignalRender } from '../ui/useSignalRender';
 import { CapabilityChips } from './capabilityChips';
 import { describeState } from './describeState';
 import { Footer } from './footer';
-import { Section } from './section';
+import { NowStrip } from './nowStrip';
+import { openSection, Section } from './section';
 import { StatusBlock } from './statusBlock';
+
+/** Open the Gradients section and scroll its alarm list (first alarm first) into view. */
+function showAlarms(body: HTMLElement | null): void {
+  openSection(body, 'grads', () => {
+    body
+      ?.querySelector('[data-section="grads"] .jp-TorchDbg-alerts')
+      ?.scrollIntoView({ block: 'start', behavior: 'smooth' });
+  });
+}
 
 /** The current kernel's panel: its state, or every section once connected. */
 export function SidebarBody(props: {
@@ -21,6 +32,7 @@ export function SidebarBody(props: {
   trans: TranslationBundle;
 }): JSX.Element {
   const { tracker, trans } = props;
+  const body = React.useRef<HTMLDivElement>(null);
   useSignalRender(tracker.currentChanged);
   const conn = tracker.current;
   useSignalRender(conn ? conn.model.stateChanged : null);
@@ -39,8 +51,9 @@ export function SidebarBody(props: {
   }
   const state = conn.model.state;
   const hello = conn.model.hello;
+  const alarms = conn.model.grads.alerts.length;
   return (
-    <div className="jp-TorchDbg-body" data-state={state.kind}>
+    <div className="jp-TorchDbg-body" data-state={state.kind} ref={body}>
       <div className="jp-TorchDbg-kernelLine">
         <span className={`jp-TorchDbg-dot jp-TorchDbg-dot-${state.kind}`} />
         <span className="jp-TorchDbg-kernelName" title={tracker.currentLabel}>
@@ -49,9 +62,23 @@ export function SidebarBody(props: {
       </div>
       {state.kind === 'connected' && hello ? (
         <>
+          <NowStrip
+            model={conn.model}
+            trans={trans}
+            onShowAlarms={() => showAlarms(body.current)}
+          />
+          <RunsBar model={conn.model} trans={trans} />
           <CapabilityChips hello={hello} trans={trans} />
           {conn.model.exception.current && (
-            <Section id="exception" title={trans.__('Exception')}>
+            <Section
+              id="exception"
+              title={trans.__('Exception')}
+              reopenOn={
+                conn.model.exception.current.replay
+                  ? undefined
+                  : conn.model.exception.current.id
+              }
+            >
               <ExceptionPanel
                 model={conn.model}
                 actions={props.actions}
@@ -59,25 +86,22 @@ export function SidebarBody(props: {
               />
             </Section>
           )}
-          <Section id="control" title={trans.__('Training control')}>
-            <ControlPanel conn={conn} trans={trans} />
+          <Section id="series" title={trans.__('Logged series')}>
+            <SeriesPanel model={conn.model} trans={trans} />
           </Section>
           <Section
             id="grads"
             title={trans.__('Gradients')}
-            badge={
-              conn.model.grads.alerts.length
-                ? String(conn.model.grads.alerts.length)
-                : undefined
-            }
+            badge={alarms ? String(alarms) : undefined}
+            badgeTitle={trans.__('%1 alarms in this run', String(alarms))}
           >
             <GradsPanel model={conn.model} conn={conn} trans={trans} />
           </Section>
+          <Section id="control" title={trans.__('Training control')}>
+            <ControlPanel conn={conn} trans={trans} />
+          </Section>
           <Section id="memory" title={trans.__('Memory')}>
             <MemoryPanel model={conn.model} conn={conn} trans={trans} />
-          </Section>
-          <Section id="series" title={trans.__('Logged series')}>
-            <SeriesPanel model={conn.model} trans={trans} />
           </Section>
           <Footer conn={conn} trans={trans} />
         </>

@@ -142,12 +142,13 @@ test.describe('foundation', () => {
       'connected',
       { timeout: 60000 }
     );
-    // the whole history came back in one snapshot (5 points, last step 4)
+    // the whole history came back in one snapshot (5 points; log() counts
+    // steps from 1 in each run, so the last is step 5)
     await expect(
       page.locator(
         `${PANEL} .jp-TorchDbg-seriesCard[data-series="after_restart"] .jp-TorchDbg-seriesFooter`
       )
-    ).toHaveText('step 4 · 5 points', { timeout: 30000 });
+    ).toHaveText('step 5 · 5 points', { timeout: 30000 });
     // the stream continues from the snapshot without a sequence gap
     await expect(page.locator(`${PANEL} .jp-TorchDbg-footer`)).toContainText(
       '0 gaps'

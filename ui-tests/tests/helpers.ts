@@ -100,3 +100,52 @@ export async function replayFrom(
   await expect(replay).toBeVisible({ timeout: 30000 });
   return replay;
 }
+
+/**
+ * Elements under `root` (CSS selector) that scroll sideways: `scrollWidth` beyond
+ * `clientWidth`, as "selector-ish: scrollWidth > clientWidth" lines (empty: none).
+ */
+export async function sidewaysScroll(
+  page: IJupyterLabPageFixture,
+  selectors: string[]
+): Promise<string[]> {
+  return page.evaluate(sels => {
+    const out: string[] = [];
+    for (const sel of sels) {
+      document.querySelectorAll(sel).forEach(el => {
+        if (el.scrollWidth > el.clientWidth) {
+          // name the culprit: the innermost element reaching past the right edge
+          const right = el.getBoundingClientRect().left + el.clientWidth;
+          let culprit = '';
+          el.querySelectorAll('*').forEach(child => {
+            if (child.getBoundingClientRect().right > right + 0.5) {
+              culprit = `${child.tagName.toLowerCase()}.${String(
+                (child as HTMLElement).className
+              ).replace(/\s+/g, '.')}`;
+            }
+          });
+          const where = el
+            .closest('[data-section]')
+            ?.getAttribute('data-section');
+          out.push(
+            `${sel}${where ? ` [${where}]` : ''}: ${el.scrollWidth} > ${el.clientWidth} (${culprit})`
+          );
+        }
+      });
+    }
+    return out;
+  }, selectors);
+}
+
+/** Open (or collapse) a panel section by its id, whatever its state now. */
+export async function setSectionOpen(
+  page: IJupyterLabPageFixture,
+  id: string,
+  open: boolean
+): Promise<void> {
+  const section = page.locator(`${PANEL} [data-section="${id}"]`);
+  if ((await section.getAttribute('data-open')) !== String(open)) {
+    await section.locator('.jp-TorchDbg-sectionHeader').first().click();
+  }
+  await expect(section).toHaveAttribute('data-open', String(open));
+}

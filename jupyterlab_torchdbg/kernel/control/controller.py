@@ -1,4 +1,4 @@
-"""Live training control: clip, pause / resume / single step, learning-rate scaling.
+"""Live training control: clip, pause / resume / single step, learning rates.
 
 Actions arrive on the comm; with kernel subshells (ipykernel >= 7, JupyterLab >= 4.4)
 their handlers run on another thread while the training cell runs. Handlers only change
@@ -16,24 +16,41 @@ Nothing happens mid-backward (R12).
   (backward_boundary.py) in place of the optimizer. Clipping and pause work there, before
   the manual update; a learning rate that lives in the user's loop cannot be scaled, so
   LR scaling is refused for it with the reason.
+- Per run (runs.py): ``step`` and ``paused_at`` count the current run's boundaries; the
+  learning rates are per optimizer (lr.py), read at each boundary and shown as they are;
+  a run that ends drops pending changes. While idle (no step for a few seconds, or no
+  run) pause, step and learning-rate changes are refused with the reason.
 """
 
 from __future__ import annotations
 
-import math
 import threading
-import weakref
+import time
 from typing import TYPE_CHECKING, Any, cast
 
 from ..action_registry import ActionError
 from ..backward_boundary import ModelSource
+from ..runs import name_of
 from .clip import Clipper
+from .lr import Change, LrTargets, Target
 
 if TYPE_CHECKING:
     import torch
 
     from ..host import Host
     from ..step_read import StepRead
+
+
+IDLE = "Idle: nothing is training"
+IDLE_LR = "nothing is training: set the learning rate in your cell"
+_NO_OPTIMIZER = (
+    "learning-rate changes need a torch.optim optimizer: this loop updates its weights "
+    "by hand (read at the end of backward), so its learning rate is a variable of your "
+    "code; change it there"
+)
+
+#: Learning-rate readings are broadcast at most this often.
+LR_BROADCAST_S = 0.5
 
 
 class Control:
@@ -45,38 +62,69 @@ class Control:
         self.paused = False
         self.paused_at: int | None = None
         self._step_once = False
-        self.lr_scale: float | None = None
-        self._lr_pending: float | None = None  # factor to apply at the next boundary
-        self._lr_reset = False
+        #: Step boundaries in the current run (``run``).
         self.steps = 0
+        self.run: int | None = None
         self.last_refusal: str | None = None
         self.clipper = Clipper(self._refuse)
-        self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._names: dict[int, str] = {}
+        self.lr = LrTargets()
+        self._lr_sent = -1e18
+        self._lr_dirty = False
 
     # --- state message ---------------------------------------------------------------
 
+    def _runs(self) -> Any:
+        return getattr(self._ext, "runs", None)
+
+    def idle(self) -> bool:
+        """Nothing is training now (runs.py); never while the loop is held paused."""
+        runs = self._runs()
+        return False if runs is None or self.paused_at is not None else bool(runs.idle())
+
     def state(self) -> dict[str, object]:
+        with self._lock:
+            targets = list(self.lr.targets.values())
+            default = self.lr.resolve(None)
+        idle = self.idle()
+        runs = self._runs()
+        last = runs.last if runs is not None else None
         return {
             "method": "control",
             "clip": self.clip,
             "paused": self.paused,
             "paused_at": self.paused_at,
             "step": self.steps,
-            "lr_scale": self.lr_scale,
-            "optimizers": sorted(
-                self._names.get(id(o), type(o).__name__) for o in self._optimizers
-            ),
+            "lr_scale": default.scale if default is not None else None,
+            "optimizers": sorted({t.name for t in targets}),
             "last_refusal": self.last_refusal,
+            "idle": idle,
+            "run": last.id if last is not None else self.run,
+            "targets": [t.to_json(not idle and t.ref() is not None) for t in targets],
+            "target": default.key if default is not None else None,
         }
 
     def broadcast(self) -> None:
         self._ext.hub.broadcast(self.state())
 
+    def on_run(self, event: str, run: object) -> None:
+        """runs.py (any thread): a run ended (pending changes dropped) or stepping stopped
+        or resumed within it (``idle`` changed). A start is told by the step boundary that
+        follows it, once the new run's targets are known."""
+        if event == "start":
+            return
+        if event == "end":
+            with self._lock:
+                self.lr.drop_pending()
+        self.broadcast()
+
     # --- actions (any thread) --------------------------------------------------------
 
     def _on_main_thread(self) -> bool:
         return threading.current_thread() is threading.main_thread()
+
+    def _refuse_idle(self, why: str = IDLE) -> None:
+        if self.idle():
+            raise ActionError(why, code="refused")
 
     def act_clip(self, args: dict[str, Any]) -> dict[str, object]:
         with self._lock:
@@ -99,6 +147,7 @@ class Control:
                 "reach the paused kernel",
                 code="refused",
             )
+        self._refuse_idle()
         with self._lock:
             self.paused = True
             self._step_once = False
@@ -114,6 +163,7 @@ class Control:
         return {"paused": False}
 
     def act_step(self, args: dict[str, object]) -> dict[str, object]:
+        self._refuse_idle()
         with self._lock:
             if not self.paused:
                 raise ActionError("not paused: Step lets one step through a pause", "refused")
@@ -121,20 +171,56 @@ class Control:
         self._wake.set()
         return {"step": "one optimizer step"}
 
-    def act_scale_lr(self, args: dict[str, Any]) -> dict[str, object]:
-        if self._only_by_hand():
+    def _lr_target(self, args: dict[str, Any]) -> Target:
+        """The target an LR action is for (under the lock); refused or invalid."""
+        if self.idle():
+            raise ActionError(IDLE_LR, "refused")
+        t = self.lr.resolve(args.get("optimizer"))
+        if t is None:
+            if "optimizer" in args:
+                raise ActionError(f"no optimizer {args['optimizer']!r} in this run")
+            raise ActionError(IDLE_LR, "refused")
+        if t.by_hand:
             raise ActionError(_NO_OPTIMIZER, "refused")
-        with self._lock:
-            self._lr_pending = (self._lr_pending or 1.0) * args["factor"]
-            self._lr_reset = False
-            preview = (self.lr_scale or 1.0) * self._lr_pending
-        return {"lr_scale": preview, "applies": "at the next optimizer step"}
+        return t
 
-    def act_reset_lr(self, args: dict[str, object]) -> dict[str, object]:
+    def _queue(self, args: dict[str, Any], change: Change) -> dict[str, object]:
         with self._lock:
-            self._lr_pending = None
-            self._lr_reset = True
-        return {"lr_scale": None, "applies": "at the next optimizer step"}
+            t = self._lr_target(args)
+            if change[2] is not None and change[2] >= len(t.lrs):
+                raise ActionError(f"{t.name} has {len(t.lrs)} param group(s)")
+            t.pending.append(change)
+            key = t.key
+        return {"optimizer": key, "pending": True, "applies": "at the next optimizer step"}
+
+    def act_set_lr(self, args: dict[str, Any]) -> dict[str, object]:
+        out = self._queue(args, ("set", float(args["lr"]), args.get("group")))
+        return {**out, "lr": args["lr"]}
+
+    def act_scale_lr(self, args: dict[str, Any]) -> dict[str, object]:
+        out = self._queue(args, ("scale", float(args["factor"]), None))
+        with self._lock:
+            t = self.lr.resolve(cast("str", out["optimizer"]))
+            scale = (t.scale if t is not None else None) or 1.0
+            for op, value, _ in t.pending if t is not None else []:
+                scale = scale * value if op == "scale" else scale
+        return {**out, "lr_scale": scale}
+
+    def act_reset_lr(self, args: dict[str, Any]) -> dict[str, object]:
+        with self._lock:
+            t = self._lr_target(args)
+            if not t.changed:
+                if not t.pending:
+                    raise ActionError(
+                        "nothing to reset: the learning rate was not changed "
+                        "from the panel in this run",
+                        "refused",
+                    )
+                t.pending.clear()  # the changes not applied yet are simply dropped
+            else:
+                t.pending.append(("reset", 0.0, None))
+            key = t.key
+        return {"optimizer": key, "lr_scale": None, "applies": "at the next optimizer step"}
 
     # --- the step boundary (training thread) ------------------------------------------
 
@@ -156,6 +242,7 @@ class Control:
                 self.paused = False
                 self._step_once = False
                 self.paused_at = None
+            self._hold_run(False)
             self.broadcast()
             raise
         except Exception:
@@ -164,21 +251,40 @@ class Control:
     def _boundary(
         self, optimizer: torch.optim.Optimizer | ModelSource, read: StepRead | None
     ) -> None:
-        if optimizer not in self._optimizers:
-            self._optimizers.add(optimizer)
-            self._names[id(optimizer)] = self._name_of(optimizer)
+        runs = self._runs()
+        run = runs.current_id if runs is not None else None
+        news = False
+        if run != self.run:  # a new run: its own step numbering and targets
+            with self._lock:
+                self.run, self.steps = run, 0
+                self.lr.new_run()
+            news = True
         self.steps += 1
         with self._lock:
-            lr_factor, self._lr_pending = self._lr_pending, None
-            lr_reset, self._lr_reset = self._lr_reset, False
+            known = len(self.lr.targets)
+            t = self.lr.seen(optimizer, lambda: self._name_of(optimizer))
+            news = news or len(self.lr.targets) != known
+            changes, t.pending = t.pending, []
             clip = self.clip
-        if lr_factor is not None or lr_reset:
-            self._apply_lr(lr_factor, lr_reset)
+            if changes and not t.by_hand:
+                self.lr.apply(t, optimizer, changes)
+                news = True
+            elif self.lr.read(t, optimizer):
+                self._lr_dirty = True
+        now = time.monotonic()
+        if news or (self._lr_dirty and now - self._lr_sent >= LR_BROADCAST_S):
+            self._lr_dirty, self._lr_sent = False, now
+            self.broadcast()
         if clip is not None and not (read is not None and read.skipped):  # skipped: no step
             # A ModelSource has the optimizer's param_groups: all that clipping reads.
             self.clipper.clip(cast("torch.optim.Optimizer", optimizer), clip, self.steps, read)
         if self.paused:
             self._hold()
+
+    def _hold_run(self, held: bool) -> None:
+        runs = self._runs()
+        if runs is not None:
+            runs.hold(held)
 
     def _hold(self) -> None:
         with self._lock:
@@ -186,6 +292,7 @@ class Control:
                 self._step_once = False
                 return
             self.paused_at = self.steps
+        self._hold_run(True)
         self._ext.stream.flush()
         self.broadcast()
         while True:
@@ -198,6 +305,7 @@ class Control:
                 if self._step_once:
                     self._step_once = False
                     break
+        self._hold_run(False)
         self.broadcast()
 
     def post_run_cell(self) -> None:
@@ -213,42 +321,8 @@ class Control:
         self.last_refusal = why
         self.broadcast()
 
-    def _apply_lr(self, factor: float | None, reset: bool) -> None:
-        current = self.lr_scale or 1.0
-        change = (1.0 / current) if reset else (factor or 1.0)
-        if self._only_by_hand():
-            self._refuse(_NO_OPTIMIZER)
-            return
-        for opt in list(self._optimizers):
-            if isinstance(opt, ModelSource):
-                continue
-            for group in opt.param_groups:
-                lr = group.get("lr")
-                if isinstance(lr, float):
-                    group["lr"] = lr * change
-                elif hasattr(lr, "mul_"):  # tensor LR (capturable optimizers)
-                    lr.mul_(change)
-        scale = 1.0 if reset else current * change
-        self.lr_scale = None if math.isclose(scale, 1.0) else scale
-        self.broadcast()
-
-    def _only_by_hand(self) -> bool:
-        """Every boundary seen so far is the end of a backward (no optimizer to scale)."""
-        seen = list(self._optimizers)
-        return bool(seen) and all(isinstance(o, ModelSource) for o in seen)
-
     def _name_of(self, optimizer: torch.optim.Optimizer | ModelSource) -> str:
         if isinstance(optimizer, ModelSource):
             return f"{optimizer.name} (end of backward)"
-        ns: dict[str, object] = getattr(self._ext.shell, "user_ns", {}) or {}
-        for k, v in list(ns.items()):
-            if v is optimizer and not k.startswith("_"):
-                return k
-        return type(optimizer).__name__
-
-
-_NO_OPTIMIZER = (
-    "learning-rate scaling needs a torch.optim optimizer: this loop updates its weights "
-    "by hand (read at the end of backward), so its learning rate is a variable of your "
-    "code; change it there"
-)
+        ns: dict[str, Any] = getattr(self._ext.shell, "user_ns", {}) or {}
+        return name_of(optimizer, ns)

@@ -36,9 +36,13 @@ class Alert:
     id: str = field(default_factory=lambda: f"grads-{next(_ids)}")
     source: str = "grads"
     time: float = field(default_factory=time.time)
+    #: The run it was raised in (runs.py); ``step`` is the step within that run.
+    run: int | None = None
 
     def to_json(self) -> dict[str, object]:
         out = asdict(self)
+        if self.run is None:
+            del out["run"]
         v = self.value
         if v is not None and not math.isfinite(v):
             out["value"] = "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
@@ -84,11 +88,26 @@ class AlertLog:
         self._outbox: list[Alert] = []
         self._last_sent = -math.inf
         self.total = 0
+        #: The current run (stamped on alerts that carry none) and its alert count.
+        self.run: int | None = None
+        self.run_count = 0
+        #: Told how many alerts were added (the run registry's per-run count).
+        self.counter: Callable[[int], None] = lambda n: None
+
+    def start_run(self, run: int | None) -> None:
+        """A new run: its alerts are counted from 0 (``total`` goes on)."""
+        with self._lock:
+            self.run, self.run_count = run, 0
 
     def add(self, alerts: list[Alert]) -> None:
         if not alerts:
             return
+        for a in alerts:
+            if a.run is None:
+                a.run = self.run
+        self.counter(len(alerts))
         with self._lock:
+            self.run_count += len(alerts)
             self.history.extend(alerts)
             self._outbox.extend(alerts)
             self.total += len(alerts)

@@ -26,7 +26,7 @@ from ...protocol import jsonable
 from ..gradscaler import scale_of_step
 from ..step_read import StepRead
 from ..watches import watch_version
-from . import naming
+from . import naming, per_run
 from .alarms import Thresholds
 from .alerts import AlertLog
 from .nonfinite import NonFiniteGuard
@@ -77,7 +77,9 @@ class GradMonitor:
         self.alerts = AlertLog()
         self.mode: tuple[str, int] = ("auto", 1)
         self.tracks: weakref.WeakKeyDictionary[Any, Track] = weakref.WeakKeyDictionary()
-        self._step_base: dict[str, int] = {}
+        #: The run the tracks belong to (per_run.py: a new run, new tracks).
+        self.run: int | None = None
+        self.step_base: dict[str, int] = {}
         self._collector: Any = None
         self._status_dirty = True
         self._last_status = -math.inf
@@ -91,6 +93,7 @@ class GradMonitor:
         self.replayer = Replayer(ext, self.alerts, self._dirty)
         #: Non-finite steps: diagnosed at the step, skipped on request (nonfinite.py).
         self.guard = NonFiniteGuard(ext, self.alerts, self.replayer, self._dirty)
+        per_run.connect(self, ext)
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -105,6 +108,8 @@ class GradMonitor:
 
     def _dirty(self) -> None:
         self._status_dirty = True
+
+    status_changed = _dirty
 
     def detach_torch(self) -> None:
         self.replayer.close()
@@ -129,6 +134,9 @@ class GradMonitor:
             self.replayer.run_pending()  # a queued replay (R34: between steps), unbilled
         try:
             now = self.clock()
+            run = per_run.current_run(self.ext)
+            if run != self.run:
+                per_run.start_run(self, run)
             track = self.tracks.get(optimizer)
             if track is None:
                 track = self._new_track(optimizer)
@@ -178,8 +186,9 @@ class GradMonitor:
         sampler = Sampler()
         sampler.set_mode(mode, fixed)
         track = Track(optimizer, name, sampler, self.thresholds)
+        track.run = self.run
         # A new optimizer under the same name continues the x axis of the same series.
-        track.step = self._step_base.get(name, 0)
+        track.step = self.step_base.get(name, 0)
         self.tracks[optimizer] = track
         self._status_dirty = True
         return track
@@ -213,7 +222,7 @@ class GradMonitor:
             self._status_dirty = True
         track.recorder.record(row.values, track.step, track.layout)
         track.sampled += 1
-        self._step_base[track.name] = track.step
+        self.step_base[track.name] = track.step
         t_read = self.clock()
         sampler = track.sampler
         if now - track.last_param_t >= sampler.param_interval_s and track.param_recorder:
@@ -281,7 +290,7 @@ class GradMonitor:
                 xs,
                 m,
                 track.layer_names,
-                loss_nonfinite=self._loss_nonfinite(),
+                loss_nonfinite=per_run.loss_nonfinite(self.ext.stream),
                 amp=bool(track.layout.amp),
                 clipping=self.clipping(),
             )
@@ -303,15 +312,6 @@ class GradMonitor:
                 self.guard.arm_probe(track)
         except Exception:
             self.ext.count_error("grads:alarms")
-
-    def _loss_nonfinite(self) -> bool:
-        stream = self.ext.stream
-        for name in stream.names():
-            if "loss" in name.lower():
-                v = stream.last(name)
-                if v is not None and not math.isfinite(v):
-                    return True
-        return False
 
     def _after_flush(self, force: bool = False) -> None:
         now = self.clock()
@@ -371,6 +371,7 @@ class GradMonitor:
             mode=self.mode,
             thresholds=self.thresholds,
             alerts_total=self.alerts.total,
+            alerts=self.alerts.run_count if self.run is not None else self.alerts.total,
             periodic=self.periodic,
             flush_s=self.ext.stream.interval_s * self.ext.stream.slowdown,
         )

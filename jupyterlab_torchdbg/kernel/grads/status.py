@@ -28,6 +28,7 @@ def grads_message(
     mode: tuple[str, int],
     thresholds: Thresholds,
     alerts_total: int,
+    alerts: int | None = None,
     periodic: Periodic | None = None,
     flush_s: float | None = None,
 ) -> dict[str, object]:
@@ -67,6 +68,7 @@ def grads_message(
         "stride": fixed if mode_name == "fixed" else None,
         "budget": DEFAULT_BUDGET,
         "thresholds": thresholds.to_json(),
-        "alerts": alerts_total,
+        "alerts": alerts_total if alerts is None else alerts,
+        "alerts_total": alerts_total,
         "tracks": tracks,
     }

@@ -87,7 +87,8 @@ def choose_stride(cost_s: float, step_s: float, budget: float, current: int = 1)
     """The stride that keeps ``cost_s / (stride * step_s) <= budget``.
 
     Raising the stride happens at once (the budget is a promise); lowering it waits until
-    the smaller stride fits with room to spare (``HYSTERESIS``).
+    the smaller stride fits with room to spare (``HYSTERESIS``), but never keeps a stride
+    more than twice what the read implies (the ladder's 2 -> 5 rung would allow 2.5x).
     """
     if step_s <= 0 or cost_s <= 0 or budget <= 0:
         return 1 if budget > 0 else MAX_STRIDE
@@ -96,7 +97,7 @@ def choose_stride(cost_s: float, step_s: float, budget: float, current: int = 1)
     if best >= current:
         return best
     # Lower to the smallest stride that fits with room to spare, never above the current.
-    return min(current, nice_at_least(need / HYSTERESIS))
+    return min(current, max(best, min(nice_at_least(need / HYSTERESIS), 2 * best)))
 
 
 @dataclass

@@ -41,6 +41,8 @@ class Track:
         self.boundary = boundary_of(optimizer)
         self.name = name
         self.sampler = sampler
+        #: The run it belongs to (per_run.py); ``step`` counts within it.
+        self.run: int | None = None
         self.step = 0
         self.sampled = 0
         self.plan: naming.Plan | None = None
@@ -156,10 +158,10 @@ class Track:
         names = [self.total_series] + [self.layer_series(n) for n in layers]
         if amp:
             names.append(self.scale_series)
-        self.recorder = stream.block(names)
+        self.recorder = stream.block(names, per_run=True)
         self.recorder.on_rows = on_rows
         pnames = [self.param_series("total")] + [self.param_series(n) for n in layers]
-        self.param_recorder = stream.block(pnames)
+        self.param_recorder = stream.block(pnames, per_run=True)
         self.stats = None
         self.layers_version += 1
         self.set_state("active", None)
@@ -210,6 +212,8 @@ class Track:
             "skip_nonfinite": self.skip_nonfinite,
             "skipped_nonfinite": self.skipped_nonfinite,
         }
+        if self.run is not None:
+            out["run"] = self.run
         if full and plan is not None:
             out["layers"] = [
                 {

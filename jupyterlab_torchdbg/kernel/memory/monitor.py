@@ -325,13 +325,13 @@ class MemoryMonitor:
                     used = d.values.get("used") if d is not None else None
                     if used is not None:
                         name = f"mem/cuda:{m.torch_index}/nvml_used"
-                        self.ext.stream.record(name, float(used), x)
+                        self.ext.stream.record(name, float(used), x, per_run=False)
             self._record_rss(rss, x)
         self.publish()
 
     def _record_rss(self, rss: int | None, x: float | None = None) -> None:
-        if rss is not None:
-            self.ext.stream.record("mem/cpu/rss", float(rss), self._wall() if x is None else x)
+        if rss is not None:  # not a log() series: no part in runs
+            self.ext.stream.record("mem/cpu/rss", float(rss), x or self._wall(), per_run=False)
 
     # --- devices -------------------------------------------------------------------------
 

@@ -19,6 +19,8 @@ Files, one idea each:
 - ``series``: ``Series`` (one scalar name) and ``BlockSeries`` (many names, one row per
   call, rows left on their device until the flush);
 - ``history``: the bounded, decimated history both kinds share;
+- ``retired``: earlier runs' series and blocks (runs.py): still flushed, in snapshots
+  with their ``run``, forgotten after ``limits.KEEP_RUNS`` runs;
 - ``host_copy``: getting device values to the host once per flush without a sync (R26);
 - ``wire``: block headers and buffer bytes, as PROTOCOL.md specifies;
 - ``names``: ``bound_name``, the one rule that makes every name wire-safe and at most

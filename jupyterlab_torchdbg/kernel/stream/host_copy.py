@@ -11,6 +11,7 @@ Both run on the flushing thread only; torch is imported when there is a tensor t
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -99,6 +100,14 @@ class HostCopies:
 
         # (No ``torch.no_grad()`` block: on a cold cache entering one costs more than the
         # stack; ``_copy`` detaches the rare result that requires grad instead.)
+        if type(rows[0]) is bytes and tfs[0] is None:
+            # log() rows (native float64 bytes, log_rows.py): joined in C, one tensor
+            size = len(rows[0])
+            width = size // 8
+            if all(type(r) is bytes and len(r) == size for r in rows) and not any(tfs):
+                flat = array("d", b"".join(rows))
+                self._copy(xs, torch.frombuffer(flat, dtype=torch.float64).view(-1, width), None)
+                return
         if all(t is tfs[0] for t in tfs) and isinstance(rows[0], torch.Tensor):
             try:
                 # The common case: one stack for the whole flush.
@@ -114,7 +123,10 @@ class HostCopies:
             if isinstance(seg_rows[0], torch.Tensor):
                 m = torch.stack([r.reshape(-1) for r in seg_rows])
             else:
-                m = torch.tensor([list(r) for r in seg_rows], dtype=torch.float64)
+                m = torch.tensor(
+                    [array("d", r) if type(r) is bytes else list(r) for r in seg_rows],
+                    dtype=torch.float64,
+                )
             self._copy(xs[start:end], m, tfs[start])
             start = end
 

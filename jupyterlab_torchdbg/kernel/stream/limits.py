@@ -24,3 +24,6 @@ DEFAULT_INTERVAL_S = 0.1
 #: Pending (unsent) rows per block; older ones are dropped and counted. Bounded so that
 #: rows left on a device cannot grow without limit (R25).
 BLOCK_PENDING_ROWS = 4096
+#: The stream keeps the series and gradient blocks of this many runs (the current one
+#: included); older runs' are forgotten (runs.py, PROTOCOL.md "Runs").
+KEEP_RUNS = 5

@@ -40,15 +40,29 @@ class Series:
     pend_x: list[float] = field(default_factory=list)
     pend_y: list[object] = field(default_factory=list)
     dropped: int = 0
-    next_x: int = 0
+    #: log() without a step counts calls from 1 in each run (each run has its own Series).
+    next_x: int = 1
     #: The most recent resolved value (history may have decimated it away).
     last: float | None = None
+    #: The run the points belong to (None: recorded outside any run).
+    run: int | None = None
+    #: A log() series (a new run retires it); memory's are not.
+    per_run: bool = True
+    #: The last step given explicitly (``log(step, ...)``), to see it go backwards.
+    last_step: float | None = None
+
+    def goes_back(self, x: float | None) -> bool:
+        """``x`` is a step given explicitly and lower than the last one given: the
+        logged step went backwards (a new run, runs.py)."""
+        return x is not None and self.last_step is not None and x < self.last_step
 
     def record(self, value: object, x: float | None) -> None:
         """Queue one point; x defaults to one past the previous one (the stream's lock
         is held)."""
         if x is None:
             x = self.next_x
+        else:
+            self.last_step = x
         self.next_x = int(x) + 1
         if len(self.pend_x) >= limits.PENDING_CAPACITY:
             del self.pend_x[0], self.pend_y[0]
@@ -100,6 +114,9 @@ class BlockSeries:
     ) -> None:
         self.names = names
         self.id = block_id
+        #: A gradient track's block belongs to a run (``run``); memory's to none.
+        self.per_run = False
+        self.run: int | None = None
         #: Whether a ``series`` message has carried the names yet.
         self.announced = False
         #: The ``seq`` of the last flush that took rows of this block (0: none yet); the

@@ -1,9 +1,7 @@
 """``Stream``: the series store, its throttled flushes and the snapshots panels join with.
 
-Nothing here sends one message per step: points wait in their series until
-``Stream.maybe_flush`` finds that the flush interval has passed (R08), and then every
-series and block goes out in one ``series`` message (see ``wire``). The panel learns of
-gaps through ``seq``.
+No message per step: points wait until ``Stream.maybe_flush`` finds the flush interval
+passed (R08), then every series and block goes out in one ``series`` message (``wire``).
 
 Threading: the training thread records and flushes; a comm handler on a subshell thread
 may ask for a snapshot at the same time. One lock (``_lock``) guards the store; it is
@@ -14,12 +12,10 @@ and tells the stream through ``mark_pending`` that it has some. A second lock
 message from S + 1 on and nothing older, and knows the names of every block such a
 message may mention without names (R05, R06).
 
-Bounds (R44, every one in ``limits``): each name is made wire-safe and at most 512
-characters once, when its series or block is created (``names.bound_name``; the store is
-keyed by that form, so the gradient and memory monitors' names are bounded too); at most
-``MAX_SERIES`` scalar series (later names are ignored and counted) and ``MAX_BLOCK_NAMES``
-names in all blocks (the least recently active blocks are forgotten, and counted, to make
-room), so a snapshot's name table is bounded.
+Bounds (R44, all in ``limits``): each name is made wire-safe and at most 512 characters
+once, when its series or block is created (``names.bound_name``: the store is keyed by
+that form); at most ``MAX_SERIES`` scalar series (later names ignored and counted) and
+``MAX_BLOCK_NAMES`` names in all blocks (least recently active blocks forgotten).
 """
 
 from __future__ import annotations
@@ -34,6 +30,7 @@ from typing import Any
 from . import limits
 from .host_copy import resolve_values
 from .names import bound_name
+from .retired import Retired, with_run
 from .series import BlockSeries, PendingRows, Series
 from .wire import (
     Buffers,
@@ -89,27 +86,47 @@ class Stream:
         #: Blocks whose rows failed to resolve (their rows are dropped, never raised).
         self.block_errors = 0
         self.has_pending = False
+        #: The run of new log() series and per-run blocks (runs.py), whether it is current,
+        #: and earlier runs' series and blocks (forgotten after ``limits.KEEP_RUNS``).
+        self.run: int | None = None
+        self.running = False
+        self.retired = Retired()
+        #: Called (no lock held) by log() while no run is current / when a logged step
+        #: goes backwards; each may start a run. ``logged``: log() points so far (runs.py:
+        #: a loop that only logs is active).
+        self.on_no_run: Callable[[], None] | None = None
+        self.on_step_back: Callable[[], None] | None = None
+        self.logged = 0
 
     # --- recording -----------------------------------------------------------------
 
-    def record(self, name: str, value: object, x: float | None = None) -> bool:
+    def record(
+        self, name: str, value: object, x: float | None = None, per_run: bool = True
+    ) -> bool:
         """Append one point; ``value`` may be a float or a (device) scalar tensor.
 
         ``name`` is kept as ``bound_name(name)``. Returns False when the point was
-        ignored because MAX_SERIES other series exist already.
+        ignored because MAX_SERIES other series exist already. ``per_run`` (log()): the
+        series belongs to the run (runs.py); not (memory's): it plays no part in runs.
         """
-        with self._lock:
-            s = self._series.get(name)
-            if s is None:
-                s = self._series_for(name)
+        if per_run and not self.running and self.on_no_run is not None:
+            self.on_no_run()
+        for retry in (False, True):
+            with self._lock:
+                s = self._series.get(name) or self._series_for(name, per_run)
                 if s is None:
                     self.ignored_series += 1
                     return False
-            s.record(value, x)
-            self.has_pending = True
-            return True
+                if retry or self.on_step_back is None or not s.per_run or not s.goes_back(x):
+                    s.record(value, x)
+                    self.has_pending = True
+                    if s.per_run:
+                        self.logged += 1
+                    return True
+            self.on_step_back()  # a new run: ``start_run`` retires this series
+        return False
 
-    def _series_for(self, name: str) -> Series | None:
+    def _series_for(self, name: str, per_run: bool = True) -> Series | None:
         """The series of a name not found as given (under ``_lock``): found or created
         under its bounded form, or None past MAX_SERIES."""
         key = self._aliases.get(name)
@@ -119,11 +136,34 @@ class Stream:
                 self._aliases[name] = key
         s = self._series.get(key)
         if s is None and len(self._series) < limits.MAX_SERIES:
-            s = self._series[key] = Series(key, self._new_id())
+            run = self.run if per_run else None
+            s = self._series[key] = Series(key, self._new_id(), run=run, per_run=per_run)
         return s
 
-    def block(self, names: Sequence[str]) -> BlockSeries:
+    def start_run(self, run: int) -> None:
+        """A run starts (runs.py): the earlier run's log() series and per-run blocks are
+        retired (kept, flushed, in snapshots with their ``run``); new points get new ids."""
+        with self._lock:
+            self.retired.retire(run, [s for s in self._series.values() if s.per_run])
+            self._series = {k: s for k, s in self._series.items() if not s.per_run}
+            for key, b in list(self._blocks.items()):
+                if b.per_run:
+                    del self._blocks[key]
+                    self._block_names -= b.width
+                    self.retired.retire(run, [b])
+            self.retired.prune(run)
+            self.run = run
+            self.running = True
+
+    def end_run(self) -> None:
+        """The run ended: the next log() may start one (``on_no_run``)."""
+        self.running = False
+
+    def block(self, names: Sequence[str], per_run: bool = False) -> BlockSeries:
         """The block recording these series together (created on first use).
+
+        ``per_run``: the block belongs to the current run (a gradient track): a new run
+        retires it, and the same names then get a new block.
 
         The same names give the same block, so a recorder that is re-created (a new
         optimizer over the same model) continues its history. Names are kept as
@@ -145,6 +185,8 @@ class Stream:
                     )
                 self._make_room(len(key))
                 b = BlockSeries(key, self._new_id(), on_record=self.mark_pending)
+                if per_run:
+                    b.per_run, b.run = True, self.run
                 self._blocks[key] = b
                 self._block_names += len(key)
             return b
@@ -226,13 +268,14 @@ class Stream:
             keys = [k for k in self._series if wanted is None or k in wanted]
             for k in keys:
                 del self._series[k]
+            gone = self.retired.clear(wanted)
             if wanted is None:
                 self._aliases.clear()
             bkeys = [k for k in self._blocks if wanted is None or wanted.intersection(k)]
             for bk in bkeys:
                 del self._blocks[bk]
                 self._block_names -= len(bk)
-            return len(keys) + sum(len(bk) for bk in bkeys)
+            return len(keys) + sum(len(bk) for bk in bkeys) + gone
 
     # --- flushing ------------------------------------------------------------------
 
@@ -263,10 +306,11 @@ class Stream:
                 return
             self.has_pending = False
             taken: list[tuple[Series, list[float], list[object], int]] = []
-            for s in self._series.values():
+            for s in self.retired.series(self._series.values()):
                 if s.pend_x:
                     taken.append((s, *s.take()))
-            blocks_taken = [(b, b.take_pending()) for b in self._blocks.values()]
+            blocks = self.retired.blocks(self._blocks.values())
+            blocks_taken = [(b, b.take_pending()) for b in blocks]
             blocks_taken = [
                 (b, p) for b, p in blocks_taken if p.xs or b.copies_in_flight or p.dropped
             ]
@@ -289,14 +333,14 @@ class Stream:
                 s.add_history(xs, vals)
                 names = None if s.announced else [s.name]
                 s.announced = True
-                header_blocks.append(series_header(s.id, len(xs), names, dropped))
+                header_blocks.append(with_run(series_header(s.id, len(xs), names, dropped), s))
                 buffers.append(x_bytes(xs))
                 buffers.append(scalar_bytes(vals))
             for b, bxs, m, dropped in block_out:
                 b.history.add(bxs, m)
                 names = None if b.announced else list(b.names)
                 b.announced = True
-                header_blocks.append(series_header(b.id, len(bxs), names, dropped))
+                header_blocks.append(with_run(series_header(b.id, len(bxs), names, dropped), b))
                 buffers.append(x_bytes(bxs))
                 buffers.append(tensor_bytes(m))  # row-major, as recorded: no reshuffle
                 self.points += len(bxs) * b.width
@@ -333,12 +377,12 @@ class Stream:
         with self._lock:
             blocks: list[Header] = []
             buffers: Buffers = []
-            for s in self._series.values():
-                blocks.append(snapshot_header(s.id, [s.name], len(s.history)))
+            for s in self.retired.series(self._series.values()):
+                blocks.append(with_run(snapshot_header(s.id, [s.name], len(s.history)), s))
                 buffers.append(s.history.x_bytes())
                 buffers.append(s.history.y_bytes())
-            for b in self._blocks.values():
-                blocks.append(snapshot_header(b.id, list(b.names), len(b.history)))
+            for b in self.retired.blocks(self._blocks.values()):
+                blocks.append(with_run(snapshot_header(b.id, list(b.names), len(b.history)), b))
                 buffers.append(b.history.x_bytes())
                 buffers.append(b.history.y_bytes())
             return blocks, buffers, self.seq

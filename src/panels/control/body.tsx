@@ -2,11 +2,40 @@ import type { TranslationBundle } from '@jupyterlab/translation';
 import React, { useState } from 'react';
 
 import { TorchDbgConnection } from '../../connection/connection';
-import { ActionName, IActionArgs } from '../../protocol/messages';
+import type { IControlTarget } from '../../protocol/generated';
+import { ActionName, IActionArgs, wireNumber } from '../../protocol/messages';
 import { useSignalRender } from '../../ui/useSignalRender';
 import { sendControl } from './sendControl';
 
-/** Clip, pause / resume / single step and LR scaling of the running loop. */
+/** A learning rate as typed and read: short, exact enough, never rounded to 0. */
+export function formatLr(v: number): string {
+  if (!Number.isFinite(v)) {
+    return String(v);
+  }
+  return String(Number(v.toPrecision(6)));
+}
+
+/** A typed learning rate, or null when it is not a finite number > 0. */
+export function parseLr(text: string): number | null {
+  const v = Number(text.trim());
+  return text.trim() !== '' && Number.isFinite(v) && v > 0 ? v : null;
+}
+
+/** `drafts` less one key. */
+function without(
+  drafts: Record<string, string>,
+  key: string
+): Record<string, string> {
+  const out = { ...drafts };
+  delete out[key];
+  return out;
+}
+
+/**
+ * Clip, pause / resume / single step and the learning rate of the running
+ * loop. Everything shown is what the kernel reports (its `control` message):
+ * the LR of each param group is the optimizer's own, read at the step.
+ */
 export function ControlPanel(props: {
   conn: TorchDbgConnection;
   trans: TranslationBundle;
@@ -16,36 +45,112 @@ export function ControlPanel(props: {
   useSignalRender(control.changed);
   const [maxNorm, setMaxNorm] = useState('1.0');
   const [note, setNote] = useState('');
+  // what the user is typing per `key/group`; the kernel's value otherwise
+  const [drafts, setDrafts] = useState<Record<string, string>>({});
+  const [, rerender] = useState(0);
   const state = control.state;
   const live = conn.model.hello?.capabilities.subshells ?? false;
-  const act = <K extends ActionName>(action: K, args: IActionArgs[K]) => {
+  const truthful = state?.targets !== undefined;
+  // no state yet (torch not imported, or before the first message): nothing to act on
+  const idle = control.idle || state === null;
+  const running = control.running;
+  const target = control.target;
+  const byHand = target?.by_hand ?? false;
+  const act = <K extends ActionName>(
+    action: K,
+    args: IActionArgs[K],
+    done?: (error: string) => void
+  ) => {
     setNote('');
-    void sendControl(conn, action, args).then(setNote);
+    void sendControl(conn, action, args).then(error => {
+      setNote(error);
+      done?.(error);
+    });
   };
   const clipValue = Number(maxNorm);
   const clipValid = Number.isFinite(clipValue) && clipValue > 0;
+  const idleWhy = trans.__(
+    'Idle: nothing is training. Set the learning rate in your cell.'
+  );
+  const byHandWhy = trans.__(
+    'A loop without torch.optim: the learning rate is in your code.'
+  );
+  const lrBlocked = idle ? idleWhy : byHand ? byHandWhy : '';
+  const changed = target?.groups.filter(g => g.changed) ?? [];
+
+  let stateText: string;
+  if (state?.paused) {
+    const at = String(state.paused_at ?? state.step);
+    stateText =
+      state.run !== null && state.run !== undefined
+        ? trans.__('Paused before step %1 of run %2.', at, String(state.run))
+        : trans.__('Paused before optimizer step %1.', at);
+  } else if (!state || idle || !running) {
+    stateText = trans.__('Idle: nothing is training.');
+  } else if (byHand) {
+    stateText = trans.__('Running. Controls apply at the end of backward.');
+  } else {
+    stateText = trans.__(
+      'Running. Controls apply at the next optimizer.step().'
+    );
+  }
+
+  const setLr = (t: IControlTarget, group: number) => {
+    const key = `${t.key}/${group}`;
+    const lr = parseLr(drafts[key] ?? '');
+    if (lr === null) {
+      return;
+    }
+    act('set_lr', { lr, optimizer: t.key, group }, error => {
+      if (!error) {
+        setNote(
+          trans.__('lr %1 set: it applies at the next step.', formatLr(lr))
+        );
+        setDrafts(d => without(d, key));
+      }
+    });
+  };
+
   return (
-    <div className="jp-TorchDbg-control">
+    <div
+      className="jp-TorchDbg-control"
+      data-idle={idle ? 'true' : 'false'}
+      data-running={running ? 'true' : 'false'}
+    >
       <div
         className="jp-TorchDbg-controlState"
         data-paused={state?.paused ? 'true' : 'false'}
       >
-        {state?.paused
-          ? trans.__(
-              'Paused before optimizer step %1.',
-              String(state.paused_at ?? state.step)
-            )
-          : trans.__('Running. Controls apply at the next optimizer.step().')}
+        <span className="jp-TorchDbg-controlStateText">{stateText}</span>
         {state?.clip !== null && state?.clip !== undefined && (
-          <span className="jp-TorchDbg-chip jp-mod-ok">
+          <span className="jp-TorchDbg-chip jp-mod-ok jp-TorchDbg-clipChip">
             {trans.__('clip %1', String(state.clip))}
           </span>
         )}
-        {state?.lr_scale !== null && state?.lr_scale !== undefined && (
-          <span className="jp-TorchDbg-chip jp-mod-ok">
-            {trans.__('LR ×%1', String(state.lr_scale))}
-          </span>
-        )}
+        {truthful
+          ? changed.length > 0 &&
+            target && (
+              <span
+                className="jp-TorchDbg-chip jp-mod-ok jp-TorchDbg-lrChip"
+                title={trans.__(
+                  'Changed from this panel in this run; it was %1',
+                  changed
+                    .map(g => formatLr(wireNumber(g.initial_lr)))
+                    .join(', ')
+                )}
+              >
+                {trans.__(
+                  'lr %1',
+                  changed.map(g => formatLr(wireNumber(g.lr))).join(', ')
+                )}
+              </span>
+            )
+          : state?.lr_scale !== null &&
+            state?.lr_scale !== undefined && (
+              <span className="jp-TorchDbg-chip jp-mod-ok jp-TorchDbg-lrChip">
+                {trans.__('LR ×%1', String(state.lr_scale))}
+              </span>
+            )}
       </div>
       <div className="jp-TorchDbg-controls">
         <label className="jp-TorchDbg-clipLabel">
@@ -86,6 +191,8 @@ export function ControlPanel(props: {
             </button>
             <button
               className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
+              disabled={idle}
+              title={idle ? trans.__('Idle: nothing is training') : undefined}
               onClick={() => act('step', {})}
             >
               {trans.__('Step')}
@@ -93,35 +200,172 @@ export function ControlPanel(props: {
           </>
         ) : (
           <button
-            className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
-            disabled={!live}
+            className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small jp-TorchDbg-pause"
+            disabled={!live || idle}
             title={
-              live
-                ? trans.__('Hold the loop before the next optimizer step')
-                : trans.__('Pausing needs kernel subshells (ipykernel ≥ 7)')
+              idle
+                ? trans.__('Idle: nothing is training')
+                : live
+                  ? trans.__('Hold the loop before the next optimizer step')
+                  : trans.__('Pausing needs kernel subshells (ipykernel ≥ 7)')
             }
             onClick={() => act('pause', {})}
           >
             {trans.__('Pause')}
           </button>
         )}
-        <button
-          className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
-          onClick={() => act('scale_lr', { factor: 0.5 })}
-          title={trans.__(
-            'Halve the learning rate of the optimizers from the next step'
-          )}
-        >
-          {trans.__('LR ×0.5')}
-        </button>
-        <button
-          className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
-          disabled={state?.lr_scale === null || state?.lr_scale === undefined}
-          onClick={() => act('reset_lr', {})}
-        >
-          {trans.__('Reset LR')}
-        </button>
+        {!truthful && (
+          <>
+            <button
+              className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
+              onClick={() => act('scale_lr', { factor: 0.5 })}
+              title={trans.__(
+                'Halve the learning rate of the optimizers from the next step'
+              )}
+            >
+              {trans.__('LR ×0.5')}
+            </button>
+            <button
+              className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
+              disabled={
+                state?.lr_scale === null || state?.lr_scale === undefined
+              }
+              onClick={() => act('reset_lr', {})}
+            >
+              {trans.__('Reset LR')}
+            </button>
+          </>
+        )}
       </div>
+      {truthful && (
+        <div className="jp-TorchDbg-lr" title={lrBlocked || undefined}>
+          {control.targets.length > 1 && (
+            <label className="jp-TorchDbg-lrTargetLabel">
+              {trans.__('optimizer')}{' '}
+              <select
+                className="jp-TorchDbg-lrTarget"
+                value={target?.key ?? ''}
+                onChange={e => {
+                  control.pickTarget(e.currentTarget.value);
+                  // now, not at the signal's next frame (the select would snap back)
+                  rerender(n => n + 1);
+                }}
+              >
+                {control.targets.map(t => (
+                  <option key={t.key} value={t.key}>
+                    {t.by_hand
+                      ? trans.__('%1 (by hand)', t.name)
+                      : t.stepping
+                        ? t.name
+                        : trans.__('%1 (not stepping)', t.name)}
+                  </option>
+                ))}
+              </select>
+            </label>
+          )}
+          {target &&
+            !byHand &&
+            target.groups.map(g => {
+              const key = `${target.key}/${g.index}`;
+              const current = formatLr(wireNumber(g.lr));
+              const draft = drafts[key];
+              const value = draft ?? (g.lr === null ? '' : current);
+              const valid = parseLr(value) !== null;
+              return (
+                <div
+                  className="jp-TorchDbg-lrRow"
+                  key={key}
+                  data-group={g.index}
+                >
+                  <label className="jp-TorchDbg-lrLabel">
+                    {target.groups.length > 1
+                      ? trans.__('lr group %1', String(g.index))
+                      : trans.__('lr')}
+                  </label>
+                  <input
+                    className="jp-TorchDbg-lrInput"
+                    type="text"
+                    inputMode="decimal"
+                    aria-label={trans.__(
+                      'learning rate of %1, group %2',
+                      target.name,
+                      String(g.index)
+                    )}
+                    data-lr={g.lr === null ? '' : current}
+                    value={value}
+                    disabled={!!lrBlocked}
+                    title={
+                      lrBlocked || trans.__('Enter sets it at the next step')
+                    }
+                    aria-invalid={draft !== undefined && !valid}
+                    onChange={e => {
+                      const text = e.currentTarget.value;
+                      setDrafts(d => ({ ...d, [key]: text }));
+                    }}
+                    onKeyDown={e => {
+                      if (e.key === 'Enter') {
+                        setLr(target, g.index);
+                      } else if (e.key === 'Escape') {
+                        setDrafts(d => without(d, key));
+                      }
+                    }}
+                  />
+                  <button
+                    className="jp-Button jp-mod-styled jp-mod-accept jp-TorchDbg-small jp-TorchDbg-lrSet"
+                    disabled={!!lrBlocked || draft === undefined || !valid}
+                    title={lrBlocked || undefined}
+                    onClick={() => setLr(target, g.index)}
+                  >
+                    {trans.__('Set')}
+                  </button>
+                </div>
+              );
+            })}
+          <div className="jp-TorchDbg-controls">
+            <button
+              className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small jp-TorchDbg-lrHalve"
+              disabled={!target || !!lrBlocked}
+              title={
+                lrBlocked ||
+                trans.__(
+                  'Halve the learning rate of %1 from its next step',
+                  target?.name ?? ''
+                )
+              }
+              onClick={() =>
+                target &&
+                act('scale_lr', { factor: 0.5, optimizer: target.key })
+              }
+            >
+              {trans.__('LR ×0.5')}
+            </button>
+            <button
+              className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small jp-TorchDbg-lrReset"
+              disabled={!target || changed.length === 0 || !!lrBlocked}
+              title={
+                lrBlocked
+                  ? lrBlocked
+                  : changed.length
+                    ? trans.__(
+                        'Restore the learning rate from before this run’s first change: %1',
+                        changed
+                          .map(g => formatLr(wireNumber(g.initial_lr)))
+                          .join(', ')
+                      )
+                    : trans.__('The learning rate was not changed in this run')
+              }
+              onClick={() =>
+                target && act('reset_lr', { optimizer: target.key })
+              }
+            >
+              {trans.__('Reset LR')}
+            </button>
+          </div>
+          {target && byHand && (
+            <div className="jp-TorchDbg-note">{byHandWhy}</div>
+          )}
+        </div>
+      )}
       {control.pending.length > 0 && (
         <div className="jp-TorchDbg-note">
           {trans.__(

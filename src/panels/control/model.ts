@@ -1,5 +1,6 @@
 import { ISignal, Signal } from '@lumino/signaling';
 
+import type { IControlTarget } from '../../protocol/generated';
 import { IControl } from '../../protocol/messages';
 
 /**
@@ -13,6 +14,51 @@ export class ControlModel {
 
   get state(): IControl | null {
     return this._state;
+  }
+
+  /** The optimizers the kernel reports (empty from a kernel before protocol 2.3). */
+  get targets(): readonly IControlTarget[] {
+    return this._state?.targets ?? [];
+  }
+
+  /**
+   * The optimizer the LR controls act on: the one the user picked while the
+   * kernel still lists it, else the kernel's default `target`, else the first.
+   */
+  get target(): IControlTarget | null {
+    const targets = this.targets;
+    return (
+      targets.find(t => t.key === this._picked) ??
+      targets.find(t => t.key === this._state?.target) ??
+      targets[0] ??
+      null
+    );
+  }
+
+  /** Pick the LR controls' optimizer (null: follow the kernel's default). */
+  pickTarget(key: string | null): void {
+    this._picked = key;
+    this._changed.emit();
+  }
+
+  /**
+   * Whether the kernel says nothing is training (protocol 2.3; an older
+   * kernel does not say, and is taken as running).
+   */
+  get idle(): boolean {
+    return this._state?.idle ?? false;
+  }
+
+  /** Whether a run is current and steps: what the controls act on now. */
+  get running(): boolean {
+    const s = this._state;
+    if (!s) {
+      return false;
+    }
+    if (s.idle === undefined) {
+      return true; // a kernel before 2.3 does not say
+    }
+    return !s.idle && s.run !== null && s.run !== undefined;
   }
 
   /** Actions sent but not yet answered because the kernel is busy without subshells. */
@@ -44,10 +90,12 @@ export class ControlModel {
   reset(): void {
     this._state = null;
     this._pending = [];
+    this._picked = null;
     this._changed.emit();
   }
 
   private _state: IControl | null = null;
   private _pending: string[] = [];
+  private _picked: string | null = null;
   private _changed = new Signal<this, void>(this);
 }

@@ -106,22 +106,27 @@ export function GradsPanel(props: {
           />{' '}
           {trans.__('skip non-finite steps')}
         </label>
-        <button
-          className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
-          onClick={() =>
-            download('grad-norms.csv', gradsCsv(model), 'text/csv')
-          }
+        <span
+          className="jp-TorchDbg-exports"
+          title={trans.__('Download the gradient norms')}
         >
-          CSV
-        </button>
-        <button
-          className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
-          onClick={() =>
-            download('grad-norms.json', gradsJson(model), 'application/json')
-          }
-        >
-          JSON
-        </button>
+          <button
+            className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
+            onClick={() =>
+              download('grad-norms.csv', gradsCsv(model), 'text/csv')
+            }
+          >
+            CSV
+          </button>
+          <button
+            className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
+            onClick={() =>
+              download('grad-norms.json', gradsJson(model), 'application/json')
+            }
+          >
+            JSON
+          </button>
+        </span>
       </div>
       {note && <div className="jp-TorchDbg-note">{note}</div>}
       {status.reason && (

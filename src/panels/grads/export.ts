@@ -29,30 +29,49 @@ function num(v: number): string {
         : String(v);
 }
 
-/** Gradient-norm history as CSV: one row per step, one column per series. */
-export function gradsCsv(model: TorchDbgModel): string {
-  const status = model.grads.status;
-  const lines: string[] = [];
-  for (const track of status?.tracks ?? []) {
-    const cols = trackSeries(model, track).filter(c =>
-      model.series.has(c.name)
-    );
-    if (!cols.length) {
-      continue;
+/** A float32 norm in its shortest round-tripping form (9 significant digits at most). */
+function f32(v: number): string {
+  if (!Number.isFinite(v)) {
+    return num(v);
+  }
+  const f = Math.fround(v);
+  for (let p = 6; p < 9; p++) {
+    const s = Number(v.toPrecision(p));
+    if (Math.fround(s) === f) {
+      return String(s);
     }
-    const arrays = cols.map(c => model.series.get(c.name)!.toArrays());
-    const n = Math.min(...arrays.map(a => a.x.length));
-    lines.push(
-      ['optimizer', 'step', ...cols.map(c => c.label)].map(csvCell).join(',')
-    );
-    for (let i = 0; i < n; i++) {
-      lines.push(
-        [
-          csvCell(track.name),
-          num(arrays[0].x[i]),
-          ...arrays.map(a => num(a.y[i]))
-        ].join(',')
-      );
+  }
+  return String(Number(v.toPrecision(9)));
+}
+
+/** The CSV's one header row. */
+export const CSV_HEADER = 'run,step,layer,norm';
+
+/**
+ * Gradient-norm history as one tidy CSV table, `run,step,layer,norm`, one row per
+ * (series, sampled step): the total norm as layer `total`, `run` blank when the
+ * kernel gives none (protocol < 2.3). `pandas.read_csv` reads it as it is; NaN
+ * and ±Inf are written `nan`, `inf`, `-inf`. With several optimizers the layer is
+ * prefixed with the optimizer (`opt_d/total`, `opt_d/model.fc`), so no two series
+ * share a name.
+ */
+export function gradsCsv(model: TorchDbgModel): string {
+  const tracks = model.grads.status?.tracks ?? [];
+  const prefix = tracks.length > 1;
+  const lines: string[] = [CSV_HEADER];
+  for (const track of tracks) {
+    const run =
+      track.run === undefined || track.run === null ? '' : String(track.run);
+    for (const col of trackSeries(model, track)) {
+      const ring = model.series.get(col.name);
+      if (!ring) {
+        continue;
+      }
+      const { x, y } = ring.toArrays();
+      const layer = csvCell(prefix ? `${track.name}/${col.label}` : col.label);
+      for (let i = 0; i < x.length; i++) {
+        lines.push(`${run},${num(x[i])},${layer},${f32(y[i])}`);
+      }
     }
   }
   return lines.join('\n') + '\n';

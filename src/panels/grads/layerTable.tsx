@@ -3,11 +3,16 @@ import React, { useState } from 'react';
 
 import { TorchDbgModel } from '../../model/model';
 import { IGradTrack, wireNumber } from '../../protocol/messages';
+import { formatCompact } from '../../ui/formatCompact';
 import { formatValue } from '../../ui/formatValue';
 
 type SortKey = 'name' | 'last' | 'max' | 'min' | 'nonfinite';
 
-/** Per-layer norms of one track, sortable by any column. */
+/**
+ * Per-layer norms of one track, sortable by any column. Fits a 250 px sidebar:
+ * fixed columns, numbers in 3 significant digits (full value in the tooltip) that
+ * never wrap, layer names cut with an ellipsis (full name and shape in the tooltip).
+ */
 export function LayerTable(props: {
   model: TorchDbgModel;
   track: IGradTrack;
@@ -41,8 +46,9 @@ export function LayerTable(props: {
           (Number.isNaN(vb as number) ? Infinity : (vb as number));
     return sort.desc ? -c : c;
   });
-  const header = (key: SortKey, label: string) => (
+  const header = (key: SortKey, label: string, title: string) => (
     <th
+      title={title}
       aria-sort={
         sort.key === key ? (sort.desc ? 'descending' : 'ascending') : 'none'
       }
@@ -57,13 +63,24 @@ export function LayerTable(props: {
   return (
     <div className="jp-TorchDbg-tableWrap">
       <table className="jp-TorchDbg-table jp-TorchDbg-layerTable">
+        <colgroup>
+          <col />
+          <col className="jp-mod-num" />
+          <col className="jp-mod-num" />
+          <col className="jp-mod-num" />
+          <col className="jp-mod-count" />
+        </colgroup>
         <thead>
           <tr>
-            {header('name', trans.__('layer'))}
-            {header('last', trans.__('last'))}
-            {header('max', trans.__('max'))}
-            {header('min', trans.__('min'))}
-            {header('nonfinite', trans.__('non-finite'))}
+            {header('name', trans.__('layer'), trans.__('sort by layer'))}
+            {header('last', trans.__('last'), trans.__('latest norm'))}
+            {header('max', trans.__('max'), trans.__('largest norm'))}
+            {header('min', trans.__('min'), trans.__('smallest norm'))}
+            {header(
+              'nonfinite',
+              trans.__('NaN'),
+              trans.__('sampled steps with a non-finite (NaN/Inf) norm')
+            )}
           </tr>
         </thead>
         <tbody>
@@ -75,9 +92,9 @@ export function LayerTable(props: {
               >
                 {r.name}
               </td>
-              <td>{formatValue(r.last)}</td>
-              <td>{formatValue(r.max)}</td>
-              <td>{formatValue(r.min)}</td>
+              <td title={formatValue(r.last)}>{formatCompact(r.last)}</td>
+              <td title={formatValue(r.max)}>{formatCompact(r.max)}</td>
+              <td title={formatValue(r.min)}>{formatCompact(r.min)}</td>
               <td>{r.nonfinite}</td>
             </tr>
           ))}

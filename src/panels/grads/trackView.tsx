@@ -42,7 +42,16 @@ export function TrackView(props: {
       }),
     [track.name]
   );
-  const [heatHost, heat] = useMounted(() => new Heatmap(), [track.name]);
+  const [heatHost, heat] = useMounted(
+    () =>
+      new Heatmap({
+        scaleTitle: trans.__(
+          'colour scale: gradient norm, logarithmic (min at the left, max at the right)'
+        ),
+        nonFiniteLabel: trans.__('non-finite')
+      }),
+    [track.name]
+  );
   const [topHost, top] = useMounted(
     () =>
       new LineChart({
@@ -64,11 +73,22 @@ export function TrackView(props: {
     )
     .slice(0, TOP_K);
 
+  // earlier runs' total norm, faded (the same array while unchanged)
+  const totalOverlays = model.overlayData(track.total_series);
+  useEffect(() => {
+    total.current?.setOverlays(totalOverlays);
+  }, [totalOverlays, track.name]);
+
+  // an alarm clicked (alertList.tsx): mark its step at once, data or not
+  useEffect(() => {
+    total.current?.setMarker(model.grads.focusStep);
+    top.current?.setMarker(model.grads.focusStep);
+  }, [model.grads.focusStep, track.name]);
+
   useEffect(() => {
     const totalRing = model.series.get(track.total_series);
     if (totalRing) {
-      const { x, y } = totalRing.toArrays();
-      total.current?.setData(x, y);
+      total.current?.setRing(totalRing); // read in place when drawn
     }
     // the clip level when clipping (the chart shows norms before clipping), else the threshold
     total.current?.setHLine(
@@ -78,14 +98,17 @@ export function TrackView(props: {
     top.current?.setMarker(model.grads.focusStep);
     const rings = layers.map(l => model.series.get(l.series));
     if (rings.length && rings.every(r => r)) {
-      const arrays = rings.map(r => r!.toArrays());
-      heat.current?.setData(
-        arrays[0].x,
-        arrays.map(a => a.y)
-      );
-      const picked = order.map(o => model.series.get(o.l.series)!.toArrays());
+      // ring views read when drawn (in view only): no copies per message
+      heat.current?.setSource(() => {
+        const views = rings.map(r => r!.view());
+        return { x: views[0].x, rows: views.map(v => v.y) };
+      });
+      const picked = order.map(o => model.series.get(o.l.series)!);
       if (picked.length) {
-        top.current?.setData(picked[0].x, ...picked.map(p => p.y));
+        top.current?.setSource(() => {
+          const views = picked.map(r => r.view());
+          return { x: views[0].x, ys: views.map(v => v.y) };
+        });
       }
     }
   }, [props.tick]);

@@ -1,19 +1,18 @@
 import type { TranslationBundle } from '@jupyterlab/translation';
 import React from 'react';
 
-import { seriesColor } from '../../charts/lineChart';
 import { IMemoryBreakdownRow } from '../../protocol/messages';
 import { formatBytes } from './format';
 
+/** One colour per category (style/layout.css `.jp-TorchDbg-cat-<key>`: four distinct theme colours). */
 const CATEGORIES: {
-  key: keyof IMemoryBreakdownRow;
+  key: 'parameters' | 'gradients' | 'optimizer_state' | 'other';
   label: string;
-  color: number;
 }[] = [
-  { key: 'parameters', label: 'parameters', color: 0 },
-  { key: 'gradients', label: 'gradients', color: 1 },
-  { key: 'optimizer_state', label: 'optimizer state', color: 2 },
-  { key: 'other', label: 'everything else', color: 4 }
+  { key: 'parameters', label: 'parameters' },
+  { key: 'gradients', label: 'gradients' },
+  { key: 'optimizer_state', label: 'optimizer state' },
+  { key: 'other', label: 'everything else' }
 ];
 
 /** The breakdown of one device as a stacked bar with a legend. */
@@ -40,20 +39,15 @@ export function BreakdownBar(props: {
         {CATEGORIES.map((c, i) => (
           <span
             key={c.key}
-            style={{
-              width: `${(100 * values[i]) / sum}%`,
-              background: seriesColor(c.color)
-            }}
+            className={`jp-TorchDbg-cat-${c.key}`}
+            style={{ width: `${(100 * values[i]) / sum}%` }}
           />
         ))}
       </div>
       <ul className="jp-TorchDbg-legend">
         {CATEGORIES.map((c, i) => (
           <li key={c.key}>
-            <span
-              className="jp-TorchDbg-swatch"
-              style={{ background: seriesColor(c.color) }}
-            />
+            <span className={`jp-TorchDbg-swatch jp-TorchDbg-cat-${c.key}`} />
             <span className="jp-TorchDbg-layerName">{trans.__(c.label)}</span>
             <span>
               {formatBytes(c.key === 'other' ? row.other : values[i])}

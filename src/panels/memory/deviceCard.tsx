@@ -34,13 +34,16 @@ export function DeviceCard(props: {
     const rings = names.map(n => model.series.get(n));
     const first = rings.find(r => r);
     if (first) {
-      const x = first.toArrays().x;
-      chart.current?.setData(
-        x,
-        ...rings.map(r =>
-          r ? r.toArrays().y : new Float32Array(x.length).fill(NaN)
-        )
-      );
+      // ring views read when drawn (in view only): no copies per message
+      chart.current?.setSource(() => {
+        const x = first.view().x;
+        return {
+          x,
+          ys: rings.map(r =>
+            r ? r.view().y : new Float32Array(x.length).fill(NaN)
+          )
+        };
+      });
     }
   }, [props.tick]);
   const a = d.allocator;
@@ -48,7 +51,10 @@ export function DeviceCard(props: {
   return (
     <section className="jp-TorchDbg-deviceCard" data-device={d.device}>
       <header className="jp-TorchDbg-seriesHeader">
-        <span className="jp-TorchDbg-seriesName">
+        <span
+          className="jp-TorchDbg-seriesName jp-TorchDbg-deviceTitle"
+          title={`${d.device} ${d.name ?? ''}`}
+        >
           {d.device} {d.name ?? ''}
         </span>
       </header>

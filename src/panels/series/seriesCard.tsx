@@ -1,26 +1,119 @@
 import type { TranslationBundle } from '@jupyterlab/translation';
-import React, { useEffect, useRef } from 'react';
+import React, { useEffect, useRef, useState } from 'react';
 
-import { LineChart, seriesColor } from '../../charts/lineChart';
+import {
+  DEFAULT_SMOOTHING,
+  IOverlay,
+  LineChart,
+  seriesColor
+} from '../../charts/lineChart';
 import { SeriesRing } from '../../model/ringbuffer';
 import { formatValue } from '../../ui/formatValue';
 
-/** One series: its name, last value and a live chart. */
-export function SeriesCard(props: {
+/** localStorage key of a series' chart options (log-y, smoothing). */
+const STORE_PREFIX = 'jupyterlab-torchdbg:series-view:';
+
+/** A series card's chart options, remembered per series name. */
+export interface ISeriesView {
+  log: boolean;
+  smooth: boolean;
+}
+
+/** The remembered options of series `name` (defaults: linear, raw). */
+export function loadSeriesView(name: string): ISeriesView {
+  try {
+    const raw = window.localStorage?.getItem(STORE_PREFIX + name);
+    const v = raw ? JSON.parse(raw) : null;
+    return { log: v?.log === true, smooth: v?.smooth === true };
+  } catch {
+    return { log: false, smooth: false };
+  }
+}
+
+function saveSeriesView(name: string, view: ISeriesView): void {
+  try {
+    window.localStorage?.setItem(STORE_PREFIX + name, JSON.stringify(view));
+  } catch {
+    // storage full or disabled: the toggle still works for this session
+  }
+}
+
+/** Props of `SeriesCard`. */
+export interface ISeriesCardProps {
   name: string;
   ring: SeriesRing;
   index: number;
+  /** Changes when new points arrived (the model's data tick). */
   tick: number;
   trans: TranslationBundle;
-}): JSX.Element {
+  /** Earlier runs of this series, drawn faded under the current one. */
+  overlays?: ReadonlyArray<IOverlay>;
+  /** Extra header buttons before the chart toggles (the series panel's pin). */
+  headerExtra?: React.ReactNode;
+}
+
+/** Rings whose card is out of view (scrolled away, or the panel hidden). */
+const outOfView = new WeakSet<SeriesRing>();
+
+/**
+ * A card out of view is not re-rendered by its parent (hundreds of cards per
+ * data tick otherwise); it re-renders itself when it comes into view, and
+ * takes the parent's newest props at the parent's next render.
+ */
+function skipRender(a: ISeriesCardProps, b: ISeriesCardProps): boolean {
+  return (
+    a.name === b.name &&
+    a.ring === b.ring &&
+    a.index === b.index &&
+    a.trans === b.trans &&
+    outOfView.has(b.ring)
+  );
+}
+
+/**
+ * One series: its name, last value, log-y and smoothing toggles (remembered
+ * per series name) and a live chart, with earlier runs as faded overlays.
+ */
+export const SeriesCard = React.memo(SeriesCardImpl, skipRender);
+
+function SeriesCardImpl(props: ISeriesCardProps): JSX.Element {
   const host = useRef<HTMLDivElement>(null);
   const chart = useRef<LineChart | null>(null);
+  // Out of view, the card's text stays as it was (no DOM change, no style or
+  // layout work for the hundreds of cards scrolled away); caught up when shown.
+  // in view: reported by the chart's (shared) IntersectionObserver
+  const [inView, setInView] = useState(
+    typeof IntersectionObserver === 'undefined'
+  );
+  useEffect(() => {
+    if (inView) {
+      outOfView.delete(props.ring);
+    } else {
+      outOfView.add(props.ring);
+    }
+    return () => {
+      outOfView.delete(props.ring);
+    };
+  }, [inView, props.ring]);
+  const shown = useRef({ last: NaN, lastX: NaN, total: 0 });
+  if (inView) {
+    shown.current = {
+      last: props.ring.last,
+      lastX: props.ring.lastX,
+      total: props.ring.total
+    };
+  }
+  const facts = shown.current;
+  const [view, setView] = useState<ISeriesView>(() =>
+    loadSeriesView(props.name)
+  );
   useEffect(() => {
     const c = new LineChart({
       series: [{ label: props.name, color: seriesColor(props.index) }],
       height: 120
     });
     chart.current = c;
+    c.onVisibilityChange = setInView;
     host.current?.appendChild(c.node);
     return () => {
       c.dispose();
@@ -29,9 +122,21 @@ export function SeriesCard(props: {
     };
   }, [props.name, props.index]);
   useEffect(() => {
-    const { x, y } = props.ring.toArrays();
-    chart.current?.setData(x, y);
-  }, [props.tick, props.ring]);
+    chart.current?.setLog(view.log);
+    chart.current?.setSmoothing(view.smooth ? DEFAULT_SMOOTHING : null);
+  }, [view, props.name, props.index]);
+  useEffect(() => {
+    chart.current?.setOverlays(props.overlays ?? []);
+  }, [props.overlays, props.name, props.index]);
+  useEffect(() => {
+    // read in place at the next frame in view: no copy here
+    chart.current?.setRing(props.ring);
+  }, [props.tick, props.ring, props.name, props.index]);
+  const toggle = (key: keyof ISeriesView) => {
+    const next = { ...view, [key]: !view[key] };
+    saveSeriesView(props.name, next);
+    setView(next);
+  };
   const { trans } = props;
   return (
     <section className="jp-TorchDbg-seriesCard" data-series={props.name}>
@@ -44,17 +149,45 @@ export function SeriesCard(props: {
           {props.name}
         </span>
         <span className="jp-TorchDbg-seriesValue">
-          {formatValue(props.ring.last)}
+          {formatValue(facts.last)}
         </span>
+        {props.headerExtra}
       </header>
       <div className="jp-TorchDbg-chartHost" ref={host} />
-      <footer className="jp-TorchDbg-seriesFooter">
-        {trans.__(
-          'step %1 · %2 points',
-          Number.isFinite(props.ring.lastX) ? String(props.ring.lastX) : '–',
-          String(props.ring.total)
-        )}
-      </footer>
+      <div className="jp-TorchDbg-seriesBar">
+        <footer className="jp-TorchDbg-seriesFooter">
+          {trans.__(
+            'step %1 · %2 points',
+            Number.isFinite(facts.lastX) ? String(facts.lastX) : '–',
+            String(facts.total)
+          )}
+        </footer>
+        <span className="jp-TorchDbg-chartToggles">
+          <button
+            type="button"
+            className="jp-TorchDbg-chartToggle"
+            data-toggle="log"
+            aria-pressed={view.log}
+            title={trans.__('Logarithmic y axis (values ≤ 0 are not drawn)')}
+            onClick={() => toggle('log')}
+          >
+            {trans.__('log')}
+          </button>
+          <button
+            type="button"
+            className="jp-TorchDbg-chartToggle"
+            data-toggle="smooth"
+            aria-pressed={view.smooth}
+            title={trans.__(
+              'Smoothing: exponential moving average, weight %1; the raw line stays faint',
+              String(DEFAULT_SMOOTHING)
+            )}
+            onClick={() => toggle('smooth')}
+          >
+            {trans.__('smooth')}
+          </button>
+        </span>
+      </div>
     </section>
   );
 }

@@ -1,0 +1,172 @@
+"""Learning rates per optimizer, as they are (issue #14: controls that do what they say).
+
+Each optimizer (or hand-updated model) that steps in the current run is a ``Target`` with
+a key stable for the kernel session (``name#n``). At each of its step boundaries the
+training thread reads every param group's real ``lr`` (``read``) and applies the panel's
+pending changes (``apply``): ``set`` (an absolute value for one group, or for all groups
+keeping their ratios), ``scale`` (a factor) and ``reset`` (back to the values before the
+panel's first change in this run, ``initial``). The panel's actions only queue changes
+(``Control`` holds the lock); a new run starts with no targets (``new_run``) and a run
+that ends drops what is pending (``drop_pending``): an idle optimizer is never changed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..backward_boundary import ModelSource
+
+#: ("set", lr, group | None), ("scale", factor, None) or ("reset", 0.0, None).
+Change = tuple[str, float, int | None]
+
+
+@dataclass
+class Target:
+    key: str
+    name: str
+    ref: weakref.ref[Any]
+    by_hand: bool
+    lrs: list[float | None] = field(default_factory=list)
+    #: Each group's lr before the panel's first change in this run (None: no change).
+    initial: list[float | None] | None = None
+    changed: set[int] = field(default_factory=set)
+    pending: list[Change] = field(default_factory=list)
+
+    def to_json(self, stepping: bool) -> dict[str, object]:
+        return {
+            "key": self.key,
+            "name": self.name,
+            "stepping": stepping,
+            "by_hand": self.by_hand,
+            "groups": [
+                {
+                    "index": i,
+                    "lr": lr,
+                    "initial_lr": self.initial[i]
+                    if self.initial is not None and i < len(self.initial)
+                    else None,
+                    "changed": i in self.changed,
+                }
+                for i, lr in enumerate(self.lrs)
+            ],
+        }
+
+    @property
+    def scale(self) -> float | None:
+        """First group's lr over its initial value, or None when the panel changed none."""
+        if not self.changed or self.initial is None or not self.lrs:
+            return None
+        lr, first = self.lrs[0], self.initial[0]
+        if lr is None or not first:
+            return None
+        return lr / first
+
+
+def read_lr(value: object) -> float | None:
+    """A group's lr as a float; None when not a number (or a tensor off the CPU: reading
+    it would synchronise the device)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        v = float(value)
+        return v if math.isfinite(v) else None
+    if getattr(value, "ndim", None) == 0 and str(getattr(value, "device", "")) == "cpu":
+        try:
+            v = float(value.item())  # type: ignore[attr-defined]
+        except Exception:
+            return None
+        return v if math.isfinite(v) else None
+    return None
+
+
+def _write(group: dict[str, Any], value: float) -> None:
+    lr: Any = group.get("lr")
+    if hasattr(lr, "fill_"):  # tensor LR (capturable optimizers)
+        lr.fill_(value)
+    else:
+        group["lr"] = value
+
+
+class LrTargets:
+    """The current run's targets (see the module docstring). Guarded by Control's lock."""
+
+    def __init__(self) -> None:
+        self._keys: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self._serial = itertools.count(1)
+        self.targets: dict[str, Target] = {}
+        #: The target that stepped most recently (the default of the actions).
+        self.last_key: str | None = None
+
+    def new_run(self) -> None:
+        self.targets = {}
+        self.last_key = None
+
+    def drop_pending(self) -> bool:
+        dropped = False
+        for t in self.targets.values():
+            dropped = dropped or bool(t.pending)
+            t.pending.clear()
+        return dropped
+
+    def seen(self, opt: Any, name: Callable[[], str]) -> Target:
+        """The target of ``opt`` in this run (created on its first boundary)."""
+        key = self._keys.get(opt)
+        if key is None:
+            shown = name().replace("\n", " ")[:100] or "optimizer"
+            key = self._keys[opt] = f"{shown}#{next(self._serial)}"
+        t = self.targets.get(key)
+        if t is None:
+            shown = key.rsplit("#", 1)[0]
+            t = self.targets[key] = Target(
+                key, shown, weakref.ref(opt), isinstance(opt, ModelSource)
+            )
+        self.last_key = key
+        return t
+
+    def resolve(self, key: str | None) -> Target | None:
+        """The target an action names (``key``), else the default; None when unknown."""
+        return self.targets.get(key if key is not None else self.last_key or "")
+
+    def read(self, t: Target, opt: Any) -> bool:
+        """Read the groups' real lrs; True when they differ from the last reading."""
+        if t.by_hand:
+            return False
+        lrs = [read_lr(g.get("lr")) for g in opt.param_groups]
+        if lrs == t.lrs:
+            return False
+        t.lrs = lrs
+        return True
+
+    def apply(self, t: Target, opt: Any, changes: list[Change]) -> None:
+        """Apply the panel's changes to ``opt`` (training thread, at its boundary)."""
+        groups = opt.param_groups
+        cur = [read_lr(g.get("lr")) for g in groups]
+        for op, value, index in changes:
+            if op == "reset":
+                if t.initial is not None:
+                    for i in sorted(t.changed):
+                        first = t.initial[i] if i < len(t.initial) else None
+                        if first is not None and i < len(groups):
+                            _write(groups[i], first)
+                            cur[i] = first
+                t.initial, t.changed = None, set()
+                continue
+            if t.initial is None:
+                t.initial = list(cur)
+            if op == "scale":
+                new = {i: lr * value for i, lr in enumerate(cur) if lr is not None}
+            elif index is not None:
+                new = {index: value} if index < len(groups) else {}
+            elif cur and cur[0]:
+                ratio = value / cur[0]
+                new = {i: lr * ratio for i, lr in enumerate(cur) if lr is not None}
+            else:
+                new = dict.fromkeys(range(len(groups)), value)
+            for i, v in new.items():
+                _write(groups[i], v)
+                cur[i] = v
+                t.changed.add(i)
+        t.lrs = [read_lr(g.get("lr")) for g in groups]

@@ -1,0 +1,52 @@
+"""The gradient monitor per run (runs.py): each run starts with new tracks.
+
+When the step boundary's run changes, the monitor forgets its tracks: the optimizers
+that step in the new run get new ``Track``s, so a track's step (the x of its rows)
+restarts at 1, its blocks get new ids (``Stream.block(per_run=True)``; the old run's stay
+in the stream's history), and its alarm state and divergence baselines start afresh: a
+re-run cell is judged on its own numbers. The alert log counts the new run's alerts from
+0 (``grads.alerts``) and keeps the total (``alerts_total``).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..host import Host
+    from ..stream import Stream
+
+
+def current_run(ext: Host) -> int | None:
+    """The step boundary's run (None: no run registry, e.g. a bare monitor in tests)."""
+    runs = getattr(ext, "runs", None)
+    return None if runs is None else runs.current_id
+
+
+def start_run(mon: Any, run: int | None) -> None:
+    """The monitor (``GradMonitor``, not imported: it imports this) saw a new run at its
+    step boundary (see the module docstring)."""
+    mon.run = run
+    mon.tracks = weakref.WeakKeyDictionary()
+    mon.step_base.clear()
+    mon.alerts.start_run(run)
+    mon.status_changed()
+
+
+def connect(mon: Any, ext: Host) -> None:
+    """Alerts count towards their run in the registry."""
+    runs: Any = getattr(ext, "runs", None)
+    if runs is not None:
+        mon.alerts.counter = runs.count_alerts
+
+
+def loss_nonfinite(stream: Stream) -> bool:
+    """The newest value of a logged series whose name holds "loss" is NaN/Inf."""
+    for name in stream.names():
+        if "loss" in name.lower():
+            v = stream.last(name)
+            if v is not None and not math.isfinite(v):
+                return True
+    return False
