@@ -1,11 +1,12 @@
 import type { TranslationBundle } from '@jupyterlab/translation';
-import React, { useCallback, useState } from 'react';
+import React, { useCallback, useRef, useState } from 'react';
 
 import { TorchDbgModel } from '../../model/model';
 import { SeriesRing } from '../../model/ringbuffer';
 import type { IOverlay } from '../../charts/lineChart';
 import { useSignalRender } from '../../ui/useSignalRender';
 import { SeriesCard } from './seriesCard';
+import { spacerHeight, useListWindow } from './window';
 
 /**
  * Names under `grad/` and `param/` (gradient monitor) and `mem/` (memory) are
@@ -161,6 +162,18 @@ export function SeriesPanel(props: {
     });
   }, []);
   const all = [...model.series.keys()].filter(n => !isMonitorSeries(n));
+  const filter = seriesFilter(query);
+  const shown = orderSeries(all, pinned).filter(filter.test);
+  // only the cards within about a screen of the view are real (hundreds of
+  // cards otherwise cost React, layout, paint and intersection work per frame)
+  const list = useRef<HTMLDivElement>(null);
+  const win = useListWindow(
+    list,
+    shown.length,
+    `${shown.length}\n${query}\n${pinned.join('\n')}`,
+    ':scope > .jp-TorchDbg-seriesItem',
+    ':scope > .jp-TorchDbg-seriesItem, :scope > .jp-TorchDbg-seriesSpacer'
+  );
   if (all.length === 0) {
     return (
       <div className="jp-TorchDbg-empty jp-TorchDbg-seriesEmpty">
@@ -176,10 +189,10 @@ export function SeriesPanel(props: {
   }
   // colours follow the first-logged order, whatever the filter and pins
   const colour = new Map(all.map((n, i) => [n, i]));
-  const filter = seriesFilter(query);
-  const shown = orderSeries(all, pinned).filter(filter.test);
+  const above = win.first;
+  const below = shown.length - win.last;
   return (
-    <div className="jp-TorchDbg-seriesList">
+    <div className="jp-TorchDbg-seriesList" ref={list}>
       {(all.length > 1 || query) && (
         <div className="jp-TorchDbg-seriesTools">
           <input
@@ -202,7 +215,15 @@ export function SeriesPanel(props: {
           </span>
         </div>
       )}
-      {shown.map(name => {
+      {above > 0 && (
+        <div
+          key="spacer-above"
+          className="jp-TorchDbg-seriesSpacer"
+          style={{ height: spacerHeight(above, win) }}
+          aria-hidden="true"
+        />
+      )}
+      {shown.slice(win.first, win.last).map(name => {
         const ring = model.series.get(name)!;
         return (
           <SeriesItem
@@ -218,6 +239,14 @@ export function SeriesPanel(props: {
           />
         );
       })}
+      {below > 0 && (
+        <div
+          key="spacer-below"
+          className="jp-TorchDbg-seriesSpacer"
+          style={{ height: spacerHeight(below, win) }}
+          aria-hidden="true"
+        />
+      )}
       {shown.length === 0 && (
         <p className="jp-TorchDbg-muted">
           {trans.__('No series name matches "%1".', query)}
