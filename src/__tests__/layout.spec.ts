@@ -21,30 +21,14 @@ import {
 import { nowFigures, pickLossSeries } from '../sidebar/nowStrip';
 import { formatCompact } from '../ui/formatCompact';
 import { encodeBlock } from './fakeKernel';
+import { gradTrack } from './fixtures';
 import { schemaDef } from './schema';
 
 const kernelMessage = schemaDef('KernelMessage');
 const MiB = 2 ** 20;
 
 function track(name: string, over: Partial<IGradTrack> = {}): IGradTrack {
-  return {
-    name,
-    state: 'active',
-    reason: null,
-    step: 3,
-    sampled: 3,
-    mode: 'auto',
-    stride: 1,
-    overhead: 0.004,
-    step_time_s: 0.01,
-    sample_cost_s: 0.0001,
-    skipped_steps: 0,
-    amp_scale: null,
-    local_shard: false,
-    coarsened: false,
-    total_series: `grad/${name}/total`,
-    scale_series: null,
-    layers_version: 1,
+  return gradTrack(name, {
     layers: [
       {
         name: 'model.fc',
@@ -55,7 +39,7 @@ function track(name: string, over: Partial<IGradTrack> = {}): IGradTrack {
       }
     ],
     ...over
-  };
+  });
 }
 
 function grads(tracks: IGradTrack[]): IGrads {

@@ -3,6 +3,7 @@ import { exceptionReport } from '../panels/exception/report';
 import { GradsModel } from '../panels/grads/model';
 import { IAlert, IException, IGrads } from '../protocol/messages';
 import { schemaDef } from './schema';
+import { gradTrack } from './fixtures';
 
 const kernelMessage = schemaDef('KernelMessage');
 
@@ -28,24 +29,10 @@ function grads(layers = true): IGrads {
     thresholds,
     alerts: 0,
     tracks: [
-      {
-        name: 'opt',
-        state: 'active',
-        reason: null,
+      gradTrack('opt', {
         step: 10,
         sampled: 3,
-        mode: 'auto',
         stride: 4,
-        overhead: 0.004,
-        step_time_s: 0.01,
-        sample_cost_s: 0.0001,
-        skipped_steps: 0,
-        amp_scale: null,
-        local_shard: false,
-        coarsened: false,
-        total_series: 'grad/opt/total',
-        scale_series: null,
-        layers_version: 1,
         ...(layers
           ? {
               layers: [
@@ -59,7 +46,7 @@ function grads(layers = true): IGrads {
               ]
             }
           : {})
-      }
+      })
     ]
   };
 }

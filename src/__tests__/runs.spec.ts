@@ -20,6 +20,7 @@ import {
 import { encodeBlock } from './fakeKernel';
 import { schemaDef } from './schema';
 import { trans } from './translate';
+import { gradTrack } from './fixtures';
 
 const kernelMessage = schemaDef('KernelMessage');
 
@@ -288,26 +289,7 @@ const thresholds = {
 };
 
 function track(runId: number, step: number): IGradTrack {
-  return {
-    name: 'opt',
-    state: 'active',
-    reason: null,
-    step,
-    sampled: step,
-    mode: 'auto',
-    stride: 1,
-    overhead: 0.004,
-    step_time_s: 0.01,
-    sample_cost_s: 0.0001,
-    skipped_steps: 0,
-    amp_scale: null,
-    local_shard: false,
-    coarsened: false,
-    total_series: 'grad/opt/total',
-    scale_series: null,
-    layers_version: 1,
-    run: runId
-  };
+  return gradTrack('opt', { step, sampled: step, run: runId });
 }
 
 function grads(tracks: IGradTrack[], alerts = 0): IGrads {
