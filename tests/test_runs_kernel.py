@@ -145,3 +145,49 @@ async def test_gan_is_one_run_and_a_logged_step_going_back_starts_one(
         b["run"] for b, names in series_blocks(kernel, comm_id) if names == ["d_loss"]
     )
     assert set(loss_runs) == {1, 2}
+
+
+async def test_a_run_started_in_the_load_ext_cell_has_that_cell_and_ends_with_it(
+    kernel: KernelDriver,
+) -> None:
+    """``%load_ext`` and the training loop in one cell (a common first cell): the cell's
+    pre_run_cell came before the extension was there, yet the run has the cell's id and
+    ``In[n]`` and ends when the cell does, not 5 s later by the idle rule."""
+    code = "%load_ext jupyterlab_torchdbg\n" + SETUP + "train(5)\n"
+    content = {
+        "code": code,
+        "silent": False,
+        "store_history": True,
+        "user_expressions": {},
+        "allow_stdin": False,
+        "stop_on_error": True,
+    }
+    msg = kernel.kc.session.msg("execute_request", content, metadata={"cellId": "cell-load"})
+    kernel.kc.shell_channel.send(msg)
+    result = await kernel.wait_execute(msg["header"]["msg_id"], code=code)
+    assert result.ok, result
+    comm_id = await kernel.open_comm()  # at once: well within the 5 s idle rule
+    await kernel.drain(0.3)
+    runs = kernel.messages("runs", comm_id)[0].data
+    assert runs["current"] is None  # ended with its cell
+    (run,) = runs["runs"]
+    assert (run["cell_id"], run["steps"]) == ("cell-load", 5)
+    assert run["execution_count"] == result.reply["content"]["execution_count"]
+    assert run["end"] is not None
+
+
+async def test_the_panels_silent_auto_load_is_not_taken_for_a_cell(kernel: KernelDriver) -> None:
+    """The panel loads the kernel side with a silent execute request, for which IPython
+    fires no cell events: taking it as a running cell would never end it, and every later
+    cell would think another one still runs (it comes on a subshell's thread, as the
+    panel's does when a subshell exists)."""
+    sub = await kernel.create_subshell()
+    code = "%load_ext jupyterlab_torchdbg"
+    content = {"code": code, "silent": True, "store_history": False, "user_expressions": {}}
+    msg_id = kernel.send_shell("execute_request", content, subshell_id=sub)
+    reply = await kernel.wait_execute(msg_id, code=code)
+    assert reply.ok, reply
+    running = await kernel.value(
+        "__import__('jupyterlab_torchdbg.kernel.extension').kernel.extension.current()._cells"
+    )
+    assert running.count(",") == 0 and running not in ("set()", "None"), running  # only this cell

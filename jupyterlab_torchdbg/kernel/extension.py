@@ -164,6 +164,36 @@ class Extension:
         if "torch" not in sys.modules:
             self.add_cleanup(TorchImportWatcher(self._on_torch_imported).install())
         self._maybe_attach_torch()
+        self._guarded("runs", self._adopt_running_cell)
+
+    def _adopt_running_cell(self) -> None:
+        """``%load_ext`` ran inside a cell: that cell's pre_run_cell came before our
+        handler was registered. Take it as started now, so a run it starts has its cell
+        and ``In[n]`` and ends with it (its post_run_cell reaches us)."""
+        kernel = getattr(self.shell, "kernel", None)
+        get_parent = getattr(kernel, "get_parent", None)
+        if get_parent is None:
+            return  # not inside a kernel's execute request (a plain IPython, the tests' shell)
+        parent = get_parent("shell")
+        if not isinstance(parent, dict) or parent.get("msg_type") != "execute_request":
+            return
+        content = parent.get("content")
+        if not isinstance(content, dict) or content.get("silent"):
+            return  # the panel's silent auto-load: IPython sends it no cell events
+        metadata = parent.get("metadata")
+        cell_id = metadata.get("cellId") if isinstance(metadata, dict) else None
+        count = self._prompt_count() if content.get("store_history", True) else None
+        self._cells.add(threading.get_ident())
+        self.runs.cell_started(cell_id if isinstance(cell_id, str) else None, count)
+
+    def _prompt_count(self) -> int | None:
+        """The running cell's ``In[n]``. IPython counts the cell before pre_run_cell
+        (``execution_count`` is already n + 1 then); its display hook knows which n the
+        prompt shows, whatever the IPython version."""
+        count = getattr(getattr(self.shell, "displayhook", None), "prompt_count", None)
+        if not isinstance(count, int):
+            count = getattr(self.shell, "execution_count", None)
+        return count if isinstance(count, int) else None
 
     def _wire_runs(self) -> None:
         """Runs: sent right after the snapshot; a new run gives the stream new blocks."""
@@ -219,11 +249,7 @@ class Extension:
         then exceptions, then memory."""
         self._cells.add(threading.get_ident())
         cell_id = getattr(info, "cell_id", None)
-        count = getattr(self.shell, "execution_count", None)
-        self.runs.cell_started(
-            cell_id if isinstance(cell_id, str) else None,
-            count if isinstance(count, int) else None,
-        )
+        self.runs.cell_started(cell_id if isinstance(cell_id, str) else None, self._prompt_count())
         self._guarded("pre_run_cell", self._maybe_attach_torch)
         if not self.others_running():
             self.scan_models()

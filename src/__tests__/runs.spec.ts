@@ -274,6 +274,9 @@ describe('runs: the picker and the overlays', () => {
     );
     expect(runTitle(9, undefined, 1, trans)).toBe('Run 9 · 1 alarm');
     expect(pickableRuns(m)).toEqual([2, 1]);
+    // a loop that only logs has no step boundaries: not "0 steps"
+    const logOnly = { ...m.runs.info(2)!, steps: 0, optimizers: [] };
+    expect(runLabel(3, logOnly, trans)).toBe('Run 3 · In[6] · log() only');
   });
 });
 

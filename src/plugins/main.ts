@@ -86,8 +86,26 @@ export const mainPlugin: JupyterFrontEndPlugin<ITorchDebugger> = {
     notebooks?.currentChanged.connect((_, w) => follow(w));
     consoles?.currentChanged.connect((_, w) => follow(w));
     labShell?.currentChanged.connect((_, args) => follow(args.newValue));
+    // A restored notebook that never takes focus never becomes the trackers'
+    // current widget: while nothing is followed, the first one added (or shown
+    // after the layout is restored) is.
+    const followIfNone = (widget: unknown) => {
+      if (!tracker.currentWidget) {
+        follow(widget);
+      }
+    };
+    notebooks?.widgetAdded.connect((_, w) => followIfNone(w));
+    consoles?.widgetAdded.connect((_, w) => followIfNone(w));
     void app.restored.then(() => {
-      follow(notebooks?.currentWidget ?? consoles?.currentWidget ?? null);
+      follow(
+        notebooks?.currentWidget ??
+          consoles?.currentWidget ??
+          labShell?.currentWidget ??
+          null
+      );
+      if (!tracker.currentWidget) {
+        followIfNone(notebooks?.find(() => true) ?? null);
+      }
     });
 
     // Auto-popup: a new (not replayed) exception opens the panel on its view.

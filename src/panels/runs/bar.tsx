@@ -16,7 +16,10 @@ export function runLabel(
   if (info?.execution_count !== null && info?.execution_count !== undefined) {
     parts.push(trans.__('In[%1]', String(info.execution_count)));
   }
-  if (info) {
+  if (info && info.steps === 0 && info.optimizers.length === 0) {
+    // A loop that only calls log(): it has points but no step boundaries.
+    parts.push(trans.__('log() only'));
+  } else if (info) {
     parts.push(trans._n('%1 step', '%1 steps', info.steps));
   }
   return parts.join(' · ');
