@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 from .package_version import __version__
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from torch.nn import Module
     from torch.optim import Optimizer
 
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "__version__",
+    "attach",
     "load_ipython_extension",
     "log",
     "unload_ipython_extension",
@@ -45,6 +48,22 @@ def unload_ipython_extension(ipython: object) -> None:
     unload(ipython)
 
 
+def attach(endpoint: str | None = None, key: str | None = None) -> bool:
+    """Report this process to a notebook's panel as a rank of a multi-process job.
+
+    For a training script started outside the notebook (another terminal, another
+    host): ``jupyterlab_torchdbg.attach()`` before training, with ``TORCHDBG_ENDPOINT``
+    and ``TORCHDBG_KEY`` copied from the notebook's kernel (``os.environ`` there), or
+    passed here. Processes the notebook starts itself (mp.spawn, fork, ``!torchrun``)
+    attach without it. Lazy: nothing connects before the first optimizer step; rank,
+    world size and host come from torch.distributed. Never imports torch itself and
+    never raises into training; returns False without an endpoint.
+    """
+    from .ranks.entry import attach as _attach
+
+    return _attach(endpoint, key)
+
+
 def log(*step: object, **values: object) -> None:
     """Record scalar series for the live chart: ``log(loss=loss, acc=acc)``.
 
@@ -56,13 +75,27 @@ def log(*step: object, **values: object) -> None:
     skipped with a warning (at most 20 warnings per kernel, then one "suppressed" line).
     An optional positional ``step`` sets the x value (``log(step, loss=loss)``); one that
     is not a finite number on the host is ignored with a warning, as are further
-    positional values. Names longer than 512 characters are cut to 500 plus
-    ``…#`` and a 10-digit hash. A no-op when the extension is not loaded; never raises
-    into the training loop (R42).
+    positional values. The values may also come as one dict, after the step if any:
+    ``log(step, metrics)`` (as ``wandb.log``); the cheapest form for many values, since
+    CPython rebuilds a ``**metrics`` dict of 400 names on every call (keywords given as
+    well win over the dict's; a key that is not a str is logged as ``str(key)``). Names
+    longer than 512 characters are cut to 500 plus ``…#`` and a 10-digit hash. A no-op
+    when the extension is not loaded; never raises into the training loop (R42).
     """
+    (_log_values or _import_log_values())(step, values)
+
+
+#: ``kernel.scalars.log_values`` once ``log`` was first called (an import statement per
+#: call costs ~15 µs on a cold cache; the kernel side is not imported before).
+_log_values: Callable[[tuple[object, ...], dict[str, object]], None] | None = None
+
+
+def _import_log_values() -> Callable[[tuple[object, ...], dict[str, object]], None]:
+    global _log_values
     from .kernel.scalars import log_values
 
-    log_values(step, values)
+    _log_values = log_values
+    return log_values
 
 
 def watch(

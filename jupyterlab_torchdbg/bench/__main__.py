@@ -1,5 +1,8 @@
 """CLI: ``python -m jupyterlab_torchdbg.bench [--quick] [--json PATH]``.
 
+``--ranks``: only the multi-process section (bench/ranks.py: 4 gloo ranks on CPU,
+attached against not; about two minutes), never part of the default run or ``--quick``.
+
 Runs on CPU in a few minutes (``--quick``: seconds, tiny models), on CUDA when present.
 Prints a Markdown table; ``--json`` writes every number (see ``report.targets`` for the
 PERFORMANCE.md targets it checks).
@@ -52,6 +55,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="torch intra-op threads on CPU (default 1: a shared machine's other load makes "
         "multi-threaded step times erratic)",
     )
+    p.add_argument(
+        "--ranks",
+        action="store_true",
+        help="only the multi-process section: 4 gloo ranks on CPU, attached vs not",
+    )
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
@@ -84,6 +92,8 @@ def _cuda_extras(runners: dict[str, Any], steps: int) -> dict[str, object]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    if args.ranks:
+        return _ranks(args)
     import torch
 
     from ..kernel.grads import current_monitor
@@ -210,6 +220,16 @@ def main(argv: list[str] | None = None) -> int:
     print(table(results))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, allow_nan=False, default=_finite))
+    return 0
+
+
+def _ranks(args: argparse.Namespace) -> int:
+    from .ranks import ROUNDS, run_ranks, table
+
+    result = run_ranks(rounds=args.rounds or ROUNDS, seed=args.seed)
+    print(table(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"ranks": result}, indent=2, default=_finite))
     return 0
 
 

@@ -19,6 +19,7 @@ with the surrogate replaced could); the panel itself only sends UUIDs.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,6 +61,12 @@ class ActionRegistry:
         self._specs: dict[str, ActionSpec] = {}
         self._replies: OrderedDict[tuple[str, str], Reply] = OrderedDict()
         self._on_error = on_error
+        self._local = threading.local()
+
+    def request_id(self) -> str | None:
+        """During a handler: the id of the request it answers (an all-rank action names
+        it in the ``ranks`` message's ``pending``), else None."""
+        return getattr(self._local, "request_id", None)
 
     def register(self, name: str, validate: Validator, handler: Handler) -> Callable[[], None]:
         """Add an action; returns a function that removes it."""
@@ -113,6 +120,7 @@ class ActionRegistry:
             clean = spec.validate(args)
         except ActionError as e:
             return _error(request_id, e.code, f"{name}: {e}")
+        self._local.request_id = request_id
         try:
             result = spec.handler(clean)
         except ActionError as e:
@@ -122,6 +130,8 @@ class ActionRegistry:
         except Exception as e:
             self._on_error(f"action:{name}")
             return _error(request_id, "failed", f"{name} failed: {type(e).__name__}")
+        finally:
+            self._local.request_id = None
         return {"method": "ack", "request_id": request_id, "action": name, "result": result}
 
 

@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .. import ranks
 from ..protocol import jsonable
 from . import control, exceptions, grads, memory
 from .action_args import no_args, only_keys, string_list
@@ -38,6 +39,7 @@ from .stream import Stream
 from .torch_import import TorchImportWatcher
 
 if TYPE_CHECKING:
+    from ..ranks.aggregator import RankHub
     from .host import Shell
 
 _current: Extension | None = None
@@ -74,6 +76,8 @@ class Extension:
         self.control: control.Control | None = None
         self.grads: grads.GradMonitor | None = None
         self.memory: memory.MemoryMonitor | None = None
+        #: Worker processes (ranks) of multi-process jobs started from the notebook.
+        self.ranks: RankHub | None = None
         self.boundary: StepBoundary | None = None
         #: Threads running a cell now (the main shell; subshells on ipykernel >= 7).
         self._cells: set[int] = set()
@@ -151,6 +155,9 @@ class Extension:
         self.add_cleanup(cleanup)
         self.memory, cleanup = memory.attach(self, exception_id=self.exceptions.exception_id)
         self.add_cleanup(cleanup)
+        # After runs (its ``ranks`` snapshot part follows ``runs``); never raises.
+        self.ranks, cleanup = ranks.attach_to(self)
+        self.add_cleanup(cleanup)
         self.boundary = StepBoundary(
             self.grads,
             self.control,
@@ -220,6 +227,8 @@ class Extension:
             self._maybe_attach_torch()
         except Exception:
             self.count_error("attach:torch")
+        if self.ranks is not None:  # the workers' launch patch (one watcher per kernel)
+            self._guarded("ranks:torch", self.ranks.torch_imported)
 
     def stop(self) -> None:
         for fn in reversed(self._cleanups):

@@ -21,8 +21,9 @@ here, in this order, written here and nowhere else:
    point (save_checkpoint) run here, between two steps.
 
 Each feature catches its own failures (R11): nothing raises into ``step()`` except the
-user's own KeyboardInterrupt while paused. Later boundaries (the per-rank boundary of
-worker processes) belong here too.
+user's own KeyboardInterrupt while paused. A worker process of a multi-process job
+(ranks/worker.py) has its own boundary, which the same hooks call (``HOOKS.adopt``; in a
+forked child ``HOOKS.pin``, which the parent's load can no longer replace).
 
 The end of backward, for loops without torch.optim (``p.data.add_(p.grad, alpha=-lr)``):
 models whose parameters no optimizer steps are read when their backward pass ends
@@ -52,7 +53,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .backward_boundary import BackwardHooks, ModelSource, any_thread_inside
 from .runs import Runs
@@ -70,6 +71,15 @@ if TYPE_CHECKING:
 ORDER = ("runs", "grads", "control", "memory")
 #: How often a waiting install / removal looks again for a moment without a step.
 RETRY_S = 0.01
+
+
+class Boundary(Protocol):
+    """What torch's step hooks call: the kernel's ``StepBoundary``, or a worker
+    process's boundary (ranks/worker.py)."""
+
+    def before_step(self, optimizer: Any, args: Any = None, kwargs: Any = None) -> None: ...
+
+    def after_step(self, optimizer: Any, args: Any = None, kwargs: Any = None) -> None: ...
 
 
 class StepBoundary:
@@ -122,6 +132,13 @@ class StepBoundary:
         except Exception:
             self._on_error("step_boundary:detach")
         self.grads.detach_torch()
+
+    def forked(self) -> None:
+        """In a forked child (a rank started by fork, ranks/worker_env.py): this is the
+        parent's boundary, never called again; the end-of-backward hooks it set on models
+        go (their lock may have been held by another thread at the fork)."""
+        self.backward._lock = threading.Lock()
+        self.backward.detach()
 
     def before_step(
         self, optimizer: torch.optim.Optimizer, args: Any = None, kwargs: Any = None
@@ -178,7 +195,9 @@ class TorchHooks:
         self._lock = threading.Lock()
         self._handles: list[RemovableHandle] = []
         #: The loaded extension's boundary (None: the hooks pass through).
-        self.target: StepBoundary | None = None
+        self.target: Boundary | None = None
+        #: In a forked worker child: the worker boundary, which no load replaces.
+        self._pinned: Boundary | None = None
         #: What the maintainer thread still has to do: install, remove, or nothing.
         self._pending: str | None = None
         self._maintainer: threading.Thread | None = None
@@ -209,15 +228,17 @@ class TorchHooks:
 
     # --- load / unload (any thread) ------------------------------------------------------
 
-    def adopt(self, boundary: StepBoundary) -> None:
+    def adopt(self, boundary: Boundary) -> None:
         with self._lock:
+            if self._pinned is not None and boundary is not self._pinned:
+                return  # a forked worker: the inherited extension's load is ignored
             self.target = boundary
             if self._handles:
                 self._pending = None  # a waiting removal is no longer wanted
             elif not self._try("install"):
                 self._wait_for("install")
 
-    def release(self, boundary: StepBoundary) -> None:
+    def release(self, boundary: Boundary) -> None:
         with self._lock:
             if self.target is boundary:
                 self.target = None
@@ -227,6 +248,19 @@ class TorchHooks:
                 self._pending = None  # a waiting install is no longer wanted
             elif not self._try("remove"):
                 self._wait_for("remove")
+
+    def pin(self, boundary: Boundary) -> None:
+        """In a forked child (``os.register_at_fork``), before anything else runs: the
+        hooks call ``boundary`` from now on and the parent's boundary is dropped for good.
+        The lock may have been held at the fork and the maintainer thread is gone: both
+        are replaced. Installing torch's hooks, if needed, is ``adopt``'s job."""
+        self._lock = threading.Lock()
+        self._maintainer = None
+        self._pending = None
+        old, self.target, self._pinned = self.target, boundary, boundary
+        forked = getattr(old, "forked", None)
+        if forked is not None and old is not boundary:
+            forked()
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until nothing is pending (tests); True when done."""

@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-PROTOCOL_VERSION = "2.3"
+PROTOCOL_VERSION = "2.4"
 COMM_TARGET = "jupyterlab_torchdbg"
 SCHEMA_PATH = Path(__file__).with_name("messages.schema.json")
 

@@ -26,7 +26,8 @@ export type KernelMessage =
   | IMemory
   | IOom
   | IControl
-  | IRuns;
+  | IRuns
+  | IRanks;
 export type ProtocolVersion = string;
 /**
  * A block in a snapshot: always with its names (the snapshot carries the whole name table).
@@ -75,7 +76,12 @@ export type ActionVariant =
   | IActionStep
   | IActionScaleLr
   | IActionResetLr
-  | IActionSetLr;
+  | IActionSetLr
+  | IActionRanksClip
+  | IActionRanksUnclip
+  | IActionRanksPause
+  | IActionRanksResume
+  | IActionRanksScaleLr;
 export type NoArgs = Record<string, never>;
 
 /**
@@ -266,6 +272,7 @@ export interface IException {
    */
   truncated: boolean;
   capture_ms?: number;
+  rank?: IRankIdentity;
 }
 export interface IExceptionInfo {
   type: string;
@@ -466,6 +473,20 @@ export interface IRelatedException {
     [k: string]: unknown;
   };
   [k: string]: unknown;
+}
+/**
+ * Present when a worker process raised: which rank. `cell_id` is then the notebook cell that started the job, when known, and `debuggable` is false.
+ */
+export interface IRankIdentity {
+  rank: number;
+  world_size: number;
+  local_rank: number | null;
+  host: string;
+  pid: number;
+  /**
+   * How the worker attached: started by torch.multiprocessing spawn from the notebook, forked from the kernel, a torchrun (or other) subprocess that inherited the endpoint, or jupyterlab_torchdbg.attach() in a script started elsewhere.
+   */
+  launcher: 'spawn' | 'fork' | 'torchrun' | 'attach';
 }
 /**
  * The gradient monitor's status: sent on changes and every ~2 s while training, in every snapshot, and at the end of a cell. The numbers themselves travel in `series` messages.
@@ -1234,6 +1255,193 @@ export interface IRunInfo {
   alerts: number;
 }
 /**
+ * Worker processes (ranks) streaming to this kernel: broadcast at most 10 times a second while one is attached (and once when the job ends), and sent to a comm that opens, after `runs`, with `replay: true`.
+ */
+export interface IRanks {
+  method: 'ranks';
+  /**
+   * true: `points` holds every kept point (replace); false: only new points (append).
+   */
+  replay: boolean;
+  /**
+   * The current (or last) job; null when no worker ever attached.
+   */
+  job: IRankJob | null;
+  /**
+   * @maxItems 1024
+   */
+  ranks: IRankState[];
+  /**
+   * @maxItems 1024
+   */
+  points: IRankPoints[];
+  /**
+   * The job's alarms, oldest first (the first is the root cause).
+   *
+   * @maxItems 50
+   */
+  alarms: IRankAlarm[];
+  endpoint: {
+    transport: 'ipc' | 'tcp' | 'off';
+    /**
+     * Messages dropped for a bad signature (wrong or missing key).
+     */
+    refused: number;
+  };
+}
+/**
+ * The processes of one torch.distributed job (one world) that attached to this kernel.
+ */
+export interface IRankJob {
+  id: number;
+  started: number;
+  world_size: number;
+  state: 'running' | 'ended';
+  transport: 'ipc' | 'tcp';
+  paused_at: number | null;
+  pending: IRankPending | null;
+}
+/**
+ * An all-rank action agreed for one step.
+ */
+export interface IRankPending {
+  action: string;
+  at_step: number;
+  request_id: RequestId;
+}
+/**
+ * One rank now.
+ */
+export interface IRankState {
+  identity: IRankIdentity1;
+  /**
+   * starting: attached, no step yet; running: stepping; waiting: its training thread is inside a torch collective or backward (waiting for the others); paused: held by a ranks_pause; stalled: no step for the hang threshold while not waiting; exited / failed: the process ended (failed: with an exception); lost: no message for 10 s.
+   */
+  state:
+    | 'starting'
+    | 'running'
+    | 'waiting'
+    | 'paused'
+    | 'stalled'
+    | 'exited'
+    | 'failed'
+    | 'lost';
+  /**
+   * Optimizer steps taken by this rank in the job.
+   */
+  step: number;
+  step_time_s: number | null;
+  /**
+   * The part of a step the training thread spends outside torch's collectives and backward (sampled stacks): the rank's own work. A straggler's is the largest.
+   */
+  own_time_s: number | null;
+  /**
+   * Total gradient norm at grad_step (after DDP's all-reduce).
+   */
+  grad_norm: FiniteOrSpecial | null;
+  grad_step: number | null;
+  memory_bytes: number | null;
+  /**
+   * cuda: torch.cuda.memory_allocated of the rank's device; host: the process's resident set.
+   */
+  memory_kind: 'cuda' | 'host';
+  /**
+   * Seconds since the kernel last heard from the rank.
+   */
+  last_seen_s: number;
+  /**
+   * Seconds since the rank's last step (null before the first).
+   */
+  since_step_s: number | null;
+  /**
+   * max_norm while all-rank clipping is on.
+   */
+  clip: number | null;
+  /**
+   * Product of the all-rank LR scalings applied so far (1 when none).
+   */
+  lr_scale: number;
+  /**
+   * Where its training thread is now: in user code, inside a torch collective/backward, held by pause, or unknown.
+   */
+  phase: 'user' | 'torch_wait' | 'paused' | 'none';
+  layers?: IRankLayers;
+}
+/**
+ * Who a worker process is: from torch.distributed when its process group is initialized, else the RANK / WORLD_SIZE / LOCAL_RANK environment (torchrun), else the mp.spawn index.
+ */
+export interface IRankIdentity1 {
+  rank: number;
+  world_size: number;
+  local_rank: number | null;
+  host: string;
+  pid: number;
+  /**
+   * How the worker attached: started by torch.multiprocessing spawn from the notebook, forked from the kernel, a torchrun (or other) subprocess that inherited the endpoint, or jupyterlab_torchdbg.attach() in a script started elsewhere.
+   */
+  launcher: 'spawn' | 'fork' | 'torchrun' | 'attach';
+}
+/**
+ * Per-layer gradient norms of one rank at one sampled step (at most 200 layers, largest first).
+ */
+export interface IRankLayers {
+  step: number;
+  /**
+   * @maxItems 200
+   */
+  names: string[];
+  /**
+   * @maxItems 200
+   */
+  norms: FiniteOrSpecial[];
+}
+/**
+ * New per-step points of one rank since the previous `ranks` message (all kept points when `replay`). Arrays of equal length.
+ */
+export interface IRankPoints {
+  rank: number;
+  /**
+   * @maxItems 5000
+   */
+  steps: number[];
+  /**
+   * @maxItems 5000
+   */
+  step_time_s: (number | null)[];
+  /**
+   * @maxItems 5000
+   */
+  grad_norm: (FiniteOrSpecial | null)[];
+  /**
+   * @maxItems 5000
+   */
+  memory_bytes: (number | null)[];
+}
+/**
+ * A multi-process alarm.
+ */
+export interface IRankAlarm {
+  id: string;
+  /**
+   * desync: the rank's all-reduced gradient norm differs from the others' at the same step; straggler: its own time per step is far above the others'; hang: it has not stepped while the others wait; failed: its process raised; lost: it stopped answering; action: an all-rank action was missed by this rank.
+   */
+  kind: 'desync' | 'straggler' | 'hang' | 'failed' | 'lost' | 'action';
+  rank: number;
+  step: number | null;
+  time: number;
+  message: string;
+  /**
+   * desync: the first layer whose norm differs.
+   */
+  layer?: string | null;
+  /**
+   * hang: the stuck rank's training-thread stack, outermost first, one 'file:line in function: code' per frame, taken inside the worker.
+   *
+   * @maxItems 64
+   */
+  stack: string[];
+}
+/**
  * The data of the panel's comm_open.
  */
 export interface IOpen {
@@ -1455,6 +1663,50 @@ export interface IActionSetLr {
      */
     optimizer?: string;
     group?: number;
+  };
+  [k: string]: unknown;
+}
+/**
+ * Clip gradients on every rank from one agreed optimizer step on (clip_grad_norm_ after DDP's all-reduce, so replicas stay identical). The ack says the step; refused if a rank does not answer in time.
+ */
+export interface IActionRanksClip {
+  action?: 'ranks_clip';
+  args?: {
+    max_norm: number;
+  };
+  [k: string]: unknown;
+}
+/**
+ * Stop all-rank clipping from one agreed step.
+ */
+export interface IActionRanksUnclip {
+  action?: 'ranks_unclip';
+  args?: NoArgs;
+  [k: string]: unknown;
+}
+/**
+ * Hold every rank before one agreed optimizer step.
+ */
+export interface IActionRanksPause {
+  action?: 'ranks_pause';
+  args?: NoArgs;
+  [k: string]: unknown;
+}
+/**
+ * Release paused ranks.
+ */
+export interface IActionRanksResume {
+  action?: 'ranks_resume';
+  args?: NoArgs;
+  [k: string]: unknown;
+}
+/**
+ * Multiply every param group's lr by factor on every rank at one agreed step.
+ */
+export interface IActionRanksScaleLr {
+  action?: 'ranks_scale_lr';
+  args?: {
+    factor: number;
   };
   [k: string]: unknown;
 }

@@ -2,7 +2,7 @@
  * The protocol version and comm target. Kept equal to the schema's
  * `x-protocol-version` and to the Python constant (checked by jest and pytest).
  */
-export const PROTOCOL_VERSION = '2.3';
+export const PROTOCOL_VERSION = '2.4';
 export const COMM_TARGET = 'jupyterlab_torchdbg';
 
 /**

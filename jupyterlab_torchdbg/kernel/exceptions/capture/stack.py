@@ -1,14 +1,16 @@
 """Walking a traceback and choosing which of its frames to send (R09).
 
 The walk is bounded (a deeper stack is marked truncated); IPython's own ``run_code``
-frames at the top are skipped as its traceback does; runs of an identical frame (plain
-recursion) and the middle of a very deep stack are elided, each gap recorded with its
-size and reason.
+frames at the top are skipped as its traceback does, and so are this package's own
+entry frames (a rank's ``mp.spawn`` wrapper: never the user's code); runs of an
+identical frame (plain recursion) and the middle of a very deep stack are elided, each
+gap recorded with its size and reason.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 from dataclasses import dataclass
 from types import TracebackType
@@ -40,11 +42,22 @@ def _ipython_shell_file() -> str | None:
     return f if isinstance(f, str) else None
 
 
+#: This package's directory: a frame of ours at the top of a stack is our wrapper.
+_OWN_DIR = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
+    "",
+)
+
+
 def skip_ipython_prefix(entries: list[StackEntry]) -> list[StackEntry]:
-    """Drop IPython's own ``run_code`` frame(s) at the top, as its traceback does."""
+    """Drop IPython's own ``run_code`` frame(s) at the top, as its traceback does, and
+    this package's wrapper frames (``ranks/mp_wrap.py`` around a rank's function)."""
     shell_file = _ipython_shell_file()
     i = 0
-    while i < len(entries) - 1 and shell_file and entries[i].key[0] == shell_file:
+    while i < len(entries) - 1 and (
+        (shell_file and entries[i].key[0] == shell_file)
+        or os.path.abspath(entries[i].key[0]).startswith(_OWN_DIR)
+    ):
         i += 1
     return entries[i:] if i else entries
 

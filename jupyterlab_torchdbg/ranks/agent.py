@@ -1,0 +1,344 @@
+"""A worker's one daemon thread: its socket to the kernel, its sampler, its clock.
+
+Started at the worker's first optimizer step (or its first exception), in the process
+that uses it: a forked child never uses its parent's thread or socket. The thread owns
+the DEALER socket (zmq sockets are not thread-safe) and, on a 20 ms tick:
+
+- receives the kernel's messages (``config``, ``prepare``/``commit``/``cancel``,
+  ``resume``) and answers at once (``ack``);
+- samples the training thread's stack (``sys._current_frames``, ~50 Hz) for its phase:
+  ``torch_wait`` inside torch.distributed / autograd / nn.parallel (waiting for the
+  other ranks), ``paused`` while held by an agreed action, else ``user``; the share of
+  samples not waiting is ``own``;
+- every 100 ms sends the new step rows as one ``rows`` message, every 0.5 s without rows a
+  ``heartbeat`` (with the training thread's stack once it has not stepped for
+  ``hang_s``): at most 10 messages a second in the steady state;
+- identity changes (the process group came up) send ``hello`` again;
+- a rank paused by the kernel resumes by itself once the kernel has been unreachable
+  for ``LOST_RELEASE_S`` (its process ended or its extension unloaded without a
+  ``resume``): a lost kernel never holds training forever.
+
+Other threads hand it messages through a queue (``post``; ``send_now`` waits until
+sent). ``close`` sends ``bye`` and ends the thread, which closes the socket with a
+linger so what is queued still reaches the kernel.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import queue
+import sys
+import threading
+import time
+from collections import Counter
+from types import FrameType
+from typing import Any, Protocol
+
+from . import identity, wire
+from .agreed import Agreements
+
+TICK_S = 0.02
+ROWS_S = 0.1
+HEARTBEAT_S = 0.5
+IDENTITY_S = 1.0
+#: Rows per ``rows`` message (the rest go in the next).
+MAX_ROWS = 500
+#: A paused rank whose kernel has been unreachable this long resumes.
+LOST_RELEASE_S = 10.0
+#: Frames in a stuck rank's stack (the innermost kept).
+MAX_STACK = 60
+WAIT_DIRS = tuple(
+    f"{sep}torch{sep}{d}{sep}" for sep in {"/", os.sep} for d in ("distributed", "autograd")
+) + tuple(f"{sep}torch{sep}nn{sep}parallel{sep}" for sep in {"/", os.sep})
+
+Outgoing = tuple[str, dict[str, Any], threading.Event | None]
+
+
+class WorkerState(Protocol):
+    """What the agent reads of its worker (worker.py)."""
+
+    address: str
+    key: str
+    agreed: Agreements
+    hang_s: float
+    train_tid: int | None
+
+    def take_rows(self, limit: int) -> list[dict[str, Any]]: ...
+
+    def take_layers(self) -> dict[str, Any] | None: ...
+
+    def since_step(self) -> float | None: ...
+
+
+class Agent:
+    def __init__(self, worker: WorkerState) -> None:
+        self.worker = worker
+        self.pid = os.getpid()
+        self.errors: Counter[str] = Counter()
+        self.sent: Counter[str] = Counter()
+        self._outbox: queue.SimpleQueue[Outgoing] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._closed = False
+        self.phase = "user"
+        self._samples: Counter[str] = Counter()
+        self._identity: dict[str, Any] | None = None
+        #: Since when the kernel is unreachable (None: connected, or not yet tried).
+        self.lost_since: float | None = None
+        self._next: dict[str, float] = {}
+        self._rows_since_beat = False
+        self._thread = threading.Thread(target=self._run, name="torchdbg-rank", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and os.getpid() == self.pid
+
+    # --- any thread --------------------------------------------------------------------
+
+    def post(
+        self, msg_type: str, content: dict[str, Any], done: threading.Event | None = None
+    ) -> None:
+        self._outbox.put((msg_type, content, done))
+
+    def send_now(self, msg_type: str, content: dict[str, Any], timeout: float = 5.0) -> bool:
+        """Queue a message and wait (bounded) until the thread has sent it."""
+        if not self.alive:
+            return False
+        done = threading.Event()
+        self.post(msg_type, content, done)
+        return done.wait(timeout)
+
+    def close(self, state: str, timeout: float = 4.0) -> None:
+        """Send ``bye`` and what is queued, end the thread (in its own process only)."""
+        if self._closed or os.getpid() != self.pid:
+            return
+        self._closed = True
+        if self._thread.is_alive():
+            self.post("bye", {"state": state})
+            self._stop.set()
+            if self._thread is not threading.current_thread():
+                self._thread.join(timeout)
+
+    # --- the thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            ctx, sock = wire.connect(self.worker.address)
+            sess = wire.session(self.worker.key)
+        except Exception:
+            self.errors["connect"] += 1
+            self._drop_outbox()
+            return
+        try:
+            self._loop(sess, sock)
+        except Exception:
+            self.errors["loop"] += 1
+        finally:
+            self._drop_outbox()
+            try:
+                sock.close(wire.LINGER_MS)
+                ctx.term()
+            except Exception:
+                self.errors["close"] += 1
+
+    def _loop(self, sess: Any, sock: Any) -> None:
+        import zmq
+
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        monitor = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        poller.register(monitor, zmq.POLLIN)
+        try:
+            self._hello(sess, sock)
+            self._ticks(sess, sock, poller, monitor)
+        finally:
+            sock.disable_monitor()
+            monitor.close(0)
+
+    def _ticks(self, sess: Any, sock: Any, poller: Any, monitor: Any) -> None:
+        now = time.monotonic()
+        self._next = {"rows": now + ROWS_S, "beat": now + HEARTBEAT_S, "ident": now + IDENTITY_S}
+        self._rows_since_beat = False
+        while True:
+            try:
+                ready = dict(poller.poll(int(TICK_S * 1000)))
+                if monitor in ready:
+                    self._connection_events(monitor)
+                if sock in ready:
+                    self._receive(sess, sock)
+            except Exception:
+                self.errors["recv"] += 1
+            if self._stop.is_set():
+                self._flush_outbox(sess, sock)  # the last rows, then bye
+                return
+            try:
+                self._tick(sess, sock)
+            except Exception:
+                self.errors["tick"] += 1
+
+    def _tick(self, sess: Any, sock: Any) -> None:
+        self._flush_outbox(sess, sock)
+        self._sample()
+        now = time.monotonic()
+        due = self._next
+        if now >= due["rows"]:
+            due["rows"] = now + ROWS_S
+            if self._send_rows(sess, sock):
+                self._rows_since_beat = True
+        lost = self.lost_since
+        if lost is not None and now - lost > LOST_RELEASE_S and self.worker.agreed.paused:
+            self.worker.agreed.resume()
+            self.errors["resumed:lost"] += 1
+        if now >= due["ident"]:
+            due["ident"] = now + IDENTITY_S
+            if identity.identity() != self._identity:
+                self._hello(sess, sock)
+        if now >= due["beat"]:
+            due["beat"] = now + HEARTBEAT_S
+            if not self._rows_since_beat:
+                self._send(sess, sock, "heartbeat", self._heartbeat())
+            self._rows_since_beat = False
+
+    def _send(self, sess: Any, sock: Any, msg_type: str, content: dict[str, Any]) -> None:
+        try:
+            if wire.send(sess, sock, msg_type, content):
+                self.sent[msg_type] += 1
+            else:
+                self.errors["send:full"] += 1
+        except Exception:
+            self.errors["send"] += 1
+
+    def _hello(self, sess: Any, sock: Any) -> None:
+        ident = identity.identity()
+        self._identity = ident
+        torch = sys.modules.get("torch")
+        content = {
+            "identity": ident,
+            "job_key": identity.job_key(ident["world_size"]),
+            "torch": str(getattr(torch, "__version__", "")),
+            "cell": os.environ.get(wire.CELL_ENV),
+        }
+        self._send(sess, sock, "hello", content)
+
+    def _flush_outbox(self, sess: Any, sock: Any) -> None:
+        while True:
+            try:
+                msg_type, content, done = self._outbox.get_nowait()
+            except queue.Empty:
+                return
+            if msg_type == "bye" or msg_type == "exception":
+                self._send_rows(sess, sock)  # the last steps before the end
+            self._send(sess, sock, msg_type, content)
+            if done is not None:
+                done.set()
+
+    def _drop_outbox(self) -> None:
+        """Nothing more will be sent: release whoever waits."""
+        while True:
+            try:
+                _, _, done = self._outbox.get_nowait()
+            except queue.Empty:
+                return
+            if done is not None:
+                done.set()
+
+    def _connection_events(self, monitor: Any) -> None:
+        import zmq
+        from zmq.utils.monitor import recv_monitor_message
+
+        while True:
+            try:
+                event = recv_monitor_message(monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if event["event"] == zmq.EVENT_CONNECTED:
+                self.lost_since = None
+            elif event["event"] == zmq.EVENT_DISCONNECTED and self.lost_since is None:
+                self.lost_since = time.monotonic()
+
+    def _receive(self, sess: Any, sock: Any) -> None:
+        for _ in range(100):
+            try:
+                got = wire.recv(sess, sock)
+            except ValueError:
+                self.errors["refused"] += 1
+                continue
+            if got is None:
+                return
+            _, msg_type, content = got
+            agreed = self.worker.agreed
+            if msg_type == "config":
+                hang = content.get("hang_s")
+                if isinstance(hang, (int, float)) and hang > 0:
+                    self.worker.hang_s = float(hang)
+            elif msg_type == "prepare":
+                self._send(sess, sock, "ack", agreed.prepare(content))
+            elif msg_type in ("commit", "cancel"):
+                agreed.decide(str(content.get("action_id", "")), msg_type)
+            elif msg_type == "resume":
+                agreed.resume()
+
+    # --- what it sends -------------------------------------------------------------------
+
+    def _send_rows(self, sess: Any, sock: Any) -> bool:
+        rows = self.worker.take_rows(MAX_ROWS)
+        if not rows:
+            return False
+        samples, self._samples = self._samples, Counter()
+        user, wait = samples["user"], samples["torch_wait"]
+        own = user / (user + wait) if user + wait else None
+        content = {
+            "rows": rows,
+            "layers": self.worker.take_layers(),
+            "own": own,
+            "phase": self.phase,
+        }
+        self._send(sess, sock, "rows", content)
+        return True
+
+    def _heartbeat(self) -> dict[str, Any]:
+        w = self.worker
+        since = w.since_step()
+        stack = None
+        if since is not None and since >= w.hang_s:
+            stack = self._stack()
+        return {"step": w.agreed.step, "since_step_s": since, "phase": self.phase, "stack": stack}
+
+    def _training_frame(self) -> FrameType | None:
+        tid = self.worker.train_tid
+        if tid is None:
+            return None
+        return sys._current_frames().get(tid)
+
+    def _sample(self) -> None:
+        agreed = self.worker.agreed
+        if agreed.paused or agreed.holding:
+            phase = "paused"
+        else:
+            phase = "user"
+            f = self._training_frame()
+            while f is not None:
+                name = f.f_code.co_filename
+                if any(d in name for d in WAIT_DIRS):
+                    phase = "torch_wait"
+                    break
+                f = f.f_back
+            del f
+        self.phase = phase
+        self._samples[phase] += 1
+
+    def _stack(self) -> list[str]:
+        """The training thread's frames, outermost first, as "file:line in func: code"."""
+        f = self._training_frame()
+        lines: list[str] = []
+        while f is not None and len(lines) < MAX_STACK:
+            code = f.f_code
+            src = linecache.getline(code.co_filename, f.f_lineno).strip()
+            lines.append(f"{code.co_filename}:{f.f_lineno} in {code.co_name}: {src}"[:500])
+            f = f.f_back
+        del f
+        lines.reverse()
+        return lines

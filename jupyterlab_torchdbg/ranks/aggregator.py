@@ -1,0 +1,357 @@
+"""The kernel side of multi-process training: workers in, ``ranks`` messages out.
+
+``RankHub`` is fed every verified worker message by the endpoint's thread
+(``on_message``). A ``hello`` puts the worker into the job of its ``job_key`` (a new job
+when none is running under that key) and gets a ``config`` back; ``rows`` and
+``heartbeat`` update its rank (job.py); an ``exception`` becomes the panel's
+``exception`` message with the rank (broadcast at once: it pops up) and a ``failed``
+alarm; ``ack`` / ``applied`` go to the all-rank actions (actions.py).
+
+What the panels see is coalesced: a small thread, alive while a job runs, ``tick``\\ s
+every ``FLUSH_S``; a tick runs the clock-driven alarms (alarms.py) and broadcasts one
+``ranks`` message when something changed since the last one (new points, a state, an
+alarm, the pending action): at most 10 a second whatever the number of ranks, and one
+more when the job ends. A panel that connects gets the message with ``replay: true``
+(every kept point) after ``runs``. All of it under one lock; nothing here raises into a
+worker's message loop or the user's cell (errors are counted).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from . import panel_exception
+from .actions import AllRankActions
+from .alarms import Alarms, from_collective
+from .job import Job, valid_identity
+
+#: Seconds between two ``ranks`` messages at most 10 a second.
+FLUSH_S = 0.1
+
+
+def _hang_s() -> float:
+    """No step for this long is a hang: 10 s, or ``$TORCHDBG_HANG_S`` (sent to each
+    worker in ``config``)."""
+    try:
+        value = float(os.environ.get("TORCHDBG_HANG_S", "") or 10.0)
+    except ValueError:
+        return 10.0
+    return value if 0.5 <= value <= 86400 else 10.0
+
+
+def world_of(job_key: str) -> str:
+    """The rendezvous of a ``MASTER_ADDR:MASTER_PORT:WORLD_SIZE`` key, without the world
+    size: a worker that said hello before its process group was up (or after it was
+    destroyed) reports a world of 1 but belongs to the same job."""
+    head, sep, tail = job_key.rpartition(":")
+    return head if sep and tail.isdigit() and ":" in head else job_key
+
+
+class Sender(Protocol):
+    """What the hub needs of the endpoint (ranks/endpoint.py)."""
+
+    refused: int
+
+    def send(self, worker_id: bytes, msg_type: str, content: dict[str, Any]) -> None: ...
+
+
+class RankHub:
+    """Jobs, their ranks and alarms, and the ``ranks`` messages (module docstring)."""
+
+    def __init__(
+        self,
+        broadcast: Callable[[dict[str, Any]], None],
+        on_error: Callable[[str], None],
+        session_id: str = "ranks",
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        transport: str = "ipc",
+        ack_timeout: float | None = None,
+        threaded: bool = True,
+    ) -> None:
+        self._broadcast = broadcast
+        self._on_error = on_error
+        self._session = session_id[:12]
+        self._clock = clock
+        self._wall = wall
+        self.transport = transport
+        self.lock = threading.RLock()
+        self.hang_s = _hang_s()
+        self.endpoint: Sender | None = None
+        self.jobs: list[Job] = []
+        self._by_key: dict[str, Job] = {}
+        self._by_worker: dict[bytes, Job] = {}
+        self._alarms: dict[int, Alarms] = {}
+        self.actions = (
+            AllRankActions(self) if ack_timeout is None else AllRankActions(self, ack_timeout)
+        )
+        self._dirty = False
+        self._last_sent = -1e18
+        self._sent_states: object = None
+        self.messages_sent = 0
+        self.worker_messages = 0
+        self._exceptions = 0
+        #: The cell that runs now / ran last (the job's cell in a worker's exception).
+        self.cell: tuple[str | None, int | None] = (None, None)
+        self._job_cell: dict[int, tuple[str | None, int | None]] = {}
+        #: (job id, exception message) of the rank that failed first on its own.
+        self._root_exception: tuple[int, dict[str, Any]] | None = None
+        self._threaded = threaded
+        #: Called when torch gets imported in the kernel (worker_env.torch_imported).
+        self.on_torch: Callable[[], None] | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def torch_imported(self) -> None:
+        """The extension saw ``import torch`` (its one watcher): patch the launcher."""
+        if self.on_torch is not None:
+            self.on_torch()
+
+    # --- what actions.py uses ---------------------------------------------------------------
+
+    def now(self) -> float:
+        return self._clock()
+
+    def running_job(self) -> Job | None:
+        """The newest job, while it runs (the one the panel shows and actions act on)."""
+        with self.lock:
+            job = self.jobs[-1] if self.jobs else None
+            return job if job is not None and not job.ended else None
+
+    def alarms_of(self, job: Job) -> Alarms:
+        alarms = self._alarms.get(job.id)
+        if alarms is None:
+            alarms = self._alarms[job.id] = Alarms(job, self._wall)
+        return alarms
+
+    def mark_dirty(self) -> None:
+        self._dirty = True
+
+    def send(self, worker: bytes, msg_type: str, content: dict[str, Any]) -> None:
+        ep = self.endpoint
+        if ep is None:
+            return
+        try:
+            ep.send(worker, msg_type, content)
+        except Exception:
+            self._on_error("ranks:send")
+
+    # --- worker messages (the endpoint's thread) ------------------------------------------
+
+    def on_message(self, worker: bytes, msg_type: str, content: dict[str, Any]) -> None:
+        try:
+            self._dispatch(worker, msg_type, content if isinstance(content, dict) else {})
+        except Exception:
+            self._on_error(f"ranks:{msg_type}"[:40])
+
+    def _dispatch(self, worker: bytes, msg_type: str, content: dict[str, Any]) -> None:
+        self.worker_messages += 1
+        if msg_type == "ack":
+            self.actions.on_ack(worker, content)
+            return
+        now = self._clock()
+        exception: dict[str, Any] | None = None
+        with self.lock:
+            if msg_type == "hello":
+                self._hello(worker, content, now)
+            else:
+                job = self._by_worker.get(worker)
+                rank = job.workers.get(worker) if job is not None else None
+                if job is None or rank is None:
+                    self._on_error("ranks:unknown_worker")
+                    return
+                rank.seen_at = now
+                if msg_type == "rows":
+                    if rank.add_rows(content, now):
+                        self.alarms_of(job).check_desync(now, self.hang_s)
+                    self._dirty = True
+                elif msg_type == "heartbeat":
+                    self._dirty |= rank.heartbeat(content, now)
+                elif msg_type == "applied":
+                    self.actions.on_applied(worker, content)
+                    self._dirty = True
+                elif msg_type == "exception":
+                    exception = self._exception(job, worker, content)
+                elif msg_type == "bye":
+                    state = "failed" if content.get("state") == "failed" else "exited"
+                    if rank.ended != "failed":
+                        rank.ended = state
+                    if state == "failed":
+                        self.alarms_of(job).failed(rank, "its process exited with an error")
+                    self._dirty = True
+                if msg_type in ("bye", "exception"):  # its rows are all in
+                    self.alarms_of(job).check_desync(now, self.hang_s)
+                if job.update_ended(now, self.hang_s):
+                    self._dirty = True
+        if exception is not None:
+            self._broadcast(exception)
+        self._ensure_thread()
+
+    def _hello(self, worker: bytes, content: dict[str, Any], now: float) -> None:
+        identity = valid_identity(content.get("identity"))
+        if identity is None:
+            self._on_error("ranks:hello")
+            return
+        key = world_of(str(content.get("job_key") or "")[:256])
+        old = self._by_worker.get(worker)
+        job = self._by_key.get(key)
+        if job is None or job.ended:
+            job = Job(len(self.jobs) + 1, key, round(self._wall(), 3), self.transport)
+            self.jobs.append(job)
+            self._by_key[key] = job
+            self._job_cell[job.id] = self.cell
+            if len(self.jobs) > 16:  # forget the oldest ended jobs
+                gone = self.jobs.pop(0)
+                self._alarms.pop(gone.id, None)
+                self._job_cell.pop(gone.id, None)
+        if old is not None and old is not job:
+            old.remove(worker)
+        self._by_worker[worker] = job
+        job.add(worker, identity, now, str(content.get("torch", ""))[:64])
+        self._dirty = True
+        self.send(worker, "config", {"hang_s": self.hang_s})
+
+    def _exception(self, job: Job, worker: bytes, content: dict[str, Any]) -> dict[str, Any]:
+        rank = job.workers[worker]
+        rank.ended = "failed"
+        self._exceptions += 1
+        cell_id, count = self._job_cell.get(job.id, (None, None))
+        message = panel_exception.build(
+            content,
+            rank.identity,
+            message_id=f"{self._session}-r{self._exceptions}",
+            cell_id=cell_id,
+            execution_count=count,
+        )
+        info = message["exception"]
+        first = (info["message"].strip().splitlines() or [""])[0][:300]
+        what = f"{info['type']}: {first}" if first else info["type"]
+        secondary = from_collective(content)
+        self.alarms_of(job).failed(rank, what, secondary=secondary)
+        root = self._root_exception
+        if root is None or root[0] != job.id or (not secondary and from_collective(root[1])):
+            self._root_exception = (job.id, message)  # the root cause: shown last (cell_failed)
+        self._dirty = True
+        return message
+
+    def cell_failed(self, exc: object) -> None:
+        """The cell that ran the job failed because a rank did (torch's
+        ProcessRaisedException / ProcessExitedException, already sent to the panels as the
+        cell's exception): send the failing rank's exception once more, as the newest, so
+        the panel shows the rank and its own traceback rather than the launcher's."""
+        name = type(exc).__name__
+        if name not in ("ProcessRaisedException", "ProcessExitedException"):
+            return
+        with self.lock:
+            root = self._root_exception
+            job = self.jobs[-1] if self.jobs else None
+            if root is None or job is None or root[0] != job.id:
+                return
+            self._exceptions += 1
+            again = {
+                **root[1],
+                "id": f"{self._session}-r{self._exceptions}",
+                "time": round(self._wall(), 3),
+            }
+        self._broadcast(again)
+
+    # --- the panels' messages ----------------------------------------------------------------
+
+    def message(self, replay: bool = False) -> dict[str, Any]:
+        """One ``ranks`` message of the current (or last) job. Takes the new points."""
+        with self.lock:
+            now = self._clock()
+            job = self.jobs[-1] if self.jobs else None
+            ep = self.endpoint
+            msg: dict[str, Any] = {
+                "method": "ranks",
+                "replay": replay,
+                "job": None,
+                "ranks": [],
+                "points": [],
+                "alarms": [],
+                "endpoint": {
+                    "transport": self.transport if ep is not None else "off",
+                    "refused": int(getattr(ep, "refused", 0)),
+                },
+            }
+            if job is None:
+                return msg
+            msg["job"] = job.to_json()
+            msg["ranks"] = job.states(now, self.hang_s)
+            msg["points"] = job.points(replay)
+            msg["alarms"] = list(self.alarms_of(job).items)
+            return msg
+
+    def snapshot_messages(self) -> list[dict[str, Any]]:
+        """For a panel that connects: the job with every kept point."""
+        return [self.message(replay=True)]
+
+    def tick(self) -> bool:
+        """One look of the flusher: clock alarms, job end, then at most one ``ranks``
+        message. Returns False when no job runs any more (the thread may end)."""
+        msg = None
+        with self.lock:
+            now = self._clock()
+            running = [j for j in self.jobs if not j.ended]
+            for running_job in running:
+                if self.alarms_of(running_job).check_time(now, self.hang_s):
+                    self._dirty = True
+                self.actions.settle(running_job)
+                if running_job.update_ended(now, self.hang_s):
+                    self._dirty = True
+            job = self.jobs[-1] if self.jobs else None
+            if job is not None:
+                states = [(r.number, r.state(now, self.hang_s), r.phase) for r in job.ordered()]
+                if (job.id, states) != self._sent_states:
+                    self._dirty = True
+            if self._dirty and now - self._last_sent >= FLUSH_S:
+                msg = self.message()
+                self._dirty = False
+                self._last_sent = now
+                if job is not None:
+                    self._sent_states = (job.id, states)
+                self.messages_sent += 1
+            alive = any(not j.ended for j in self.jobs) or self._dirty
+        if msg is not None:
+            self._broadcast(msg)
+        return alive
+
+    def _ensure_thread(self) -> None:
+        if not self._threaded or self._stop.is_set():
+            return
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            return
+        thread = threading.Thread(target=self._run, name="torchdbg-ranks-flush", daemon=True)
+        self._thread = thread
+        thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(FLUSH_S):
+            try:
+                if not self.tick():
+                    return
+            except Exception:
+                self._on_error("ranks:tick")
+
+    def paused_workers(self) -> list[bytes]:
+        with self.lock:
+            return [
+                r.worker
+                for j in self.jobs
+                if not j.ended
+                for r in j.ranks.values()
+                if r.phase == "paused" or j.paused_at is not None or j.pending is not None
+            ]
+
+    def close(self) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=1.0)

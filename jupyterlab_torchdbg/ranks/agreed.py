@@ -1,0 +1,177 @@
+"""All-rank actions on a worker: applied at one agreed optimizer step, or not at all.
+
+DDP replicas stay identical only if every rank changes its update at the same step. The
+kernel picks a step ahead of all ranks and runs two phases (contract in
+ranks-contract / PROTOCOL.md "Ranks"):
+
+1. ``prepare {action_id, action, args, at_step}``: this rank promises to apply it before
+   its optimizer step number ``at_step`` if its counter is still below it (``ack``
+   ok=true), else refuses ("already at step N"). Check and record happen under one lock
+   with the training thread's counter, so a promise is never broken by a step racing it.
+2. ``commit`` / ``cancel``: the decision. A rank that reaches ``at_step`` before the
+   decision holds its step there up to ``DECIDE_S`` for it; without a commit by then
+   it drops the action. So either every rank applies at ``at_step`` or none does.
+
+Actions: ``clip {max_norm}`` (``clip_grad_norm_`` over the optimizer's parameters at
+every step from then on: after the all-reduce, every replica clips identically),
+``unclip``, ``scale_lr {factor}`` (every group's lr once), ``pause`` (hold in the
+pre-hook until ``resume``; only the user's KeyboardInterrupt ends it early).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+ACTIONS = ("clip", "unclip", "pause", "scale_lr")
+#: How long a rank at the agreed step waits for commit or cancel.
+DECIDE_S = 5.0
+#: The pause loop's wake-up interval (KeyboardInterrupt gets through between waits).
+HOLD_SLICE_S = 0.1
+
+Send = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class Prepared:
+    action_id: str
+    action: str
+    args: dict[str, Any]
+    at_step: int
+    decided: threading.Event = field(default_factory=threading.Event)
+    verdict: str | None = None  # "commit" | "cancel"
+
+
+class Agreements:
+    """The step counter and the actions agreed on it (sender and training threads)."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self._lock = threading.Lock()
+        #: Optimizer steps begun by this worker (its primary optimizer's pre-hooks).
+        self.step = 0
+        self._pending: dict[str, Prepared] = {}
+        #: Due at the current step, waiting for their decision (the training thread).
+        self._settling: dict[str, Prepared] = {}
+        #: Clipping on from an agreed step on (max_norm), or None.
+        self.clip: float | None = None
+        self.paused = False
+        #: Set while the training thread waits for a decision (its phase: held).
+        self.holding = False
+        self._resume = threading.Event()
+        #: Actions that failed to apply.
+        self.failures = 0
+        self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    # --- the sender thread (messages from the kernel) ----------------------------------
+
+    def prepare(self, content: dict[str, Any]) -> dict[str, Any]:
+        """The ``ack`` for a ``prepare``."""
+        action_id = str(content.get("action_id", ""))
+        action = content.get("action")
+        args = content.get("args") or {}
+        at_step = content.get("at_step")
+        reply: dict[str, Any] = {"action_id": action_id, "ok": False, "reason": None}
+        with self._lock:
+            reply["step"] = self.step
+            if action not in ACTIONS or not isinstance(args, dict):
+                reply["reason"] = f"unknown action {action!r}"
+            elif not isinstance(at_step, int) or isinstance(at_step, bool):
+                reply["reason"] = "at_step is not an integer"
+            elif self.step >= at_step:
+                reply["reason"] = f"already at step {self.step}"
+            else:
+                self._pending[action_id] = Prepared(action_id, str(action), args, at_step)
+                reply["ok"] = True
+        return reply
+
+    def decide(self, action_id: str, verdict: str) -> None:
+        """``commit`` or ``cancel`` for a prepared action (unknown ids: ignored)."""
+        with self._lock:
+            prepared = self._pending.get(action_id) or self._settling.get(action_id)
+            if prepared is None:
+                return
+            prepared.verdict = verdict
+            if verdict == "cancel":
+                self._pending.pop(action_id, None)
+        prepared.decided.set()
+
+    def resume(self) -> None:
+        self.paused = False
+        self._resume.set()
+
+    # --- the training thread (torch's step pre-hook) -----------------------------------
+
+    def begin_step(self, optimizer: Any, primary: bool) -> tuple[int, list[Prepared]]:
+        """Count a primary step; the prepared actions due at it (removed from pending)."""
+        try:
+            self._optimizers.add(optimizer)
+        except TypeError:
+            pass
+        with self._lock:
+            if primary:
+                self.step += 1
+            due = [p for p in self._pending.values() if p.at_step <= self.step]
+            for p in due:
+                del self._pending[p.action_id]
+                self._settling[p.action_id] = p
+        return self.step, due
+
+    def settle(self, due: list[Prepared], optimizer: Any) -> None:
+        """Wait (bounded) for each due action's decision; apply the committed ones."""
+        if not due:
+            return
+        deadline = time.monotonic() + DECIDE_S
+        self.holding = True
+        try:
+            for p in due:
+                p.decided.wait(max(0.0, deadline - time.monotonic()))
+        finally:
+            self.holding = False
+            with self._lock:
+                for p in due:
+                    self._settling.pop(p.action_id, None)
+        for p in sorted(due, key=lambda p: p.action != "pause"):  # pause last
+            if p.verdict != "commit":
+                continue
+            try:
+                self._apply(p, optimizer)
+            except Exception:
+                self.failures += 1  # not applied: no ``applied`` (the kernel sees it missing)
+                continue
+            self._send("applied", {"action_id": p.action_id, "step": self.step})
+
+    def _apply(self, p: Prepared, optimizer: Any) -> None:
+        if p.action == "clip":
+            self.clip = float(p.args.get("max_norm", 1.0))
+        elif p.action == "unclip":
+            self.clip = None
+        elif p.action == "scale_lr":
+            factor = float(p.args.get("factor", 1.0))
+            for opt in {id(o): o for o in [optimizer, *list(self._optimizers)]}.values():
+                for group in opt.param_groups:
+                    if "lr" in group:
+                        group["lr"] = group["lr"] * factor
+        elif p.action == "pause":
+            self._resume.clear()
+            self.paused = True
+
+    def clip_now(self, optimizer: Any) -> None:
+        """Clip this optimizer's gradients if clipping is on."""
+        max_norm = self.clip
+        if max_norm is None:
+            return
+        import torch
+
+        params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        if params:
+            torch.nn.utils.clip_grad_norm_(params, max_norm)
+
+    def hold(self) -> None:
+        """While paused: wait here (the training thread) until ``resume``."""
+        while self.paused:
+            self._resume.wait(HOLD_SLICE_S)

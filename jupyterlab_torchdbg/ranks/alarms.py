@@ -1,0 +1,308 @@
+"""The multi-process alarms of a job (PROTOCOL.md "Ranks", ``RankAlarm``).
+
+- desync: at a sampled step every rank has passed, a rank's total gradient norm differs
+  from the majority's by more than ``DESYNC_RTOL`` (NaN against a number counts). After
+  DDP's all-reduce every replica holds the same gradients, so a difference means that
+  rank's replica diverged. The majority is the largest group of equal norms; on a tie the
+  group holding the lowest rank (2 ranks: rank 0 is the reference). From ``layers`` at
+  that step, the first layer whose norm differs. Once per rank per job.
+- straggler: over its last >= ``STRAGGLER_STEPS`` steps a rank's own time per step (step
+  time x the share its training thread spent outside torch's waits) is more than
+  ``STRAGGLER_FACTOR`` x the median of the other ranks' and ``STRAGGLER_MIN_S`` more.
+- hang: no rank stepped for ``hang_s``: the ranks in their own code (``user``) are the
+  stuck ones, the others wait in a collective; the alarm carries the stuck rank's stack
+  (taken in the worker). Once per rank per hang.
+- failed: a worker's exception or a failed exit; lost: no message for ``LOST_S``.
+- action: a rank refused or did not answer an all-rank action (``actions.py``).
+
+Each alarm names the rank and the figures in one human sentence.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+from .job import LOST_S, Job, Rank, norm_value
+
+DESYNC_RTOL = 1e-5
+STRAGGLER_STEPS = 5
+STRAGGLER_FACTOR = 1.5
+STRAGGLER_MIN_S = 0.020
+#: The job's alarms kept (the first is the root cause: the oldest are kept).
+MAX_ALARMS = 50
+#: A hang alarm waits this long past the threshold for the stuck rank's stack.
+STACK_GRACE_S = 3.0
+#: A rank's own failure this soon after a collective's failure on another is its cause.
+ROOT_WINDOW_S = 5.0
+#: Where a failure that is a consequence of another rank's comes from (the innermost
+#: frame): torch's collectives and the backward pass that runs DDP's all-reduce.
+COLLECTIVE_DIRS = ("torch/distributed/", "torch/nn/parallel/", "torch/autograd/")
+
+
+def same_norm(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= DESYNC_RTOL * max(abs(a), abs(b), 1e-30)
+
+
+def _ranks(numbers: list[int]) -> str:
+    return ("rank " if len(numbers) == 1 else "ranks ") + ", ".join(str(n) for n in numbers)
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return "none"
+    return f"{x:.6g}" if math.isfinite(x) else str(x)
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1000:.0f} ms"
+
+
+class Alarms:
+    """The alarms of one job, and the checks that raise them."""
+
+    def __init__(self, job: Job, wall: Callable[[], float]) -> None:
+        self.job = job
+        self._wall = wall
+        self.items: list[dict[str, Any]] = []
+        self._raised: set[tuple[str, int]] = set()
+        self._count = 0
+        #: Ids of failures that came out of a collective (consequences).
+        self._secondary: set[str] = set()
+
+    def raise_alarm(
+        self,
+        kind: str,
+        rank: int,
+        step: int | None,
+        message: str,
+        *,
+        layer: str | None = None,
+        stack: list[str] | None = None,
+        once: bool = True,
+    ) -> dict[str, Any] | None:
+        """Add one alarm (once per rank and kind unless ``once`` is False)."""
+        if once and (kind, rank) in self._raised:
+            return None
+        self._raised.add((kind, rank))
+        self._count += 1
+        alarm: dict[str, Any] = {
+            "id": f"{self.job.id}-{self._count}",
+            "kind": kind,
+            "rank": rank,
+            "step": step,
+            "time": round(self._wall(), 3),
+            "message": message[:2000],
+            "stack": [s[:1000] for s in (stack or [])[-64:]],
+        }
+        if kind == "desync":
+            alarm["layer"] = layer
+        if len(self.items) < MAX_ALARMS:
+            self.items.append(alarm)
+        return alarm
+
+    # --- desync -------------------------------------------------------------------------
+
+    def check_desync(self, now: float, hang_s: float) -> int:
+        """Compare the sampled steps every rank has reported (a live rank's rows come in
+        step order; an ended rank's are all in); returns the alarms raised."""
+        job = self.job
+        ranks = job.ordered()
+        if len(ranks) < max(2, job.world_size):
+            return 0  # not every rank has attached yet: its early steps are still kept
+        live = job.live(now, hang_s)
+        upto = min(r.row_step for r in live) if live else max(r.row_step for r in ranks)
+        if upto <= job.checked_upto:
+            return 0
+        steps = sorted({s for r in ranks for s in r.norms_by_step if job.checked_upto < s <= upto})
+        raised = 0
+        for step in steps:
+            raised += self._compare(step)
+        job.checked_upto = upto
+        return raised
+
+    def _compare(self, step: int) -> int:
+        have = [
+            (r, norm_value(r.norms_by_step[step]))
+            for r in self.job.ordered()
+            if step in r.norms_by_step
+        ]
+        if len(have) < 2:
+            return 0
+        groups: list[list[tuple[Rank, float | None]]] = []
+        for r, v in have:
+            for g in groups:
+                if same_norm(g[0][1], v):
+                    g.append((r, v))
+                    break
+            else:
+                groups.append([(r, v)])
+        if len(groups) == 1:
+            return 0
+        # the largest group; on a tie the one holding the lowest rank (groups are in rank order)
+        majority = max(groups, key=lambda g: (len(g), -g[0][0].number))
+        ref_rank, ref = majority[0]
+        raised = 0
+        for g in groups:
+            if g is majority:
+                continue
+            for r, v in g:
+                layer = _first_layer_differing(r, ref_rank, step)
+                rel = (
+                    abs(v - ref) / max(abs(ref), 1e-30)
+                    if v is not None and ref is not None and math.isfinite(v) and math.isfinite(ref)
+                    else math.inf
+                )
+                message = (
+                    f"Desync: rank {r.number}'s gradient norm at step {step} is {_fmt(v)}, "
+                    f"{_ranks([m.number for m, _ in majority])} have {_fmt(ref)} "
+                    f"(relative difference {rel:.2g}). After the all-reduce every replica "
+                    "holds the same gradients: this rank's replica has diverged"
+                    + (f"; the first layer that differs is {layer}." if layer else ".")
+                )
+                if self.raise_alarm("desync", r.number, step, message, layer=layer):
+                    raised += 1
+        return raised
+
+    # --- straggler ----------------------------------------------------------------------
+
+    def check_stragglers(self, now: float, hang_s: float) -> int:
+        live = [r for r in self.job.live(now, hang_s) if len(r.owns) >= STRAGGLER_STEPS]
+        if len(live) < 2:
+            return 0
+        raised = 0
+        for r in live:
+            mine = r.own_time(last=2 * STRAGGLER_STEPS)
+            others = [o.own_time(last=2 * STRAGGLER_STEPS) for o in live if o is not r]
+            theirs = statistics.median([t for t in others if t is not None])
+            if (
+                mine is None
+                or mine <= STRAGGLER_FACTOR * theirs
+                or mine - theirs <= STRAGGLER_MIN_S
+            ):
+                continue
+            n = min(len(r.owns), 2 * STRAGGLER_STEPS)
+            message = (
+                f"Straggler: rank {r.number} spends {_ms(mine)} of its own work per step, "
+                f"the other ranks {_ms(theirs)} (median of the last {n} steps, "
+                f"{mine / max(theirs, 1e-9):.1f}x): the others wait for it in every "
+                "all-reduce. Look at its data loading or its host/device."
+            )
+            if self.raise_alarm("straggler", r.number, r.step, message):
+                raised += 1
+        return raised
+
+    # --- hang ---------------------------------------------------------------------------
+
+    def check_hang(self, now: float, hang_s: float) -> int:
+        job = self.job
+        active = [r for r in job.live(now, hang_s) if r.step > 0]
+        if not active or any(r.phase == "paused" for r in active):
+            return 0
+        sinces = [r.since_step(now) or 0.0 for r in active]
+        since = min(sinces)
+        if since < hang_s:
+            # stepping again: a later hang is a new one
+            self._raised = {k for k in self._raised if k[0] != "hang"}
+            return 0
+        stuck = [r for r in active if r.phase == "user"]
+        waiting = [r for r in active if r.phase == "torch_wait"]
+        if not stuck:  # every rank waits inside torch: the one behind is the suspect
+            stuck = [min(active, key=lambda r: (r.step, r.number))]
+            waiting = [r for r in waiting if r is not stuck[0]]
+        raised = 0
+        for r in stuck:
+            if r.stack is None and since < hang_s + STACK_GRACE_S:
+                continue  # its heartbeat with the stack is on the way
+            others = (
+                f" while {_ranks([w.number for w in waiting])} wait in a collective"
+                if waiting
+                else ""
+            )
+            where = f" It is in {r.stack[-1]}" if r.stack else " Its stack did not arrive"
+            message = (
+                f"Hang: rank {r.number} has not stepped for {since:.0f} s (its last step "
+                f"was {r.step}){others}.{where}."
+            )
+            if self.raise_alarm("hang", r.number, r.step, message, stack=r.stack):
+                raised += 1
+        return raised
+
+    # --- failed / lost ------------------------------------------------------------------
+
+    def failed(self, r: Rank, what: str, *, secondary: bool = False) -> None:
+        """A rank failed. ``secondary``: its exception came out of a collective (its peer
+        went away): a consequence, so a rank failing on its own within ``ROOT_WINDOW_S``
+        is listed before it, whichever message arrived first (the first alarm is the
+        root cause)."""
+        ident = r.identity
+        because = " (probably because another rank failed first)" if secondary else ""
+        alarm = self.raise_alarm(
+            "failed",
+            r.number,
+            r.step,
+            f"Rank {r.number} (pid {ident.get('pid')} on {ident.get('host') or 'this host'}) "
+            f"failed at step {r.step}: {what}"[:1900]
+            + because,
+        )
+        if alarm is None or alarm not in self.items:
+            return
+        if secondary:
+            self._secondary.add(alarm["id"])
+            return
+        for i, other in enumerate(self.items[:-1]):
+            if other["id"] in self._secondary and alarm["time"] - other["time"] <= ROOT_WINDOW_S:
+                self.items.remove(alarm)
+                self.items.insert(i, alarm)
+                return
+
+    def check_lost(self, now: float, hang_s: float) -> int:
+        raised = 0
+        for r in self.job.ordered():
+            if r.ended is None and r.state(now, hang_s) == "lost":
+                message = (
+                    f"Lost: rank {r.number} (pid {r.identity.get('pid')}) has sent nothing "
+                    f"for {now - r.seen_at:.0f} s (threshold {LOST_S:.0f} s; last step "
+                    f"{r.step}): its process was killed or cannot reach the kernel."
+                )
+                if self.raise_alarm("lost", r.number, r.step, message):
+                    raised += 1
+        return raised
+
+    def check_time(self, now: float, hang_s: float) -> int:
+        """The checks that depend on the clock (run by the aggregator's tick)."""
+        return (
+            self.check_desync(now, hang_s)
+            + self.check_lost(now, hang_s)
+            + self.check_hang(now, hang_s)
+            + self.check_stragglers(now, hang_s)
+        )
+
+
+def from_collective(content: dict[str, Any]) -> bool:
+    """A worker's exception raised inside a collective (a peer went away), not its own."""
+    frames = content.get("frames")
+    last = frames[-1] if isinstance(frames, list) and frames else None
+    where = str(last.get("file", "")) if isinstance(last, dict) else ""
+    info = content.get("exception")
+    kind = str(info.get("type", "")) if isinstance(info, dict) else ""
+    return kind == "DistBackendError" or any(d in where.replace("\\", "/") for d in COLLECTIVE_DIRS)
+
+
+def _first_layer_differing(r: Rank, ref: Rank, step: int) -> str | None:
+    mine, theirs = r.layers_by_step.get(step), ref.layers_by_step.get(step)
+    if mine is None or theirs is None:
+        return None
+    values = dict(zip(mine["names"], mine["norms"], strict=False))
+    for name, v in zip(theirs["names"], theirs["norms"], strict=False):
+        if name in values and not same_norm(norm_value(values[name]), norm_value(v)):
+            return str(name)
+    return None

@@ -1,0 +1,110 @@
+"""Wiring the ranks into the loaded extension (``extension.py`` calls ``attach_to``).
+
+On load: the endpoint binds (a ROUTER on loopback, or on ``$TORCHDBG_LISTEN``) and is
+published to every process the notebook starts (``worker_env.install``: the env vars, the
+boot dir on ``PYTHONPATH``, the fork handler, the mp.spawn patch); the hub gets the
+endpoint's messages, registers the ``ranks_*`` actions and its snapshot part, and hears
+the cell events (the cell that starts a job is the one its workers' exceptions name).
+A bind that fails leaves the feature off (``endpoint.transport: "off"``), counted.
+
+On unload, in this order: paused workers are released (``resume``), the environment is
+put back, the endpoint closes, the hub's thread ends, the actions and parts go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .aggregator import RankHub
+
+if TYPE_CHECKING:
+    from ..kernel.host import Host
+
+
+def _transport(host: str) -> str:
+    """``ipc``: only this machine's processes can reach the endpoint; ``tcp``: bound on
+    a network interface (``TORCHDBG_LISTEN``), so workers on other hosts can."""
+    return "ipc" if host in ("127.0.0.1", "localhost", "::1") else "tcp"
+
+
+def attach_to(host: Host) -> tuple[RankHub, Callable[[], None]]:
+    """Create the hub and its endpoint; returns the hub and its cleanup. Never raises."""
+    hub = RankHub(host.hub.broadcast, host.count_error, host.session_id)
+    cleanups: list[Callable[[], None]] = []
+    cell_setter: Callable[[str | None], None] | None = None
+    try:
+        from .endpoint import Endpoint
+        from .worker_env import install, set_cell, torch_imported
+
+        endpoint = Endpoint(hub.on_message)
+        hub.endpoint = endpoint
+        hub.transport = _transport(endpoint.host)
+        cleanups.append(endpoint.close)
+        # torch's import is watched by the extension, which tells the hub (torch_imported)
+        cleanups.append(install(endpoint.address, endpoint.key, watch_torch=False))
+        hub.on_torch = torch_imported
+        cell_setter = set_cell
+    except Exception:
+        host.count_error("ranks:endpoint")
+
+    def cleanup() -> None:
+        for fn in reversed(cleanups):
+            try:
+                fn()
+            except Exception:
+                host.count_error("ranks:unload")
+        cleanups.clear()
+
+    try:
+        _wire(host, hub, cleanups, cell_setter)
+    except Exception:
+        host.count_error("ranks:attach")
+    return hub, cleanup
+
+
+def _wire(
+    host: Host,
+    hub: RankHub,
+    cleanups: list[Callable[[], None]],
+    cell_setter: Callable[[str | None], None] | None,
+) -> None:
+    """The actions, the snapshot part, the cell events, the unload order."""
+    cleanups.append(hub.actions.register(host.actions))
+    cleanups.append(host.hub.add_snapshot_part(hub.snapshot_messages))
+
+    def pre_run_cell(info: object = None) -> None:
+        try:
+            cell_id = getattr(info, "cell_id", None)
+            cell_id = cell_id if isinstance(cell_id, str) else None
+            # IPython counts the cell before pre_run_cell: its display hook knows the In[n]
+            count = getattr(getattr(host.shell, "displayhook", None), "prompt_count", None)
+            if not isinstance(count, int):
+                count = getattr(host.shell, "execution_count", None)
+            hub.cell = (cell_id, count if isinstance(count, int) else None)
+            if cell_setter is not None:
+                cell_setter(cell_id)
+        except Exception:
+            host.count_error("ranks:pre_run_cell")
+
+    def post_run_cell(result: object = None) -> None:
+        # after the extension's own post_run_cell (registered first): its exception is out
+        try:
+            exc = getattr(result, "error_in_exec", None)
+            if exc is not None:
+                hub.cell_failed(exc)
+        except Exception:
+            host.count_error("ranks:post_run_cell")
+
+    events = host.shell.events
+    events.register("pre_run_cell", pre_run_cell)
+    cleanups.append(lambda: events.unregister("pre_run_cell", pre_run_cell))
+    events.register("post_run_cell", post_run_cell)
+    cleanups.append(lambda: events.unregister("post_run_cell", post_run_cell))
+
+    def release_paused() -> None:
+        for worker in hub.paused_workers():
+            hub.send(worker, "resume", {})
+
+    cleanups.append(hub.close)
+    cleanups.append(release_paused)  # runs first (reversed): before the endpoint closes

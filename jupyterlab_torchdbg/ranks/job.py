@@ -1,0 +1,375 @@
+"""One torch.distributed job as the kernel sees it: its ranks, their state, their points.
+
+A ``Job`` is fed the worker messages of one world (same ``job_key``) by the aggregator
+(``aggregator.py``), which holds the lock: nothing here locks or sends. Each ``Rank``
+keeps its last ``RING`` points (step, step time, total gradient norm, memory), the points
+not yet sent to the panels, the norms and per-layer norms of its last sampled steps (the
+desync check compares them across ranks, ``alarms.py``) and what its heartbeats said
+(phase, stack). ``RankState`` (PROTOCOL.md "Ranks") is computed from that and the kernel's
+clock: a rank that stopped stepping is ``waiting`` while its training thread is inside
+torch (the others are late), ``stalled`` after the hang threshold in its own code,
+``lost`` after ``LOST_S`` without any message.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Points kept per rank (the panel's per-rank charts).
+RING = 2000
+#: No message at all from a rank for this long: lost.
+LOST_S = 10.0
+#: Steps whose times make the step time (median).
+RECENT = 20
+#: Sampled steps whose norms / layers are kept for the cross-rank comparison.
+KEEP_STEPS = 64
+#: Per-layer norms kept of a worker's ``layers`` (model order) / shown to the panel.
+MAX_LAYERS_IN = 500
+MAX_LAYERS = 200
+#: A rank not stepping for this many of its step times (and >= 1 s) is no longer running.
+LATE_FACTOR = 3.0
+
+TERMINAL = ("exited", "failed", "lost")
+#: One point: (step, step time s | None, norm as on the wire, memory bytes | None).
+Point = tuple[int, float | None, float | str | None, int | None]
+
+
+def norm_value(x: object) -> float | None:
+    """A norm as it travels (a number or "NaN"/"Infinity"/"-Infinity") as a float."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, (int, float)):
+        return float(x)
+    if x in ("NaN", "Infinity", "-Infinity"):
+        return float(str(x).lower().replace("infinity", "inf"))
+    return None
+
+
+def wire_norm(x: object) -> float | str | None:
+    """Back to the wire form (non-finite floats as strings), None for anything else."""
+    v = norm_value(x)
+    if v is None:
+        return None
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "Infinity" if v > 0 else "-Infinity"
+    return v
+
+
+def _int(x: object, lo: int = 0) -> int | None:
+    return x if isinstance(x, int) and not isinstance(x, bool) and x >= lo else None
+
+
+def _num(x: object) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        return None
+    return float(x)
+
+
+@dataclass
+class Rank:
+    """One worker process of the job."""
+
+    worker: bytes
+    identity: dict[str, Any]
+    seen_at: float
+    torch: str = ""
+    #: "exited" / "failed" once the process ended (bye or exception).
+    ended: str | None = None
+    step: int = 0
+    #: The last step its ``rows`` reported (a heartbeat may tell of later steps first).
+    row_step: int = 0
+    step_at: float | None = None
+    dts: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT))
+    owns: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT))
+    norm: float | str | None = None
+    norm_step: int | None = None
+    mem: int | None = None
+    mem_kind: str = "host"
+    phase: str = "none"
+    stack: list[str] | None = None
+    layers: dict[str, Any] | None = None
+    layers_by_step: OrderedDict[int, dict[str, Any]] = field(default_factory=OrderedDict)
+    norms_by_step: OrderedDict[int, float | str] = field(default_factory=OrderedDict)
+    points: deque[Point] = field(default_factory=lambda: deque(maxlen=RING))
+    new_points: deque[Point] = field(default_factory=lambda: deque(maxlen=RING))
+    clip: float | None = None
+    lr_scale: float = 1.0
+
+    @property
+    def number(self) -> int:
+        return int(self.identity.get("rank", 0))
+
+    def step_time(self) -> float | None:
+        return statistics.median(self.dts) if self.dts else None
+
+    def own_time(self, last: int = RECENT) -> float | None:
+        owns = list(self.owns)[-last:]
+        return statistics.median(owns) if owns else None
+
+    def since_step(self, now: float) -> float | None:
+        return None if self.step_at is None else max(0.0, now - self.step_at)
+
+    def state(self, now: float, hang_s: float) -> str:
+        if self.ended is not None:
+            return self.ended
+        if now - self.seen_at >= LOST_S:
+            return "lost"
+        if self.phase == "paused":
+            return "paused"
+        since = self.since_step(now)
+        if self.step == 0 or since is None:
+            return "starting"
+        late = max(1.0, LATE_FACTOR * (self.step_time() or 0.0))
+        if since >= late:
+            if self.phase == "torch_wait":
+                return "waiting"
+            if since >= hang_s:
+                return "stalled"
+        return "running"
+
+    def to_json(self, now: float, hang_s: float) -> dict[str, Any]:
+        since = self.since_step(now)
+        out: dict[str, Any] = {
+            "identity": dict(self.identity),
+            "state": self.state(now, hang_s),
+            "step": self.step,
+            "step_time_s": _round(self.step_time()),
+            "own_time_s": _round(self.own_time()),
+            "grad_norm": self.norm,
+            "grad_step": self.norm_step,
+            "memory_bytes": self.mem,
+            "memory_kind": self.mem_kind,
+            "last_seen_s": round(max(0.0, now - self.seen_at), 3),
+            "since_step_s": None if since is None else round(since, 3),
+            "clip": self.clip,
+            "lr_scale": self.lr_scale,
+            "phase": self.phase if self.ended is None else "none",
+        }
+        if self.layers is not None:
+            out["layers"] = self.layers
+        return out
+
+    # --- feeding ------------------------------------------------------------------------
+
+    def add_rows(self, content: dict[str, Any], now: float) -> list[int]:
+        """A ``rows`` batch; returns the sampled steps that carried a norm."""
+        own = _num(content.get("own"))
+        phase = content.get("phase")
+        if phase in ("user", "torch_wait", "paused"):
+            self.phase = str(phase)
+        sampled: list[int] = []
+        rows = content.get("rows")
+        for row in rows if isinstance(rows, list) else []:
+            if not isinstance(row, dict):
+                continue
+            step = _int(row.get("step"), 1)
+            if step is None:
+                continue
+            dt = _num(row.get("dt"))
+            dt = dt if dt is not None and dt >= 0 else None
+            norm = wire_norm(row.get("norm"))
+            mem = _int(row.get("mem"))
+            if row.get("mem_kind") in ("cuda", "host"):
+                self.mem_kind = str(row["mem_kind"])
+            self.row_step = max(self.row_step, step)
+            if step > self.step:
+                self.step = step
+                self.step_at = now
+                self.stack = None
+            if dt is not None:
+                self.dts.append(dt)
+                if own is not None:
+                    self.owns.append(dt * min(1.0, max(0.0, own)))
+            if norm is not None:
+                self.norm, self.norm_step = norm, step
+                self.norms_by_step[step] = norm
+                while len(self.norms_by_step) > KEEP_STEPS:
+                    self.norms_by_step.popitem(last=False)
+                sampled.append(step)
+            if mem is not None:
+                self.mem = mem
+            point: Point = (step, dt, norm, mem)
+            self.points.append(point)
+            self.new_points.append(point)
+        layers = content.get("layers")
+        if isinstance(layers, dict) and self._valid_layers(layers):
+            # model order, as sent (the desync check names the first layer that differs)
+            names = [str(n)[:512] for n in layers["names"][:MAX_LAYERS_IN]]
+            values = [wire_norm(v) for v in layers["norms"][:MAX_LAYERS_IN]]
+            step = int(layers["step"])
+            self.layers_by_step[step] = {"step": step, "names": names, "norms": values}
+            while len(self.layers_by_step) > KEEP_STEPS // 4:
+                self.layers_by_step.popitem(last=False)
+            # the panel's: the largest first, at most MAX_LAYERS (non-finite ones first)
+            order = sorted(range(len(names)), key=lambda i: _layer_key(values[i]))
+            order = order[:MAX_LAYERS]
+            self.layers = {
+                "step": step,
+                "names": [names[i] for i in order],
+                "norms": [values[i] for i in order],
+            }
+        return sampled
+
+    @staticmethod
+    def _valid_layers(layers: dict[str, Any]) -> bool:
+        names, norms = layers.get("names"), layers.get("norms")
+        return (
+            _int(layers.get("step"), 1) is not None
+            and isinstance(names, list)
+            and isinstance(norms, list)
+            and len(names) == len(norms)
+            and all(wire_norm(v) is not None for v in norms)
+        )
+
+    def heartbeat(self, content: dict[str, Any], now: float) -> bool:
+        """A heartbeat; True when it changed what the panel shows (phase, step, stack)."""
+        before = (self.phase, self.step, self.stack is not None)
+        phase = content.get("phase")
+        if phase in ("user", "torch_wait", "paused"):
+            self.phase = str(phase)
+        step = _int(content.get("step"))
+        since = _num(content.get("since_step_s"))
+        if step is not None and step > self.step:
+            self.step = step
+        if since is not None and since >= 0 and self.step > 0:
+            self.step_at = now - since
+        stack = content.get("stack")
+        if isinstance(stack, list) and all(isinstance(s, str) for s in stack):
+            self.stack = [s[:1000] for s in stack[-64:]]
+        return before != (self.phase, self.step, self.stack is not None)
+
+    def take_points(self, replay: bool) -> dict[str, Any] | None:
+        """The RankPoints of the new points (taken: the next call has only later ones), or
+        of every kept point when ``replay`` (new points stay new: a replay goes to one
+        panel, and the next broadcast may repeat some; panels drop steps they have)."""
+        pts = list(self.points) if replay else list(self.new_points)
+        if not replay:
+            self.new_points.clear()
+        if not pts and not replay:
+            return None
+        return {
+            "rank": self.number,
+            "steps": [p[0] for p in pts],
+            "step_time_s": [_round(p[1]) for p in pts],
+            "grad_norm": [p[2] for p in pts],
+            "memory_bytes": [p[3] for p in pts],
+        }
+
+
+def _layer_key(v: float | str | None) -> float:
+    """Sort key: non-finite norms first, then the largest."""
+    x = norm_value(v)
+    if x is None:
+        return math.inf
+    return -math.inf if not math.isfinite(x) else -x
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 6)
+
+
+def valid_identity(raw: object, fallback_pid: int = 0) -> dict[str, Any] | None:
+    """A ``RankIdentity`` from a worker's hello, or None when it is unusable."""
+    if not isinstance(raw, dict):
+        return None
+    rank, world = _int(raw.get("rank")), _int(raw.get("world_size"), 1)
+    if rank is None or world is None or rank > 65535 or world > 65536:
+        return None
+    launcher = raw.get("launcher")
+    return {
+        "rank": rank,
+        "world_size": world,
+        "local_rank": _int(raw.get("local_rank")),
+        "host": str(raw.get("host", ""))[:256],
+        "pid": _int(raw.get("pid")) or fallback_pid,
+        "launcher": launcher if launcher in ("spawn", "fork", "torchrun", "attach") else "attach",
+    }
+
+
+@dataclass
+class Job:
+    """The ranks of one world."""
+
+    id: int
+    key: str
+    started: float
+    transport: str = "ipc"
+    ranks: dict[int, Rank] = field(default_factory=dict)
+    workers: dict[bytes, Rank] = field(default_factory=dict)
+    world_size: int = 1
+    paused_at: int | None = None
+    pending: dict[str, Any] | None = None
+    ended: bool = False
+    #: Sampled steps up to here were compared across ranks (desync).
+    checked_upto: int = 0
+
+    def add(self, worker: bytes, identity: dict[str, Any], now: float, torch: str = "") -> Rank:
+        """A hello: a new rank, or a known worker whose identity changed."""
+        rank = self.workers.get(worker)
+        if rank is None:
+            rank = Rank(worker, identity, seen_at=now, torch=torch)
+        elif self.ranks.get(rank.number) is rank:
+            del self.ranks[rank.number]
+        rank.identity, rank.seen_at = identity, now
+        self.workers[worker] = rank
+        self.ranks[rank.number] = rank
+        self.world_size = max(self.world_size, int(identity["world_size"]), len(self.ranks))
+        return rank
+
+    def remove(self, worker: bytes) -> None:
+        rank = self.workers.pop(worker, None)
+        if rank is not None and self.ranks.get(rank.number) is rank:
+            del self.ranks[rank.number]
+
+    def ordered(self) -> list[Rank]:
+        return [self.ranks[k] for k in sorted(self.ranks)]
+
+    def live(self, now: float, hang_s: float) -> list[Rank]:
+        """Ranks still running (not exited, failed or lost)."""
+        return [r for r in self.ordered() if r.state(now, hang_s) not in TERMINAL]
+
+    def update_ended(self, now: float, hang_s: float) -> bool:
+        """The job ends when every rank has ended (and the whole world attached, or
+        nothing came for ``LOST_S``); True when that happened now."""
+        if self.ended or not self.ranks or self.live(now, hang_s):
+            return False
+        if len(self.ranks) < self.world_size:
+            # a rank of this world may not have said hello yet (its first step came late)
+            last = max(r.seen_at for r in self.ranks.values())
+            if now - last < LOST_S:
+                return False
+        self.ended = True
+        self.pending = None
+        return True
+
+    def fastest_steps_per_s(self) -> float:
+        times = [t for t in (r.step_time() for r in self.ranks.values()) if t]
+        return 1.0 / min(times) if times else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "started": self.started,
+            "world_size": self.world_size,
+            "state": "ended" if self.ended else "running",
+            "transport": self.transport,
+            "paused_at": self.paused_at,
+            "pending": self.pending,
+        }
+
+    def states(self, now: float, hang_s: float) -> list[dict[str, Any]]:
+        return [r.to_json(now, hang_s) for r in self.ordered()]
+
+    def points(self, replay: bool) -> list[dict[str, Any]]:
+        out = []
+        for r in self.ordered():
+            p = r.take_points(replay)
+            if p is not None:
+                out.append(p)
+        return out

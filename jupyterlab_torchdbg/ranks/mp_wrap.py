@@ -1,0 +1,109 @@
+"""torch.multiprocessing's ``_wrap``, wrapped: the spawn index, exceptions, ``bye``.
+
+``torch.multiprocessing.spawn`` / ``start_processes`` run every rank as
+``mp.Process(target=_wrap, args=(fn, i, args, error_file))``, looking ``_wrap`` up in
+its module when the process starts. Replacing that module attribute reaches every rank:
+
+- **fork**: the kernel's module is patched while the extension is loaded
+  (worker_env.py) and put back on unload; the child runs this ``_wrap``.
+- **spawn**: the target is pickled by reference, so a rank started from the patched
+  kernel unpickles this function; a rank started elsewhere gets it from the boot
+  sitecustomize, which patches its own module once torch is imported, before the
+  Process object is unpickled.
+
+In the child, this ``_wrap`` records the index (the rank when no process group says
+otherwise), makes the process a worker, and calls torch's ``_wrap`` with the user's
+function wrapped: an exception is sent to the kernel with the rank's step (and waited
+for), then raised on unchanged, so torch's own error file and exit code are as before.
+At the end a ``bye`` (exited / failed) goes out and the socket lingers until it is
+delivered: a forked rank leaves through ``os._exit``, where no ``atexit`` runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from . import activation
+from .identity import Origin
+
+#: torch's own ``_wrap`` (set when the module was patched in this process).
+_original: Callable[..., Any] | None = None
+
+
+def _spawn_module() -> Any:
+    return sys.modules.get("torch.multiprocessing.spawn")
+
+
+def patch() -> bool:
+    """Replace ``torch.multiprocessing.spawn._wrap`` (torch must be imported)."""
+    global _original
+    if "torch" not in sys.modules:
+        return False
+    mod = _spawn_module()
+    if mod is None:
+        import importlib
+
+        mod = importlib.import_module("torch.multiprocessing.spawn")
+    current = getattr(mod, "_wrap", None)
+    if current is _wrap:
+        return True
+    if current is None:
+        return False
+    _original = current
+    mod._wrap = _wrap
+    return True
+
+
+def unpatch() -> None:
+    """Put torch's ``_wrap`` back if it is still ours."""
+    mod = _spawn_module()
+    if mod is not None and getattr(mod, "_wrap", None) is _wrap and _original is not None:
+        mod._wrap = _original
+
+
+def _torch_wrap() -> Callable[..., Any]:
+    if _original is not None:
+        return _original
+    mod = _spawn_module()
+    if mod is None:
+        import importlib
+
+        mod = importlib.import_module("torch.multiprocessing.spawn")
+    found = getattr(mod, "_wrap", None)
+    if found is None or found is _wrap:
+        return _plain_wrap
+    return found  # type: ignore[no-any-return]
+
+
+def _plain_wrap(fn: Callable[..., Any], i: int, args: Any, *rest: Any) -> None:
+    fn(i, *args)
+
+
+def _wrap(fn: Callable[..., Any], i: int, *rest: Any, **kwargs: Any) -> None:
+    """The rank's entry (in the child process)."""
+    failed = False
+    worker = None
+    try:
+        Origin.spawn_index = i
+        worker = activation.activate()
+    except Exception:
+        pass
+
+    def run(*args: Any, **kw: Any) -> Any:
+        nonlocal failed
+        try:
+            return fn(*args, **kw)  # (torchdbg: a rank's exception is sent to the notebook)
+        except Exception as e:
+            failed = True
+            if worker is not None:
+                worker.failed = True
+                worker.report(e)
+            raise
+
+    try:
+        _torch_wrap()(run, i, *rest, **kwargs)
+    finally:
+        if worker is not None:
+            worker.close("failed" if failed else "exited")

@@ -1,0 +1,192 @@
+"""A worker's ``exception`` as the panel's ``exception`` message, with its ``rank``.
+
+The worker captured the exception where it happened (type, message, frames and, when its
+rules could, a diagnosis: ``kernel/exceptions``). Here it gets what only the kernel knows:
+an id of this session, the notebook cell that started the job, ``debuggable: false``
+(``%debug`` cannot reach another process) and the rank's identity. Whatever the worker
+sent that is not of the schema's shape is dropped or replaced by the generic view, so the
+message the panel gets is always valid (the kernel side carries no schema validator).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+_FRAME_KEYS = {
+    "position",
+    "origin",
+    "user",
+    "function",
+    "file",
+    "path",
+    "lineno",
+    "cell_id",
+    "execution_count",
+    "source_changed",
+    "line",
+    "source",
+    "span",
+    "namespace",
+    "locals",
+    "locals_total",
+    "locals_truncated",
+}
+_DIAGNOSIS_KEYS = {
+    "category",
+    "title",
+    "headline",
+    "culprits",
+    "remedy",
+    "hints",
+    "facts",
+    "confidence",
+    "links",
+    "where",
+}
+_CATEGORIES = {
+    "device_mismatch",
+    "shape_mismatch",
+    "dtype_mismatch",
+    "index_out_of_range",
+    "out_of_memory",
+    "inplace_modification",
+    "device_side_assert",
+    "cuda_error",
+    "autograd",
+    "non_finite",
+    "generic",
+}
+
+
+def _int_or_none(x: object) -> int | None:
+    return x if isinstance(x, int) and not isinstance(x, bool) and x >= 0 else None
+
+
+def exception_info(raw: object) -> dict[str, Any]:
+    info = raw if isinstance(raw, dict) else {}
+    out: dict[str, Any] = {
+        "type": str(info.get("type") or "Exception")[:200],
+        "module": str(info.get("module") or "builtins")[:200],
+        "message": str(info.get("message", ""))[:10_000],
+        "message_truncated": bool(info.get("message_truncated", False)),
+    }
+    if isinstance(info.get("message_unavailable"), bool):
+        out["message_unavailable"] = info["message_unavailable"]
+    return out
+
+
+def frame(raw: object, index: int) -> dict[str, Any] | None:
+    if not isinstance(raw, dict):
+        return None
+    f = {k: v for k, v in raw.items() if k in _FRAME_KEYS}
+    origin = f.get("origin") if f.get("origin") in ("cell", "file", "library") else "library"
+    out: dict[str, Any] = {
+        **f,
+        "position": _int_or_none(f.get("position")) or index,
+        "origin": origin,
+        "user": origin != "library",
+        "function": str(f.get("function", "?")),
+        "file": str(f.get("file", "?")),
+        "lineno": _int_or_none(f.get("lineno")) or 0,
+        "line": str(f.get("line", "")),
+        "locals": f.get("locals") if isinstance(f.get("locals"), list) else [],
+        "locals_total": _int_or_none(f.get("locals_total")) or 0,
+        "locals_truncated": bool(f.get("locals_truncated", False)),
+    }
+    if not out["locals"]:
+        out["locals_total"] = 0
+    return out
+
+
+def generic_diagnosis(info: dict[str, Any], rank: int, focus: int | None) -> dict[str, Any]:
+    lines = info["message"].strip().splitlines()
+    first = lines[0][:300] if lines else ""
+    return {
+        "category": "generic",
+        "title": info["type"],
+        "headline": f"{info['type']}: {first}" if first else info["type"],
+        "culprits": [],
+        "remedy": None,
+        "hints": [f"Raised in rank {rank}; the other ranks of the job stop or wait for it."],
+        "facts": {},
+        "confidence": "certain",
+        "links": [],
+        "where": focus,
+    }
+
+
+def diagnosis(raw: object, info: dict[str, Any], rank: int, focus: int | None) -> dict[str, Any]:
+    d = raw if isinstance(raw, dict) else None
+    if d is None or d.get("category") not in _CATEGORIES or not isinstance(d.get("title"), str):
+        return generic_diagnosis(info, rank, focus)
+    out = {k: v for k, v in d.items() if k in _DIAGNOSIS_KEYS}
+    out.setdefault("headline", out["title"])
+    out["headline"] = str(out["headline"])
+    for key in ("culprits", "hints", "links"):
+        if not isinstance(out.get(key), list):
+            out[key] = []
+    out["links"] = [x for x in out["links"] if x in ("memory", "grads")]
+    out["hints"] = [str(h) for h in out["hints"]]
+    out["culprits"] = [c for c in out["culprits"] if isinstance(c, dict)]
+    if not isinstance(out.get("facts"), dict):
+        out["facts"] = {}
+    if out.get("confidence") not in ("certain", "likely"):
+        out["confidence"] = "likely"
+    remedy = out.get("remedy")
+    out["remedy"] = remedy if isinstance(remedy, str) else None
+    out["where"] = _int_or_none(out.get("where"))
+    return out
+
+
+def build(
+    content: dict[str, Any],
+    identity: dict[str, Any],
+    *,
+    message_id: str,
+    cell_id: str | None,
+    execution_count: int | None,
+) -> dict[str, Any]:
+    """The panel's ``exception`` message for one worker exception."""
+    info = exception_info(content.get("exception"))
+    raw_frames = content.get("frames")
+    frames = [
+        f
+        for i, raw in enumerate(raw_frames[:200] if isinstance(raw_frames, list) else [])
+        if (f := frame(raw, i)) is not None
+    ]
+    focus = _int_or_none(content.get("focus"))
+    if focus is None or focus >= len(frames):
+        users = [i for i, f in enumerate(frames) if f["user"]]
+        focus = users[-1] if users else None
+    elided = [
+        e
+        for e in content.get("elided") or []
+        if isinstance(e, dict)
+        and _int_or_none(e.get("after")) is not None
+        and (_int_or_none(e.get("count")) or 0) >= 1
+        and e.get("reason") in ("repeated", "limit")
+    ]
+    chain = [c for c in content.get("chain") or [] if isinstance(c, dict)]
+    total = _int_or_none(content.get("frames_total"))
+    rank = int(identity.get("rank", 0))
+    return {
+        "method": "exception",
+        "id": message_id[:64],
+        "time": round(time.time(), 3),
+        "replay": False,
+        "execution_count": execution_count,
+        "cell_id": cell_id,
+        "debuggable": False,
+        "exception": info,
+        "diagnosis": diagnosis(content.get("diagnosis"), info, rank, focus),
+        "frames": frames,
+        "focus": focus,
+        "frames_total": max(total or 0, len(frames)),
+        "elided": [
+            {"after": e["after"], "count": e["count"], "reason": e["reason"]} for e in elided
+        ],
+        "chain": chain,
+        "truncated": bool(content.get("truncated", False)),
+        "rank": dict(identity),
+    }

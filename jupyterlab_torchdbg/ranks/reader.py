@@ -1,0 +1,188 @@
+"""What a worker reads at a sampled optimizer step: gradient norms and memory.
+
+The read runs in torch's step pre-hook, on the training thread, after DDP's all-reduce:
+every replica holds the same gradients, so every rank must find the same norms (a
+difference is a desync, which the kernel's alarm looks for). One
+``torch._foreach_norm`` over the optimizer's gradients and one host copy of the
+per-tensor norms; the per-layer and total norms are sums of squares on the host, in a
+fixed order, so equal gradients give bit-equal figures on every rank.
+
+Layer names come from the model, found once per optimizer: the stepping thread's frames
+are searched for ``nn.Module`` locals and globals holding the optimizer's parameters
+(the one covering most of them, the smallest on a tie); wrapper prefixes (DDP's
+``module.``, FSDP's, ``torch.compile``'s) are dropped. Without a model: ``param[i]``.
+Optimizers and modules are held by weakref only; no tensor outlives the read.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import weakref
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+#: Path segments of wrapper modules that are not part of the user's layer names.
+WRAPPER_SEGMENTS = {"module", "_fsdp_wrapped_module", "_orig_mod", "_checkpoint_wrapped_module"}
+#: Frames searched for the model, innermost first.
+FRAME_DEPTH = 40
+#: Most layers sent in one ``layers`` entry (model order).
+MAX_LAYERS = 500
+
+
+@dataclass
+class Read:
+    """One sampled step: total norm (None without gradients) and per-layer norms."""
+
+    norm: float | None
+    layers: list[float] | None
+    names: list[str] | None
+
+
+@dataclass
+class _Layout:
+    """An optimizer's parameters grouped into layers (found once per optimizer)."""
+
+    signature: tuple[tuple[int, int], ...]
+    layer_of: dict[int, int]  # id(param) -> index into names
+    names: list[str]
+
+
+class Reader:
+    """Reads norms for any optimizer; remembers each optimizer's layer layout."""
+
+    def __init__(self) -> None:
+        self._layouts: weakref.WeakKeyDictionary[Any, _Layout] = weakref.WeakKeyDictionary()
+
+    def read(self, optimizer: Any, frame: FrameType | None) -> Read:
+        import torch
+
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        layout = self._layout(optimizer, params, frame)
+        which: list[int] = []
+        grads: list[torch.Tensor] = []
+        for p in params:
+            g = p.grad
+            if g is not None:
+                which.append(layout.layer_of.get(id(p), 0))
+                grads.append(g)
+        if not grads:
+            return Read(None, None, None)
+        with torch.no_grad():
+            try:
+                norms = torch._foreach_norm(grads)
+                values = torch.stack(norms).double().tolist()
+            except Exception:  # sparse, mixed devices: tensor by tensor
+                values = [float(torch.linalg.vector_norm(g.detach().float())) for g in grads]
+        del grads
+        squares = [0.0] * len(layout.names)
+        total = 0.0
+        for layer, v in zip(which, values, strict=True):
+            sq = v * v
+            squares[layer] += sq
+            total += sq
+        layers = [math.sqrt(s) for s in squares[:MAX_LAYERS]]
+        return Read(math.sqrt(total), layers, layout.names[:MAX_LAYERS])
+
+    def _layout(self, optimizer: Any, params: list[Any], frame: FrameType | None) -> _Layout:
+        sig = tuple((id(g["params"]), len(g["params"])) for g in optimizer.param_groups)
+        try:
+            known = self._layouts.get(optimizer)
+        except TypeError:
+            known = None
+        if known is not None and known.signature == sig:
+            return known
+        layout = _make_layout(sig, params, find_module(params, frame))
+        try:
+            self._layouts[optimizer] = layout
+        except TypeError:
+            pass  # not weakref-able: found again at each read
+        return layout
+
+
+def find_module(params: list[Any], frame: FrameType | None) -> Any:
+    """The ``nn.Module`` in the stepping thread's frames that holds the most of
+    ``params`` (the smallest such on a tie), or None."""
+    from torch import nn
+
+    wanted = {id(p) for p in params}
+    seen: set[int] = set()
+    best: tuple[int, int] | None = None
+    found: Any = None
+    depth = 0
+    f = frame
+    while f is not None and depth < FRAME_DEPTH:
+        for space in (f.f_locals, f.f_globals):
+            try:
+                values = list(space.values())
+            except Exception:
+                continue
+            for value in values:
+                if not isinstance(value, nn.Module) or id(value) in seen:
+                    continue
+                seen.add(id(value))
+                try:
+                    ids = [id(p) for p in value.parameters()]
+                except Exception:
+                    continue
+                score = (len(wanted.intersection(ids)), -len(ids))
+                if score[0] and (best is None or score > best):
+                    best, found = score, value
+        f = f.f_back
+        depth += 1
+    return found
+
+
+def clean_name(name: str) -> str:
+    """A parameter name without wrapper segments: ``module.0.weight`` -> ``0.weight``."""
+    parts = [p for p in name.split(".") if p not in WRAPPER_SEGMENTS]
+    return ".".join(parts) or name
+
+
+def _make_layout(sig: tuple[tuple[int, int], ...], params: list[Any], module: Any) -> _Layout:
+    names_of: dict[int, str] = {}
+    if module is not None:
+        try:
+            for name, p in module.named_parameters():
+                names_of.setdefault(id(p), clean_name(name))
+        except Exception:
+            names_of = {}
+    layer_index: dict[str, int] = {}
+    layer_of: dict[int, int] = {}
+    for i, p in enumerate(params):
+        name = names_of.get(id(p))
+        layer = name.rsplit(".", 1)[0] if name and "." in name else (name or f"param[{i}]")
+        layer_of[id(p)] = layer_index.setdefault(layer, len(layer_index))
+    return _Layout(sig, layer_of, list(layer_index))
+
+
+def memory(optimizer: Any) -> tuple[int | None, str]:
+    """(bytes, kind): CUDA memory allocated on the parameters' device, else the
+    process's resident set size."""
+    try:
+        first = optimizer.param_groups[0]["params"][0]
+        if first.device.type == "cuda":
+            import torch
+
+            return int(torch.cuda.memory_allocated(first.device)), "cuda"
+    except Exception:
+        pass
+    return rss(), "host"
+
+
+def rss() -> int | None:
+    """This process's resident set size in bytes (Linux /proc; else the peak)."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except Exception:
+        pass
+    try:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(peak if sys.platform == "darwin" else peak * 1024)
+    except Exception:
+        return None

@@ -1,0 +1,234 @@
+"""A worker process's step boundary: what torch's step hooks call in a rank.
+
+``HOOKS`` (kernel/step_boundary.py, the one owner of torch's step hooks) calls
+``Worker.before_step`` / ``after_step`` in a worker process, as it calls the kernel's
+``StepBoundary`` in the kernel. In the pre-hook (after DDP's all-reduce), on the training
+thread:
+
+1. count the step (the primary optimizer: the first one seen that is still alive) and
+   note its time and interval;
+2. at a sampled step (``step % stride == 0``, the stride a power of two: 1, doubled while
+   the read costs more than 2% of the step, so the ranks' samples keep meeting), read the
+   total and per-layer gradient norms and the memory (reader.py);
+3. the agreed actions due at this step (agreed.py): clip, lr, pause, in that order;
+   clipping at every step while on;
+4. hold here while paused.
+
+Lazy: nothing but this object exists until the first step, which starts the agent
+(agent.py: one thread, one socket). Never raises into ``step()`` (errors are counted
+here); only the user's KeyboardInterrupt goes through while paused. No tensor outlives a
+step; optimizers and modules are held by weakref (reader.py).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import weakref
+from collections import Counter, deque
+from typing import Any
+
+from .agent import Agent
+from .agreed import Agreements
+from .reader import Reader, memory
+from .wire import finite_or_special
+
+#: Seconds without a step before a heartbeat carries the stack (the kernel's config).
+DEFAULT_HANG_S = 10.0
+#: Share of the step time a read may cost before the stride doubles.
+READ_BUDGET = 0.02
+MAX_STRIDE = 1024
+#: Rows kept while the agent cannot send (the oldest dropped first).
+MAX_PENDING_ROWS = 2000
+
+
+class Worker:
+    """This process's rank boundary (created when it becomes a worker; see activation.py)."""
+
+    def __init__(self, address: str, key: str) -> None:
+        self.address = address
+        self.key = key
+        self.pid = os.getpid()
+        self.errors: Counter[str] = Counter()
+        self.agreed = Agreements(self._post)
+        self.reader = Reader()
+        self.agent: Agent | None = None
+        self._agent_lock = threading.Lock()
+        self.stride = 1
+        self._over_budget = 0
+        self._reads = 0
+        self.hang_s = DEFAULT_HANG_S
+        #: The thread that steps the primary optimizer (its stack is sampled).
+        self.train_tid: int | None = None
+        self._last_step: float | None = None  # perf_counter at the last primary step
+        self._primary: weakref.ref[Any] | None = None
+        self._rows: deque[dict[str, Any]] = deque(maxlen=MAX_PENDING_ROWS)
+        self._layers: dict[str, Any] | None = None
+        self.mem_kind = "host"
+        #: An uncaught exception ended (or will end) this process.
+        self.failed = False
+        self._reported: deque[int] = deque(maxlen=64)
+
+    # --- torch's step hooks (training thread) -------------------------------------------
+
+    def before_step(self, optimizer: Any, args: Any = None, kwargs: Any = None) -> None:
+        if os.getpid() != self.pid:
+            return  # inherited across a fork that made no worker of its own
+        try:
+            primary = self._is_primary(optimizer)
+            step, due = self.agreed.begin_step(optimizer, primary)
+            if primary:
+                self._record(optimizer, step)
+            self.agreed.settle(due, optimizer)
+            self.agreed.clip_now(optimizer)
+        except Exception:
+            self.errors["step"] += 1
+            primary = False
+        if primary:
+            self.agreed.hold()
+
+    def after_step(self, optimizer: Any, args: Any = None, kwargs: Any = None) -> None:
+        return None
+
+    def forked(self) -> None:
+        """A forked child replaced this (the parent's) worker: it is never used again."""
+        return None
+
+    def _is_primary(self, optimizer: Any) -> bool:
+        current = self._primary() if self._primary is not None else None
+        if current is None:
+            try:
+                self._primary = weakref.ref(optimizer)
+            except TypeError:
+                return True
+            return True
+        return current is optimizer
+
+    def _record(self, optimizer: Any, step: int) -> None:
+        now = time.perf_counter()
+        dt = now - self._last_step if self._last_step is not None else None
+        self._last_step = now
+        self.train_tid = threading.get_ident()
+        self.ensure_agent()
+        row: dict[str, Any] = {
+            "step": step,
+            "t": time.time(),
+            "dt": dt,
+            "norm": None,
+            "mem": None,
+            "mem_kind": self.mem_kind,
+        }
+        if step % self.stride == 0:
+            t0 = time.perf_counter()
+            read = self.reader.read(optimizer, sys._getframe())
+            mem, self.mem_kind = memory(optimizer)
+            cost = time.perf_counter() - t0
+            row.update(
+                norm=None if read.norm is None else finite_or_special(read.norm),
+                mem=mem,
+                mem_kind=self.mem_kind,
+            )
+            if read.names is not None and read.layers is not None:
+                self._layers = {
+                    "step": step,
+                    "names": read.names,
+                    "norms": [finite_or_special(x) for x in read.layers],
+                }
+            self._adapt(cost, dt)
+        self._rows.append(row)
+
+    def _adapt(self, cost: float, dt: float | None) -> None:
+        """Double the stride after three reads in a row over budget (the first read,
+        which finds the model, is not counted)."""
+        self._reads += 1
+        if dt is None or self._reads < 2:
+            return
+        if cost > READ_BUDGET * dt * self.stride:
+            self._over_budget += 1
+            if self._over_budget >= 3 and self.stride < MAX_STRIDE:
+                self.stride *= 2
+                self._over_budget = 0
+        else:
+            self._over_budget = 0
+
+    # --- the agent ----------------------------------------------------------------------
+
+    def ensure_agent(self) -> Agent | None:
+        """The agent, started on first use in this process."""
+        agent = self.agent
+        if agent is not None:
+            return agent
+        with self._agent_lock:
+            if self.agent is None and os.getpid() == self.pid:
+                agent = Agent(self)
+                agent.start()
+                self.agent = agent
+            return self.agent
+
+    def _post(self, msg_type: str, content: dict[str, Any]) -> None:
+        agent = self.agent
+        if agent is not None:
+            agent.post(msg_type, content)
+
+    def take_rows(self, limit: int) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        try:
+            while len(rows) < limit:
+                rows.append(self._rows.popleft())
+        except IndexError:
+            pass
+        return rows
+
+    def take_layers(self) -> dict[str, Any] | None:
+        layers, self._layers = self._layers, None
+        return layers
+
+    def since_step(self) -> float | None:
+        last = self._last_step
+        return None if last is None else time.perf_counter() - last
+
+    # --- the end ------------------------------------------------------------------------
+
+    def report(self, exc: BaseException) -> None:
+        """Send ``exc`` to the kernel (and wait, bounded, until it is sent). Never raises."""
+        try:
+            if id(exc) in self._reported:
+                return
+            self._reported.append(id(exc))
+            content = _exception_content(exc)
+            content["step"] = self.agreed.step
+            agent = self.ensure_agent()
+            if agent is not None:
+                agent.send_now("exception", content)
+        except Exception:
+            self.errors["report"] += 1
+
+    def close(self, state: str) -> None:
+        """``bye`` and the last rows; the agent's thread ends. Never raises."""
+        try:
+            agent = self.agent
+            if agent is not None:
+                agent.close(state)
+        except Exception:
+            self.errors["close"] += 1
+
+
+def _exception_content(exc: BaseException) -> dict[str, Any]:
+    """The panel's exception body (kernel/exceptions/capture, no shell), or a minimal
+    one if the capture fails."""
+    try:
+        from ..kernel.exceptions.capture import capture
+
+        return dict(capture(exc))
+    except Exception:
+        return {
+            "exception": {
+                "type": type(exc).__name__,
+                "module": type(exc).__module__,
+                "message": str(exc)[:2000],
+            },
+            "frames": [],
+            "diagnosis": None,
+        }

@@ -1,0 +1,110 @@
+"""Worker functions for the real-kernel ranks tests (tests/test_ranks_kernel.py) and the
+ranks bench: the test copies this file into its tmp_path and the kernel imports it from
+there, so spawned children (which get the parent's ``sys.path``) and a ``torchrun`` script
+beside it import it too.
+
+``train(rank, world, port, steps, mode, out)``: a small DDP model on CPU (gloo), each rank
+with its own data. ``mode`` makes one rank misbehave: ``raise`` (rank 1 raises at its 4th
+step), ``sleep`` (rank 1 sleeps in its own code at its 5th step: a hang), ``straggle``
+(rank 1 does 150 ms more own work every step), ``desync`` (rank 1 scales its gradients
+after the all-reduce from its 6th step on), ``slow`` (every rank sleeps 20 ms a step, so
+an action can be agreed while it runs). ``out``: each rank saves its final weights there.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+#: Seconds rank 1 sleeps in ``sleep`` mode (its stack names this line).
+SLEEP_S = 9.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        time.sleep(0.005)
+
+
+def train(
+    rank: int, world: int, port: int, steps: int, mode: str = "ok", out: str | None = None
+) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    torch.set_num_threads(1)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2))
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(1000 + rank)
+    for i in range(steps):
+        x = torch.randn(32, 8, generator=g) * (1 + rank)
+        loss = ddp(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        if mode == "desync" and rank == 1 and i >= 5:
+            for p in model.parameters():
+                p.grad.mul_(1.5)
+        if mode == "raise" and rank == 1 and i == 3:
+            raise RuntimeError("boom on rank 1")
+        if mode == "sleep" and rank == 1 and i == 4:
+            time.sleep(SLEEP_S)  # rank 1 hangs here
+        if mode == "straggle" and rank == 1:
+            _busy(0.15)
+        if mode in ("slow", "straggle", "sleep"):
+            time.sleep(0.02)
+        opt.step()
+    if out is not None:
+        torch.save(
+            {k: v.detach().clone() for k, v in model.state_dict().items()},
+            Path(out) / f"rank{rank}.pt",
+        )
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def same_weights(out: str, world: int) -> bool:
+    """Every rank saved bit-identical weights."""
+    import torch
+
+    states = [torch.load(Path(out) / f"rank{r}.pt") for r in range(world)]
+    return all(all(torch.equal(states[0][k], s[k]) for k in states[0]) for s in states[1:])
+
+
+def spawn(world: int, steps: int, mode: str = "ok", out: str | None = None) -> None:
+    """``torch.multiprocessing.spawn`` from the notebook."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(train, args=(world, free_port(), steps, mode, out), nprocs=world, join=True)
+
+
+def fork(world: int, steps: int) -> None:
+    """A fork launcher, as accelerate's ``notebook_launcher`` does."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.start_processes(
+        train, args=(world, free_port(), steps), nprocs=world, join=True, start_method="fork"
+    )
+    del ctx
+
+
+if __name__ == "__main__":  # torchrun --nproc_per_node N ranks_workers.py STEPS
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    train(dist.get_rank(), dist.get_world_size(), int(os.environ["MASTER_PORT"]), int(sys.argv[1]))
