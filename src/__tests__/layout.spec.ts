@@ -196,7 +196,8 @@ describe('the Now strip', () => {
       loss: null,
       grad: null,
       memory: null,
-      alarms: 0
+      alarms: 0,
+      ranks: null
     });
     m.control.apply(control({ step: 40, idle: true }));
     const device = {

@@ -20,6 +20,11 @@ export namespace CommandIDs {
   export const saveCheckpoint = 'torchdbg:save-checkpoint';
   export const replayStep = 'torchdbg:replay-bad-step';
   export const skipNonfinite = 'torchdbg:skip-nonfinite-steps';
+  export const ranksClip = 'torchdbg:ranks-clip';
+  export const ranksUnclip = 'torchdbg:ranks-unclip';
+  export const ranksPause = 'torchdbg:ranks-pause';
+  export const ranksResume = 'torchdbg:ranks-resume';
+  export const ranksHalveLr = 'torchdbg:ranks-halve-lr';
 }
 
 export const PALETTE_CATEGORY = 'Torch Debugger';

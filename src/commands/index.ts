@@ -5,3 +5,4 @@ export { addExceptionCommands } from './exception';
 export { addGradsCommands } from './grads';
 export { addMemoryCommands } from './memory';
 export { addPanelCommands } from './panel';
+export { addRanksCommands } from './ranks';

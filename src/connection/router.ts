@@ -54,6 +54,9 @@ export function routeMessage(
     case 'oom':
       model.memory.applyOom(data);
       break;
+    case 'ranks':
+      model.ranks.apply(data);
+      break;
     case 'hello':
       if (data.accepted && data.session_id === sessionId) {
         model.hello = data;

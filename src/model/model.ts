@@ -5,6 +5,7 @@ import { ExceptionModel } from '../panels/exception/model';
 import { MemoryModel } from '../panels/memory/model';
 import type { IOverlay } from '../charts/lineChart';
 import { GradsModel } from '../panels/grads/model';
+import { RanksModel } from '../panels/ranks/model';
 import { MAX_RUNS, NO_RUN, RunsModel } from '../panels/runs/model';
 import { decodeBlocks, IDecoded, NameTable } from '../protocol/codec';
 import type { IRuns } from '../protocol/generated';
@@ -69,6 +70,9 @@ export class TorchDbgModel {
 
   /** CUDA / host memory status and the last OOM autopsy. */
   readonly memory = new MemoryModel();
+
+  /** The ranks of a torch.distributed job streaming to this kernel (protocol 2.4). */
+  readonly ranks = new RanksModel();
 
   /** Emitted when the connection state or hello changes. */
   get stateChanged(): ISignal<this, ConnectionState> {
@@ -282,6 +286,7 @@ export class TorchDbgModel {
     this.exception.dismiss();
     this.control.reset();
     this.memory.reset();
+    this.ranks.reset();
     this._dataChanged.emit();
   }
 

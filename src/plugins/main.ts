@@ -17,6 +17,7 @@ import {
   addGradsCommands,
   addMemoryCommands,
   addPanelCommands,
+  addRanksCommands,
   CommandIDs,
   ICommandContext,
   PALETTE_CATEGORY
@@ -140,6 +141,7 @@ export const mainPlugin: JupyterFrontEndPlugin<ITorchDebugger> = {
     addExceptionCommands(commands, actions);
     addControlCommands(commands);
     addMemoryCommands(commands);
+    addRanksCommands(commands);
     if (palette) {
       for (const command of Object.values(CommandIDs)) {
         palette.addItem({ command, category: PALETTE_CATEGORY });

@@ -13,6 +13,7 @@ import { CapabilityChips } from './capabilityChips';
 import { describeState } from './describeState';
 import { Footer } from './footer';
 import { NowStrip } from './nowStrip';
+import { RanksSection } from './ranksSection';
 import { openSection, Section } from './section';
 import { StatusBlock } from './statusBlock';
 
@@ -21,6 +22,15 @@ function showAlarms(body: HTMLElement | null): void {
   openSection(body, 'grads', () => {
     body
       ?.querySelector('[data-section="grads"] .jp-TorchDbg-alerts')
+      ?.scrollIntoView({ block: 'start', behavior: 'smooth' });
+  });
+}
+
+/** Open the Ranks section and scroll its alarm list (first alarm first) into view. */
+function showRankAlarms(body: HTMLElement | null): void {
+  openSection(body, 'ranks', () => {
+    body
+      ?.querySelector('[data-section="ranks"] .jp-TorchDbg-rankAlarms')
       ?.scrollIntoView({ block: 'start', behavior: 'smooth' });
   });
 }
@@ -66,6 +76,7 @@ export function SidebarBody(props: {
             model={conn.model}
             trans={trans}
             onShowAlarms={() => showAlarms(body.current)}
+            onShowRankAlarms={() => showRankAlarms(body.current)}
           />
           <RunsBar model={conn.model} trans={trans} />
           <CapabilityChips hello={hello} trans={trans} />
@@ -86,6 +97,7 @@ export function SidebarBody(props: {
               />
             </Section>
           )}
+          <RanksSection conn={conn} trans={trans} />
           <Section id="series" title={trans.__('Logged series')}>
             <SeriesPanel model={conn.model} trans={trans} />
           </Section>

@@ -6,6 +6,7 @@ import { formatBytes } from '../panels/memory/format';
 import { isMonitorSeries } from '../panels/series/body';
 import { IGradTrack, wireNumber } from '../protocol/messages';
 import { formatCompact } from '../ui/formatCompact';
+import { useLiveTick } from '../charts/live';
 import { useSignalRender } from '../ui/useSignalRender';
 
 /**
@@ -46,6 +47,11 @@ export interface INowFigures {
   grad: { track: string; value: number } | null;
   memory: { kind: 'cuda' | 'rss'; bytes: number; where: string } | null;
   alarms: number;
+  /**
+   * A torch.distributed job streaming to the kernel (protocol 2.4), while it
+   * runs: its size, the steps of its slowest live rank, its alarms.
+   */
+  ranks: { size: number; step: number; alarms: number } | null;
 }
 
 /** The strip's figures from the model (pure: no DOM). */
@@ -98,7 +104,21 @@ export function nowFigures(model: TorchDbgModel): INowFigures {
     }
   }
 
+  const job = model.ranks.job;
+  const live = model.ranks.ranks.filter(r =>
+    model.ranks.liveRanks.includes(r.identity.rank)
+  );
+  const ranks: INowFigures['ranks'] =
+    job && job.state === 'running'
+      ? {
+          size: job.world_size,
+          step: live.length ? Math.min(...live.map(r => r.step)) : 0,
+          alarms: model.ranks.alarms.length
+        }
+      : null;
+
   return {
+    ranks,
     idle: c?.idle === true && current === null,
     run: logOnly ? current : (c?.run ?? null),
     step,
@@ -138,14 +158,20 @@ export function NowStrip(props: {
   trans: TranslationBundle;
   /** Show the alarm list (the count was clicked). */
   onShowAlarms: () => void;
+  /** Show the rank alarms (the count was clicked while the strip shows a job's ranks). */
+  onShowRankAlarms?: () => void;
 }): JSX.Element {
   const { model, trans } = props;
-  useSignalRender(model.dataChanged);
+  useLiveTick(model.dataChanged);
   useSignalRender(model.grads.changed);
   useSignalRender(model.control.changed);
   useSignalRender(model.memory.changed);
   useSignalRender(model.runs.changed);
+  useSignalRender(model.ranks.changed);
   const f = nowFigures(model);
+  // the kernel itself idle while a distributed job it started runs: the job's figures
+  const ranks = f.idle ? f.ranks : null;
+  const alarms = ranks ? ranks.alarms : f.alarms;
 
   const stepText = f.step === null ? DASH : String(f.step);
   const stepTitle =
@@ -183,7 +209,18 @@ export function NowStrip(props: {
       aria-label={trans.__('Now')}
     >
       <div className="jp-TorchDbg-nowRow jp-TorchDbg-nowTop">
-        {f.idle ? (
+        {ranks ? (
+          <Figure
+            className="jp-TorchDbg-nowStep jp-TorchDbg-nowRanks"
+            label={trans.__('%1 ranks · step', String(ranks.size))}
+            value={String(ranks.step)}
+            title={trans.__(
+              'A %1-rank job runs: its slowest rank has taken %2 optimizer steps (see the Ranks section)',
+              String(ranks.size),
+              String(ranks.step)
+            )}
+          />
+        ) : f.idle ? (
           <span
             className="jp-TorchDbg-nowItem jp-TorchDbg-nowIdle"
             title={
@@ -211,18 +248,27 @@ export function NowStrip(props: {
         )}
         <button
           className="jp-TorchDbg-nowAlarms"
-          data-count={f.alarms}
-          disabled={f.alarms === 0}
+          data-count={alarms}
+          data-of={ranks ? 'ranks' : 'grads'}
+          disabled={alarms === 0}
           title={
-            f.alarms
-              ? trans.__('Show the alarm list (first alarm first)')
-              : trans.__('No gradient alarm in this run')
+            ranks
+              ? alarms
+                ? trans.__('Show the rank alarms (first alarm first)')
+                : trans.__('No rank alarm in this job')
+              : alarms
+                ? trans.__('Show the alarm list (first alarm first)')
+                : trans.__('No gradient alarm in this run')
           }
-          onClick={props.onShowAlarms}
+          onClick={
+            ranks
+              ? (props.onShowRankAlarms ?? props.onShowAlarms)
+              : props.onShowAlarms
+          }
         >
-          {f.alarms === 1
+          {alarms === 1
             ? trans.__('1 alarm')
-            : trans.__('%1 alarms', String(f.alarms))}
+            : trans.__('%1 alarms', String(alarms))}
         </button>
       </div>
       <div className="jp-TorchDbg-nowRow jp-TorchDbg-nowFigures">

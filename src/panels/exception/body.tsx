@@ -39,6 +39,24 @@ export function ExceptionPanel(props: {
       data-exception-id={exc.id}
     >
       <div className="jp-TorchDbg-excTitle">{d.title}</div>
+      {exc.rank && (
+        <div
+          className="jp-TorchDbg-excRank"
+          data-rank={exc.rank.rank}
+          title={trans.__(
+            'The worker process that raised (%1)',
+            exc.rank.launcher
+          )}
+        >
+          {trans.__(
+            'Rank %1 of %2 · %3 · pid %4',
+            String(exc.rank.rank),
+            String(exc.rank.world_size),
+            exc.rank.host,
+            String(exc.rank.pid)
+          )}
+        </div>
+      )}
       <p className="jp-TorchDbg-headline">
         <RichText text={d.headline} />
       </p>
@@ -77,9 +95,14 @@ export function ExceptionPanel(props: {
           title={
             exc.debuggable
               ? trans.__('Open a console on this kernel and run %debug')
-              : trans.__(
-                  'A newer error replaced this one (or references were released)'
-                )
+              : exc.rank
+                ? trans.__(
+                    'It was raised in the process of rank %1, not in this kernel: %debug cannot reach it',
+                    String(exc.rank.rank)
+                  )
+                : trans.__(
+                    'A newer error replaced this one (or references were released)'
+                  )
           }
           onClick={() => run(actions.debug(exc))}
         >
@@ -114,7 +137,7 @@ export function ExceptionPanel(props: {
         </pre>
       ))}
       <div className="jp-TorchDbg-chartTitle">
-        {trans.__('stack (%1 frames)', String(exc.frames_total))}
+        {trans._n('stack (%1 frame)', 'stack (%1 frames)', exc.frames_total)}
         <span className="jp-TorchDbg-frameNav">
           <button
             className="jp-TorchDbg-link"

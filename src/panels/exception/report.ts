@@ -4,7 +4,15 @@ import { IException } from '../../protocol/messages';
 export function exceptionReport(exc: IException): string {
   const d = exc.diagnosis;
   const fence = (s: string) => s.replace(/```/g, "'''");
-  const lines: string[] = [`### ${d.title}`, '', d.headline, ''];
+  const lines: string[] = [`### ${d.title}`, ''];
+  if (exc.rank) {
+    const r = exc.rank;
+    lines.push(
+      `Rank ${r.rank} of ${r.world_size} · ${r.host} · pid ${r.pid}`,
+      ''
+    );
+  }
+  lines.push(d.headline, '');
   if (d.remedy) {
     lines.push(`**Fix:** ${d.remedy}`, '');
   }

@@ -4,6 +4,7 @@ import React, { useState } from 'react';
 import type { TorchDbgConnection } from '../../connection/connection';
 import { TorchDbgModel } from '../../model/model';
 import { IAlertItem } from '../../protocol/messages';
+import { AlarmTags } from '../../ui/alarmTags';
 import { useSignalRender } from '../../ui/useSignalRender';
 import { ReplayButton, ReplayView } from './replayView';
 
@@ -115,21 +116,13 @@ export function AlertList(props: {
           {trans.__('step %1', String(a.step))}
         </button>
         <span className="jp-TorchDbg-alertText">
-          {a === first && ordered.length > 1 && (
-            <span
-              className="jp-TorchDbg-alertTag"
-              title={trans.__(
-                'The first alarm of the run: usually the cause of the ones after it'
-              )}
-            >
-              {trans.__('first: likely the cause')}
-            </span>
-          )}
-          {a === latest && ordered.length > 1 && (
-            <span className="jp-TorchDbg-alertTag jp-mod-latest">
-              {trans.__('latest')}
-            </span>
-          )}
+          <AlarmTags
+            isFirst={a === first}
+            isLatest={a === latest}
+            count={ordered.length}
+            scope="run"
+            trans={trans}
+          />
           <span className="jp-TorchDbg-alertMessage">{a.message}</span>
           <span className="jp-TorchDbg-alertRemedy">{a.remedy}</span>
           {a.replay && (
