@@ -2,7 +2,7 @@ import type { TranslationBundle } from '@jupyterlab/translation';
 import React from 'react';
 
 import { TorchDbgConnection } from '../connection/connection';
-import { useSignalRender } from '../ui/useSignalRender';
+import { useLiveTick } from '../charts/live';
 
 /** The stream's health: last seq, gaps, dropped points, caught tool errors. */
 export function Footer(props: {
@@ -10,7 +10,7 @@ export function Footer(props: {
   trans: TranslationBundle;
 }): JSX.Element {
   const m = props.conn.model;
-  useSignalRender(m.dataChanged);
+  useLiveTick(m.dataChanged);
   const errors = m.stats
     ? Object.values(m.stats.errors).reduce((a, b) => a + b, 0)
     : 0;

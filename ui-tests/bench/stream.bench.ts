@@ -1,9 +1,14 @@
 /**
  * Browser benchmark: the panel while a kernel streams 400 `log()` series at
- * 250 steps/s for 15 s, once with the panel visible and once hidden (another
- * right sidebar tab shown). Main-thread busy fraction from the Chrome DevTools
- * Protocol (`Performance.getMetrics`: TaskDuration and ScriptDuration deltas
- * over wall time) and frames per second from a requestAnimationFrame counter.
+ * 250 steps/s, once with the panel visible and once hidden (another right
+ * sidebar tab shown). Per case, over a 10 s window after 3 s of start-up:
+ * main-thread busy fraction from the Chrome DevTools Protocol
+ * (`Performance.getMetrics`: TaskDuration, ScriptDuration, ... deltas over
+ * wall time), frames per second from a requestAnimationFrame counter, the
+ * kernel messages that arrived, and what the page holds (nodes, canvases,
+ * composited layers). Then a 5 s traced window (not measured: tracing costs
+ * time of its own) summarised by `traceSummary.ts`: main-thread self time by
+ * category and event, the JavaScript functions with the most self time.
  * Writes `bench-results/browser.json` (or `$BENCH_OUT`). Not a pass/fail test.
  */
 import { expect, test } from '@jupyterlab/galata';
@@ -12,15 +17,30 @@ import * as fs from 'fs';
 import * as path from 'path';
 
 import { notebookWithPanel, PANEL, setSource } from '../tests/helpers';
+import {
+  ICpuProfile,
+  ITraceEvent,
+  summarizeProfile,
+  summarizeTrace
+} from './traceSummary';
 
 test.use({ autoGoto: true });
 
 const SERIES = 400;
 const RATE = 250;
-const SECONDS = 15;
 /** Measured window inside each stream: after start-up, before the end. */
 const SETTLE_MS = 3000;
 const WINDOW_MS = 10000;
+/**
+ * After the measured window, a traced one (a Chrome trace and a CPU profile:
+ * where the time goes; tracing costs time of its own, so not measured above).
+ * BENCH_TRACE=0: none; BENCH_TRACE=keep: also keep the raw trace file.
+ */
+const TRACE = process.env.BENCH_TRACE !== '0';
+const TRACE_MS = 5000;
+const SECONDS = Math.ceil(
+  (SETTLE_MS + WINDOW_MS + (TRACE ? TRACE_MS : 0)) / 1000 + 2
+);
 
 const CELL = [
   'import math, time',
@@ -48,6 +68,7 @@ interface IMetrics {
   script: number;
   layout: number;
   frames: number;
+  messages: Record<string, number>;
   wall: number;
 }
 
@@ -55,7 +76,10 @@ async function sample(page: any, cdp: CDPSession): Promise<IMetrics> {
   const { metrics } = await cdp.send('Performance.getMetrics');
   const get = (name: string) =>
     metrics.find((m: { name: string }) => m.name === name)?.value ?? 0;
-  const frames = await page.evaluate(() => (window as any).__benchFrames);
+  const { frames, messages } = await page.evaluate(() => ({
+    frames: (window as any).__benchFrames as number,
+    messages: { ...(window as any).__benchMessages } as Record<string, number>
+  }));
   const durations: Record<string, number> = {};
   for (const m of metrics as { name: string; value: number }[]) {
     if (m.name.endsWith('Duration')) {
@@ -68,6 +92,7 @@ async function sample(page: any, cdp: CDPSession): Promise<IMetrics> {
     script: get('ScriptDuration'),
     layout: get('LayoutDuration') + get('RecalcStyleDuration'),
     frames,
+    messages,
     wall: Date.now() / 1000
   };
 }
@@ -86,6 +111,93 @@ async function points(page: any): Promise<number> {
   return Number(/([\d]+) points/.exec(text)?.[1] ?? '-1');
 }
 
+/** What the page holds while streaming: nodes, canvases, composited layers. */
+async function domFacts(page: any, cdp: CDPSession) {
+  const inPage = await page.evaluate((panel: string) => {
+    const root = document.querySelector(panel);
+    return {
+      page_nodes: document.getElementsByTagName('*').length,
+      panel_nodes: root ? root.getElementsByTagName('*').length : 0,
+      panel_canvases: root ? root.getElementsByTagName('canvas').length : 0,
+      // canvases of the panel that overlap the window (the rest are off-screen)
+      panel_canvases_on_screen: root
+        ? [...root.getElementsByTagName('canvas')].filter(c => {
+            const r = c.getBoundingClientRect();
+            return r.width > 0 && r.bottom > 0 && r.top < window.innerHeight;
+          }).length
+        : 0
+    };
+  }, PANEL);
+  let layers: number | null = null;
+  /** Layers by size (width x height: which are canvases, which the page's). */
+  const layerSizes: Record<string, number> = {};
+  try {
+    const got = new Promise<number>(resolve => {
+      cdp.once('LayerTree.layerTreeDidChange', (e: any) => {
+        for (const l of e.layers ?? []) {
+          const size = `${Math.round(l.width)}x${Math.round(l.height)}`;
+          layerSizes[size] = (layerSizes[size] ?? 0) + 1;
+        }
+        resolve((e.layers ?? []).length);
+      });
+    });
+    await cdp.send('LayerTree.enable');
+    layers = await Promise.race([
+      got,
+      new Promise<number | null>(r => setTimeout(() => r(null), 3000))
+    ]);
+    await cdp.send('LayerTree.disable');
+  } catch {
+    layers = null;
+  }
+  return { ...inPage, composited_layers: layers, layer_sizes: layerSizes };
+}
+
+/**
+ * A Chrome trace (devtools.timeline) and a CPU profile of `TRACE_MS` of the
+ * stream, summarised: self time by category and event, top JS functions.
+ */
+async function traceWindow(page: any, cdp: CDPSession, label: string) {
+  const browser = page.context().browser()!;
+  await browser.startTracing(undefined, {
+    categories: [
+      'toplevel',
+      'devtools.timeline',
+      'disabled-by-default-devtools.timeline',
+      'disabled-by-default-devtools.timeline.frame',
+      'v8.execute',
+      'blink.user_timing',
+      // more, comma-separated (e.g. disabled-by-default-devtools.timeline.invalidationTracking)
+      ...(process.env.BENCH_TRACE_CATS ?? '').split(',').filter(c => c)
+    ]
+  });
+  await cdp.send('Profiler.enable');
+  await cdp.send('Profiler.setSamplingInterval', { interval: 500 });
+  await cdp.send('Profiler.start');
+  await page.waitForTimeout(TRACE_MS);
+  const { profile } = (await cdp.send('Profiler.stop')) as {
+    profile: ICpuProfile;
+  };
+  await cdp.send('Profiler.disable');
+  const raw: Buffer = await browser.stopTracing();
+  if (process.env.BENCH_TRACE === 'keep') {
+    fs.mkdirSync(RESULTS, { recursive: true });
+    fs.writeFileSync(path.join(RESULTS, `trace-${label}.json`), raw);
+    fs.writeFileSync(
+      path.join(RESULTS, `profile-${label}.cpuprofile`),
+      JSON.stringify(profile)
+    );
+  }
+  const parsed = JSON.parse(raw.toString('utf8'));
+  const events: ITraceEvent[] = Array.isArray(parsed)
+    ? parsed
+    : parsed.traceEvents;
+  return {
+    trace: summarizeTrace(events),
+    profile: summarizeProfile(profile)
+  };
+}
+
 /** Run the streaming cell and measure a window in the middle of it. */
 async function measure(page: any, cdp: CDPSession, label: string) {
   // run without galata's wait for the status bar's "Idle" (ours says "idle" too)
@@ -96,34 +208,19 @@ async function measure(page: any, cdp: CDPSession, label: string) {
     void app.commands.execute('notebook:run-cell');
   });
   await page.waitForTimeout(SETTLE_MS);
-  // BENCH_TRACE=1: a Chrome trace of the visible window (where the time goes)
-  const trace = !!process.env.BENCH_TRACE && label === 'visible';
-  if (trace) {
-    await page
-      .context()
-      .browser()!
-      .startTracing(undefined, {
-        path: path.join(RESULTS, 'trace-visible.json'),
-        categories: [
-          'devtools.timeline',
-          'disabled-by-default-devtools.timeline'
-        ]
-      });
-  }
   const a = await sample(page, cdp);
   const pa = await points(page);
-  await page.waitForTimeout(WINDOW_MS / 2);
+  await page.waitForTimeout(WINDOW_MS);
+  const b = await sample(page, cdp);
+  const pb = await points(page);
+  // after the measured window (a screenshot costs the page a paint of its own)
   if (label === 'visible') {
     await page.locator(PANEL).screenshot({
       path: path.join(RESULTS, 'bench-panel-visible.png')
     });
   }
-  await page.waitForTimeout(WINDOW_MS / 2);
-  const b = await sample(page, cdp);
-  const pb = await points(page);
-  if (trace) {
-    await page.context().browser()!.stopTracing();
-  }
+  const where = TRACE ? await traceWindow(page, cdp, label) : null;
+  const dom = await domFacts(page, cdp);
   const output = async () =>
     (await page.notebook.getCellTextOutput(0))?.join('') ?? '';
   await expect.poll(output, { timeout: 60000 }).toMatch(/BENCH steps=\d+/);
@@ -147,6 +244,16 @@ async function measure(page: any, cdp: CDPSession, label: string) {
         Number(((b.durations[k] - (a.durations[k] ?? 0)) / wall).toFixed(4))
       ])
     ),
+    // kernel messages received per second, by channel:type[:method]
+    kernel_messages_per_s: Object.fromEntries(
+      Object.keys(b.messages).map(k => [
+        k,
+        Number(((b.messages[k] - (a.messages[k] ?? 0)) / wall).toFixed(1))
+      ])
+    ),
+    dom,
+    trace: where?.trace ?? null,
+    profile: where?.profile ?? null,
     kernel_steps: m ? Number(m[1]) : null,
     kernel_steps_per_s: m ? Number(m[2]) : null
   };
@@ -167,6 +274,29 @@ test('stream 400 series at 250 steps/s: main-thread busy and fps', async ({
       requestAnimationFrame(tick);
     };
     requestAnimationFrame(tick);
+    // kernel messages the page receives, by channel and type (what arrives)
+    w.__benchMessages = {};
+    const kernel =
+      w.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+    // the kernel's websocket: frames and bytes (a private field: best effort)
+    const ws = kernel._ws as WebSocket | undefined;
+    ws?.addEventListener('message', (e: MessageEvent) => {
+      const m = w.__benchMessages;
+      m['websocket:messages'] = (m['websocket:messages'] ?? 0) + 1;
+      m['websocket:kB'] =
+        (m['websocket:kB'] ?? 0) +
+        (typeof e.data === 'string' ? e.data.length : e.data.byteLength) / 1000;
+    });
+    kernel.anyMessage.connect((_: unknown, args: any) => {
+      if (args.direction === 'recv') {
+        const h = args.msg.header;
+        const c = (args.msg.content ?? {}) as any;
+        const key = `${args.msg.channel}:${h.msg_type}${
+          h.msg_type === 'comm_msg' ? ':' + (c.data?.method ?? '') : ''
+        }`;
+        w.__benchMessages[key] = (w.__benchMessages[key] ?? 0) + 1;
+      }
+    });
   });
   // galata's page is a proxy: the session needs the real Page
   const real = page

@@ -4,6 +4,7 @@ import React, { useState } from 'react';
 import { TorchDbgConnection } from '../../connection/connection';
 import { TorchDbgModel } from '../../model/model';
 import { IGradTrack } from '../../protocol/messages';
+import { useLiveTick } from '../../charts/live';
 import { useSignalRender } from '../../ui/useSignalRender';
 import { download, gradsCsv, gradsJson } from './export';
 import { TrackView } from './trackView';
@@ -22,7 +23,7 @@ export function GradsPanel(props: {
 }): JSX.Element {
   const { model, conn, trans } = props;
   useSignalRender(model.grads.changed);
-  const tick = useSignalRender(model.dataChanged);
+  const tick = useLiveTick(model.dataChanged);
   const status = model.grads.status;
   const [note, setNote] = useState('');
   const setStride = (value: string) => {

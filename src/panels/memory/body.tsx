@@ -4,6 +4,7 @@ import React, { useState } from 'react';
 import { TorchDbgConnection } from '../../connection/connection';
 import { TorchDbgModel } from '../../model/model';
 import { ActionName, IActionArgs } from '../../protocol/messages';
+import { useLiveTick } from '../../charts/live';
 import { useSignalRender } from '../../ui/useSignalRender';
 import { BreakdownBar } from './breakdownBar';
 import { DeviceCard } from './deviceCard';
@@ -23,7 +24,7 @@ export function MemoryPanel(props: {
   const { model, conn, trans } = props;
   const mem = model.memory;
   useSignalRender(mem.changed);
-  const tick = useSignalRender(model.dataChanged);
+  const tick = useLiveTick(model.dataChanged);
   const [note, setNote] = useState('');
   const status = mem.status;
   const act = <K extends ActionName>(

@@ -4,6 +4,7 @@ import React, { useCallback, useRef, useState } from 'react';
 import { TorchDbgModel } from '../../model/model';
 import { SeriesRing } from '../../model/ringbuffer';
 import type { IOverlay } from '../../charts/lineChart';
+import { useLiveTick } from '../../charts/live';
 import { useSignalRender } from '../../ui/useSignalRender';
 import { SeriesCard } from './seriesCard';
 import { spacerHeight, useListWindow } from './window';
@@ -147,7 +148,15 @@ export function SeriesPanel(props: {
   model: TorchDbgModel;
   trans: TranslationBundle;
 }): JSX.Element {
-  useSignalRender(props.model.dataChanged);
+  // the list's node (or the empty note's): live updates only while it is in sight
+  const [node, setNode] = useState<HTMLDivElement | null>(null);
+  const list = useRef<HTMLDivElement | null>(null);
+  const setList = useCallback((el: HTMLDivElement | null) => {
+    list.current = el;
+    setNode(el);
+  }, []);
+  // new points: at most a few re-renders per second (each redraws the cards in view)
+  useLiveTick(props.model.dataChanged, node);
   useSignalRender(props.model.runs.changed);
   const { trans, model } = props;
   const [query, setQuery] = useState('');
@@ -166,7 +175,6 @@ export function SeriesPanel(props: {
   const shown = orderSeries(all, pinned).filter(filter.test);
   // only the cards within about a screen of the view are real (hundreds of
   // cards otherwise cost React, layout, paint and intersection work per frame)
-  const list = useRef<HTMLDivElement>(null);
   const win = useListWindow(
     list,
     shown.length,
@@ -176,7 +184,7 @@ export function SeriesPanel(props: {
   );
   if (all.length === 0) {
     return (
-      <div className="jp-TorchDbg-empty jp-TorchDbg-seriesEmpty">
+      <div className="jp-TorchDbg-empty jp-TorchDbg-seriesEmpty" ref={setList}>
         <p>{trans.__('Nothing logged yet. In your training loop:')}</p>
         <pre className="jp-TorchDbg-code">
           {'from jupyterlab_torchdbg import log\n…\nlog(loss=loss)'}
@@ -192,7 +200,7 @@ export function SeriesPanel(props: {
   const above = win.first;
   const below = shown.length - win.last;
   return (
-    <div className="jp-TorchDbg-seriesList" ref={list}>
+    <div className="jp-TorchDbg-seriesList" ref={setList}>
       {(all.length > 1 || query) && (
         <div className="jp-TorchDbg-seriesTools">
           <input

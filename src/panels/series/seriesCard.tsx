@@ -1,5 +1,5 @@
 import type { TranslationBundle } from '@jupyterlab/translation';
-import React, { useEffect, useRef, useState } from 'react';
+import React, { useEffect, useLayoutEffect, useRef, useState } from 'react';
 
 import {
   DEFAULT_SMOOTHING,
@@ -107,7 +107,9 @@ function SeriesCardImpl(props: ISeriesCardProps): JSX.Element {
   const [view, setView] = useState<ISeriesView>(() =>
     loadSeriesView(props.name)
   );
-  useEffect(() => {
+  // layout effects: the chart takes new points in the same commit as the
+  // card's text, so both are drawn in one frame (not text, then canvas)
+  useLayoutEffect(() => {
     const c = new LineChart({
       series: [{ label: props.name, color: seriesColor(props.index) }],
       height: 120
@@ -128,7 +130,7 @@ function SeriesCardImpl(props: ISeriesCardProps): JSX.Element {
   useEffect(() => {
     chart.current?.setOverlays(props.overlays ?? []);
   }, [props.overlays, props.name, props.index]);
-  useEffect(() => {
+  useLayoutEffect(() => {
     // read in place at the next frame in view: no copy here
     chart.current?.setRing(props.ring);
   }, [props.tick, props.ring, props.name, props.index]);
