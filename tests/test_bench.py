@@ -100,6 +100,7 @@ def test_quick_benchmark_json_shape(tmp_path: Path) -> None:
     assert ls["points_delivered"] == ls["points_recorded"] == ls["calls"] * 400
     assert ls["sequence_gaps"] == 0 and ls["undecodable_blocks"] == 0
     assert 0 < ls["log_us_per_call"] < 1e5 and 0 < ls["send_fraction"] < 1
+    assert ls["dict_calls"] > 0 and 0 < ls["log_dict_us_per_call_median"] < 1e5
     assert data["targets"]["log.us_per_call<=100"] in (True, False)
     assert "log() of 400 values at 250 calls/s:" in proc.stdout
     assert data["meta"]["quick"] is True and data["meta"]["tool_errors"] == {}

@@ -352,4 +352,4 @@ def test_r42_extra_positional_values_are_ignored_with_one_warning() -> None:
         loaded.ext.stream.flush()
         assert loaded.comm.series()["loss"][0].tolist() == [7.0, 8.0]  # the step still counts
         messages = [str(w.message) for w in caught]
-        assert sum("one positional value" in m for m in messages) == 1
+        assert sum("a dict of values positionally" in m for m in messages) == 1

@@ -134,3 +134,29 @@ async def test_wide_log_in_a_real_kernel_delivers_every_point_while_a_run_is_on(
         xs, ys = pts[f"bench/s{i:03d}"]
         np.testing.assert_array_equal(xs, np.arange(1000, dtype=np.float64))
         np.testing.assert_allclose(ys, np.arange(1000) + i / 1000, rtol=1e-6)
+
+
+def test_values_as_one_dict_record_what_the_keywords_record() -> None:
+    wide = {n: float(i) for i, n in enumerate(_names(30))}
+    with testing.loaded_extension(comm=FakeComm()) as loaded:
+        for step in range(4):
+            log(step, wide)  # the wide form: the caller's dict, no keyword rebuild
+        log({"lr": 0.5})  # without a step, a few values (the general path)
+        log({"lr": 0.25}, extra=3.0)  # keywords beside the dict
+        log(9, {"acc": 0.5}, acc=0.75)  # a keyword wins over the dict's value
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            log({1: 2.0, "ok": 1.0})  # a key that is not a str: logged as str(key)
+            log(5, {**wide, 7: 1.0})  # ... in a wide call too (the general path)
+        stream = loaded.ext.stream
+        stream.flush()
+        assert isinstance(loaded.comm, FakeComm)
+        got = loaded.comm.series()
+        assert loaded.ext.errors.get("log", 0) == 0
+    assert wide == {n: float(i) for i, n in enumerate(_names(30))}  # not changed
+    assert sorted(got["m29"][0]) == [0, 1, 2, 3, 5] and list(got["m29"][1]) == [29.0] * 5
+    assert list(got["lr"][1]) == [0.5, 0.25] and list(got["extra"][1]) == [3.0]
+    assert list(got["acc"][0]) == [9] and list(got["acc"][1]) == [0.75]
+    assert list(got["1"][1]) == [2.0] and list(got["ok"][1]) == [1.0]
+    assert list(got["7"][0]) == [5]
+    assert any("is not a str" in str(w.message) for w in caught)

@@ -134,7 +134,11 @@ def targets(results: dict[str, Any]) -> dict[str, object]:
         out["streaming.send_fraction<=0.001"] = s["send_fraction"] <= 0.001
     ls = results.get("log_streaming")
     if ls:
-        out["log.us_per_call<=100"] = _met(ls["log_us_per_call"], 100)
+        # paced (cold caches, as in training), the median: one preempted call on a shared
+        # machine moves the mean by more than the code does
+        out["log.us_per_call<=100"] = _met(ls["log_us_per_call_median"], 100)
+        # the same with the values as one dict (the form for many values: no keywords)
+        out["log.dict_us_per_call<=100"] = _met(ls.get("log_dict_us_per_call_median"), 100)
         out["log.send_fraction<=0.001"] = _met(ls["send_fraction"], 0.001)
     return out
 
@@ -147,9 +151,6 @@ def _met(v: float | None, limit: float) -> bool | None:
 
 def log_summary(s: dict[str, Any]) -> str:
     """The log() section in one line (``log_stream``)."""
-    return (
-        f"log() of {s['series']} values at {s['steps_per_s_offered']:.0f} calls/s: "
-        f"{s['log_us_per_call']:.1f} µs per call (median {s['log_us_per_call_median']:.1f}), "
-        f"flushes {s['kernel_us_per_flush']:.0f} µs each, {100 * s['send_fraction']:.3f}% "
-        f"of wall time sending, {s['sequence_gaps']} sequence gaps."
-    )
+    from .log_stream import summary
+
+    return summary(s)

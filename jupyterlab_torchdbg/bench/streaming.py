@@ -59,6 +59,8 @@ def run_streaming(
 
     stream.send_snapshot(join)
     joined_bytes = comm.bytes
+    # at least a few flush intervals (the sending budget may have stretched it)
+    seconds = max(seconds, 3 * stream.flush_interval_s)
     flush_s, flushes, recorded = 0.0, 0, 0
     t0 = time.perf_counter()
     while True:
@@ -105,5 +107,7 @@ def run_streaming(
         "points_delivered": comm.points,
         "points_recorded": recorded * series,
         "prefilled_steps": prefill,
+        "flush_interval_s": stream.flush_interval_s,
+        "send_slowdown": stream.send_slowdown,
         "torch_threads": torch.get_num_threads(),
     }

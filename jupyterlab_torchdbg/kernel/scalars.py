@@ -35,6 +35,7 @@ import operator
 import sys
 import threading
 import warnings
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -277,6 +278,29 @@ def log(*steps: object, **values: object) -> None:
     log_values(steps, values)
 
 
+def _from_mapping(
+    steps: tuple[object, ...], values: dict[str, object]
+) -> tuple[tuple[object, ...], dict[str, object]]:
+    """``log(metrics)`` / ``log(step, metrics)``: the mapping's items are values (the
+    keywords too; a keyword wins over the same key). A dict of str keys is used as it
+    is: no copy, so a wide call costs no keyword rebuild. Keys that are not a str are
+    named by ``_name`` on the general path (the row path's layouts refuse them)."""
+    mapping = steps[-1]
+    steps = steps[:-1]
+    if type(mapping) is not dict:
+        mapping = dict(mapping)  # type: ignore[call-overload]
+    return steps, ({**mapping, **values} if values else mapping)
+
+
+def _name(key: object) -> str:
+    """A dict key as a series name: a str as it is, anything else ``str(key)`` (warned)."""
+    if type(key) is str:
+        return key
+    shown = _shown(repr(key))
+    _warn(f"key:{shown}", f"the key {shown} is not a str; logged as str(key)")
+    return str(key)
+
+
 def log_values(steps: tuple[object, ...], values: dict[str, object]) -> None:
     """``log(*steps, **values)`` without expanding the keywords again (the package's
     ``log`` calls this: a second ``**values`` of 400 names costs tens of µs)."""
@@ -284,19 +308,22 @@ def log_values(steps: tuple[object, ...], values: dict[str, object]) -> None:
     if ext is None:
         return
     try:
+        if steps and isinstance(steps[-1], Mapping):
+            steps, values = _from_mapping(steps, values)
+        if len(values) >= ROW_MIN_NAMES and log_row(ext.stream, steps, values):
+            return  # many plain numbers: one row, flushed when due (log_rows.py)
         step = steps[0] if steps else None
         if len(steps) > 1:
             _warn(
                 "positional",
-                f"log() takes one positional value, the step; {len(steps) - 1} more were "
-                "ignored (name each value: log(step, loss=loss))",
+                f"log() takes the step and a dict of values positionally; {len(steps) - 1} "
+                "more were ignored (log(step, loss=loss) or log(step, {'loss': loss}))",
             )
         x = None if step is None else _step(step)
         stream = ext.stream
-        if len(values) >= ROW_MIN_NAMES and log_row(stream, values, x):
-            stream.maybe_flush()  # many plain numbers: one row (log_rows.py)
-            return
         for name, value in values.items():
+            if type(name) is not str:
+                name = _name(name)
             v = value if type(value) is float else _value(name, value)
             if v is not None and not stream.record(name, v, x):
                 _warn(

@@ -373,7 +373,7 @@ class GradMonitor:
             alerts_total=self.alerts.total,
             alerts=self.alerts.run_count if self.run is not None else self.alerts.total,
             periodic=self.periodic,
-            flush_s=self.ext.stream.interval_s * self.ext.stream.slowdown,
+            flush_s=self.ext.stream.flush_interval_s,
         )
         msg["replayable"] = self.replayer.available()
         msg["skip_nonfinite"] = self.guard.skip_all

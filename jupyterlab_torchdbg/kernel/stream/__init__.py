@@ -22,6 +22,9 @@ Files, one idea each:
 - ``retired``: earlier runs' series and blocks (runs.py): still flushed, in snapshots
   with their ``run``, forgotten after ``limits.KEEP_RUNS`` runs;
 - ``host_copy``: getting device values to the host once per flush without a sync (R26);
+- ``packed``: ``log()``'s rows packed as float32 bytes, sent and kept without torch;
+- ``budget``: the sending budget (flush less often when a flush costs more than 0.1%);
+- ``reads``: read-side queries on the scalar series (``tails``, ``newest``);
 - ``wire``: block headers and buffer bytes, as PROTOCOL.md specifies;
 - ``names``: ``bound_name``, the one rule that makes every name wire-safe and at most
   512 characters (a feature that reports a series name elsewhere, e.g. in a status

@@ -6,9 +6,10 @@ million-step run stays bounded while still spanning the whole run. The decimatio
 written once, in ``History.add``; the two subclasses only say how y rows are stored:
 
 - ``ScalarHistory`` (a ``log()`` series, one name): a float32 ``array``;
-- ``BlockHistory`` (many names recorded together): float32 ``rows x width`` CPU tensors,
-  one chunk per flush, never written after they are added, so snapshot bytes stay valid
-  while the snapshot waits to be sent.
+- ``BlockHistory`` (many names recorded together): float32 ``rows x width`` chunks, one
+  per flush (CPU tensors, or ``PackedRows`` for ``log()``'s packed rows: no torch), never
+  written after they are added, so snapshot bytes stay valid while the snapshot waits to
+  be sent.
 
 Only the stream touches a history, under its store lock.
 """
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     import torch
 
 from . import limits
+from .packed import PackedRows
 from .wire import le_bytes, tensor_bytes
 
 
@@ -99,13 +101,14 @@ class ScalarHistory(History):
 
 
 class BlockHistory(History):
-    """History of a block: ``rows x width`` float32 CPU tensors, one chunk per flush."""
+    """History of a block: ``rows x width`` float32 chunks (CPU tensors or
+    ``PackedRows``), one per flush."""
 
     def __init__(self, width: int) -> None:
         super().__init__()
         self.width = width
         #: Never written after they are added (joined on snapshot and decimation).
-        self._chunks: list[torch.Tensor] = []
+        self._chunks: list[torch.Tensor | PackedRows] = []
 
     def _keep(self, ys: Any, first: int, stop: int, step: int, whole: bool) -> None:
         if whole:  # every row kept: a reference, no copy
@@ -117,13 +120,21 @@ class BlockHistory(History):
         self._chunks = [self.rows()[::2].clone()]
 
     def rows(self) -> Any:
-        """The whole history as one ``rows x width`` tensor (joins the chunks once)."""
+        """The whole history as one ``rows x width`` chunk (joins the chunks once): a
+        ``PackedRows`` when every chunk is one (or there are none), else a tensor."""
+        chunks = self._chunks
+        if not chunks:
+            return PackedRows(b"", self.width)
+        if all(type(c) is PackedRows for c in chunks):
+            self._chunks = [PackedRows.join(chunks, self.width)]  # type: ignore[arg-type]
+            return self._chunks[0]
         import torch
 
-        if not self._chunks:
-            return torch.empty((0, self.width), dtype=torch.float32)
-        if len(self._chunks) > 1:
-            self._chunks = [torch.cat(self._chunks)]
+        if len(chunks) > 1:
+            tensors = [c.tensor() if isinstance(c, PackedRows) else c for c in chunks]
+            self._chunks = [torch.cat(tensors)]
+        elif type(chunks[0]) is PackedRows:
+            self._chunks = [chunks[0].tensor()]
         return self._chunks[0]
 
     def y_bytes(self) -> memoryview:

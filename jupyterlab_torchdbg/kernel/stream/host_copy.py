@@ -101,14 +101,15 @@ class HostCopies:
         # (No ``torch.no_grad()`` block: on a cold cache entering one costs more than the
         # stack; ``_copy`` detaches the rare result that requires grad instead.)
         if type(rows[0]) is bytes and tfs[0] is None:
-            # log() rows (native float64 bytes, log_rows.py): joined in C, one tensor
+            # log() rows (native float32 bytes, log_rows.py) beside rows in flight (the
+            # block usually sends them without torch, series.py): joined in C, one tensor
             size = len(rows[0])
-            width = size // 8
+            width = size // 4
             if all(type(r) is bytes and len(r) == size for r in rows) and not any(tfs):
-                flat = array("d", b"".join(rows))
-                self._copy(xs, torch.frombuffer(flat, dtype=torch.float64).view(-1, width), None)
+                flat = array("f", b"".join(rows))
+                self._copy(xs, torch.frombuffer(flat, dtype=torch.float32).view(-1, width), None)
                 return
-        if all(t is tfs[0] for t in tfs) and isinstance(rows[0], torch.Tensor):
+        if tfs.count(tfs[0]) == len(tfs) and isinstance(rows[0], torch.Tensor):
             try:
                 # The common case: one stack for the whole flush.
                 self._copy(xs, torch.stack(rows), tfs[0])
@@ -124,7 +125,7 @@ class HostCopies:
                 m = torch.stack([r.reshape(-1) for r in seg_rows])
             else:
                 m = torch.tensor(
-                    [array("d", r) if type(r) is bytes else list(r) for r in seg_rows],
+                    [array("f", r) if type(r) is bytes else list(r) for r in seg_rows],
                     dtype=torch.float64,
                 )
             self._copy(xs[start:end], m, tfs[start])

@@ -21,6 +21,15 @@ MAX_BLOCK_NAMES = 8192
 MAX_NAME_LENGTH = 512
 #: Default flush interval: at most 10 messages per second (R08).
 DEFAULT_INTERVAL_S = 0.1
+#: Share of wall time the flushes may take (PERFORMANCE.md: sending <= 0.1%; a fifth
+#: under it, so that noise does not carry it over): when a flush costs more than this
+#: share of the interval, the stream flushes less often (``Stream.send_slowdown``).
+SEND_BUDGET = 0.0008
+#: ... but never less often than this many intervals (the panel stays live: with the
+#: default interval, at least 2.5 messages per second). 1 turns the budget off.
+MAX_SEND_SLOWDOWN = 4.0
+#: Weight of the newest flush in the running mean of a flush's cost.
+SEND_COST_ALPHA = 0.2
 #: Pending (unsent) rows per block; older ones are dropped and counted. Bounded so that
 #: rows left on a device cannot grow without limit (R25).
 BLOCK_PENDING_ROWS = 4096

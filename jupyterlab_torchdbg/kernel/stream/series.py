@@ -18,11 +18,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from struct import Struct
 from typing import Any
 
 from . import limits
 from .history import BlockHistory, ScalarHistory
 from .host_copy import HostCopies, Transform
+from .packed import ITEM, PackedRows
 
 RowsListener = Callable[[list[float], Any], None]
 
@@ -85,12 +87,37 @@ class Series:
 
 @dataclass
 class PendingRows:
-    """A block's rows not sent yet: x, raw rows, their transforms, and rows dropped."""
+    """A block's rows not sent yet: x, raw rows, their transforms, and rows dropped.
+
+    ``packed``: ``log()``'s rows (``record_packed``), native float32 one after the other
+    in the first ``used`` bytes, while no other kind of row is pending (``rows`` is then
+    empty); packed in place, never written once a flush has taken it (it becomes the
+    message's buffer and the history's chunk).
+    """
 
     xs: list[float] = field(default_factory=list)
     rows: list[Any] = field(default_factory=list)
     transforms: list[Transform | None] = field(default_factory=list)
     dropped: int = 0
+    packed: bytearray | None = None
+    used: int = 0
+
+    def packed_bytes(self) -> bytearray | None:
+        """The packed rows, trimmed to what was written (no copy)."""
+        data = self.packed
+        if data is not None:
+            del data[self.used :]
+        return data
+
+    def unpack(self, width: int) -> None:
+        """Move the packed rows into ``rows`` (one ``bytes`` each), before a row of
+        another kind is queued after them."""
+        data = self.packed_bytes()
+        if data is not None:
+            size = width * ITEM
+            self.rows = [bytes(data[i : i + size]) for i in range(0, len(data), size)]
+            self.transforms = [None] * len(self.rows)
+            self.packed = None
 
 
 class BlockSeries:
@@ -130,22 +157,65 @@ class BlockSeries:
         self._lock = threading.Lock()
         self._pending = PendingRows()
         self._copies = HostCopies(self.width)
+        #: Rows a pending buffer of packed rows starts with room for (``record_packed``).
+        self._expect_rows = 8
+
+    def record_packed(self, pack: Struct, values: tuple[Any, ...], x: float) -> None:
+        """Queue one row: ``values`` packed by ``pack`` (``width`` native float32s,
+        ``log_rows``) straight into the pending buffer, sent as it is at the flush (no
+        torch, ``PackedRows``). Raises what ``pack`` raises (nothing is queued then).
+
+        Unlike ``record`` it does not tell the stream: the caller sets the stream's
+        ``has_pending`` right after (a flush in between takes the row or leaves the flag
+        to be set; either way the row goes out at this flush or the next)."""
+        with self._lock:
+            p = self._pending
+            if p.rows:  # rows of another kind pending: queued among them, in order
+                self._queue(p, pack.pack(*values), x, None)
+                return
+            size = pack.size
+            buf = p.packed
+            if buf is None:  # room for as many rows as the last flush took, and more
+                buf = p.packed = bytearray(size * self._expect_rows)
+            else:
+                if len(p.xs) >= limits.BLOCK_PENDING_ROWS:  # the oldest row goes (R25)
+                    del p.xs[0], buf[:size]
+                    p.used -= size
+                    p.dropped += 1
+                if p.used + size > len(buf):
+                    buf.extend(bytes(max(size, len(buf))))
+            pack.pack_into(buf, p.used, *values)
+            p.used += size
+            p.xs.append(x)
+            self.last_x = x
 
     def record(self, values: Any, x: float, transform: Transform | None = None) -> None:
         """Queue one row. Never synchronises with a device."""
         with self._lock:
             p = self._pending
-            if len(p.xs) >= limits.BLOCK_PENDING_ROWS:
-                del p.xs[0], p.rows[0], p.transforms[0]
-                p.dropped += 1
-            p.xs.append(float(x))
-            p.rows.append(values)
-            p.transforms.append(transform)
-            self.last_x = float(x)
-            # Inside the lock: a flush that takes these rows has cleared the flag first.
-            self._on_record()
+            p.unpack(self.width)
+            self._queue(p, values, x, transform)
+
+    def _queue(self, p: PendingRows, values: Any, x: float, transform: Transform | None) -> None:
+        """Queue one row in ``rows`` (under ``_lock``)."""
+        if len(p.xs) >= limits.BLOCK_PENDING_ROWS:
+            del p.xs[0], p.rows[0], p.transforms[0]
+            p.dropped += 1
+        p.xs.append(float(x))
+        p.rows.append(values)
+        p.transforms.append(transform)
+        self.last_x = float(x)
+        # Inside the lock: a flush that takes these rows has cleared the flag first.
+        self._on_record()
 
     # --- flush side (called by Stream.flush) -------------------------------------------
+
+    @property
+    def has_news(self) -> bool:
+        """Rows pending, dropped or still being copied: a flush has something to take
+        (read without the lock: a row recorded meanwhile sets the stream's flag again)."""
+        p = self._pending
+        return bool(p.xs or p.dropped or self._copies)
 
     @property
     def copies_in_flight(self) -> bool:
@@ -173,6 +243,14 @@ class BlockSeries:
             raise
 
     def _collect(self, pending: PendingRows, wait: bool) -> tuple[list[float], Any] | None:
+        if pending.packed is not None:
+            self._expect_rows = max(8, len(pending.xs) + len(pending.xs) // 2)
+            if not self._copies:  # log()'s packed rows: sent as they are, no torch
+                packed = PackedRows(pending.packed_bytes() or b"", self.width)
+                if self.on_rows is not None:
+                    self.on_rows(pending.xs, packed.tensor())
+                return pending.xs, packed
+            pending.unpack(self.width)  # after rows still in flight, in order
         if pending.rows:
             self._copies.start(pending.xs, pending.rows, pending.transforms)
         ready = self._copies.ready(wait)

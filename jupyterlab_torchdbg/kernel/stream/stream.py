@@ -20,14 +20,12 @@ that form); at most ``MAX_SERIES`` scalar series (later names ignored and counte
 
 from __future__ import annotations
 
-import math
 import threading
 import time
-from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from . import limits
+from . import budget, limits, reads
 from .host_copy import resolve_values
 from .names import bound_name
 from .retired import Retired, with_run
@@ -37,7 +35,7 @@ from .wire import (
     Header,
     scalar_bytes,
     series_header,
-    snapshot_header,
+    snapshot_blocks,
     tensor_bytes,
     x_bytes,
 )
@@ -64,6 +62,11 @@ class Stream:
         #: Flush this many times less often than ``interval_s`` (>= 1): the gradient
         #: monitor raises it when its periodic work costs more than its budget.
         self.slowdown = 1.0
+        #: The same, from the stream's own sending budget (``limits.SEND_BUDGET``): the
+        #: running mean of a sending flush's cost (on ``clock``) over the budget's share
+        #: of the interval. The larger of the two applies (``flush_interval_s``).
+        self.send_slowdown = 1.0
+        self.flush_cost_s: float | None = None
         self._clock = clock
         self._resolve = resolve or resolve_values
         self._lock = threading.RLock()
@@ -76,6 +79,9 @@ class Stream:
         self._aliases: dict[str, str] = {}
         self._blocks: dict[tuple[str, ...], BlockSeries] = {}
         self._block_names = 0
+        #: Changes whenever a block leaves the table (a recorder may keep its block while
+        #: this stays the same: log_rows.py).
+        self.blocks_gen = 0
         self._last_flush = clock()
         self.seq = 0
         self.messages = 0
@@ -152,6 +158,7 @@ class Stream:
                     self._block_names -= b.width
                     self.retired.retire(run, [b])
             self.retired.prune(run)
+            self.blocks_gen += 1
             self.run = run
             self.running = True
 
@@ -197,6 +204,7 @@ class Stream:
         records into it harmlessly (its pending rows stay bounded) but nothing is sent."""
         if self._block_names + width <= limits.MAX_BLOCK_NAMES:
             return
+        self.blocks_gen += 1
         for b in sorted(self._blocks.values(), key=lambda b: (b.active_seq, b.id)):
             del self._blocks[b.names]
             self._block_names -= b.width
@@ -231,31 +239,14 @@ class Stream:
         self, wanted: Callable[[str], bool], after: dict[str, float]
     ) -> list[tuple[str, list[float], list[float], bool]]:
         """Flushed points of the scalar series ``wanted`` picks, newer than
-        ``after[name]``: ``(name, xs, ys, went_back)`` per series with news; ``went_back``
-        when its last x is below ``after[name]`` (a new run: all its points are news)."""
-        out: list[tuple[str, list[float], list[float], bool]] = []
+        ``after[name]`` (see ``reads.tails``)."""
         with self._lock:
-            for name, s in self._series.items():
-                hx = s.history.x
-                if not wanted(name) or not len(hx):
-                    continue
-                since = after.get(name, -math.inf)
-                back = hx[-1] < since
-                i = 0 if back else bisect_right(hx, since)
-                if i < len(hx):
-                    out.append((name, list(hx[i:]), list(s.history.y[i:]), back))
-        return out
+            return reads.tails(self._series, wanted, after)
 
     def newest(self, wanted: Callable[[str], bool]) -> list[object]:
-        """The newest value of each scalar series ``wanted`` picks: the last one
-        ``log()``ged and not yet flushed (possibly a device tensor), else the last
-        flushed one."""
+        """The newest value of each scalar series ``wanted`` picks (see ``reads.newest``)."""
         with self._lock:
-            return [
-                s.pend_y[-1] if s.pend_y else s.last
-                for name, s in self._series.items()
-                if wanted(name) and (s.pend_y or s.last is not None)
-            ]
+            return reads.newest(self._series, wanted)
 
     def clear(self, names: Iterable[str] | None = None) -> int:
         """Forget the history (and pending points) of the named series, or of all.
@@ -272,6 +263,7 @@ class Stream:
             if wanted is None:
                 self._aliases.clear()
             bkeys = [k for k in self._blocks if wanted is None or wanted.intersection(k)]
+            self.blocks_gen += 1
             for bk in bkeys:
                 del self._blocks[bk]
                 self._block_names -= len(bk)
@@ -279,9 +271,15 @@ class Stream:
 
     # --- flushing ------------------------------------------------------------------
 
+    @property
+    def flush_interval_s(self) -> float:
+        """The time between two flushes now (R08: never under ``interval_s``)."""
+        return self.interval_s * max(self.slowdown, self.send_slowdown)
+
     def due(self) -> bool:
         """Cheap check for the hot path: is there something to send and is it time?"""
-        wait = self.interval_s * self.slowdown
+        a, b = self.slowdown, self.send_slowdown  # (no max(): a call on the hot path)
+        wait = self.interval_s * (a if a > b else b)
         return self.has_pending and self._clock() - self._last_flush >= wait
 
     def maybe_flush(self) -> bool:
@@ -297,32 +295,37 @@ class Stream:
         flush, unless ``wait`` (the end of a cell) asks to wait for them.
         """
         with self.send_lock:
-            self._flush(wait)
+            t0 = self._clock()
+            if self._flush(wait):  # a message went out: the sending budget (budget.py)
+                self.flush_cost_s = cost = budget.mean_cost(self.flush_cost_s, self._clock() - t0)
+                self.send_slowdown = budget.slowdown(cost, self.interval_s)
 
-    def _flush(self, wait: bool) -> None:
+    def _flush(self, wait: bool) -> bool:
+        """One flush (under ``send_lock``); True when a message went out."""
         with self._lock:
             self._last_flush = self._clock()
             if not self.has_pending:
-                return
+                return False
             self.has_pending = False
-            taken: list[tuple[Series, list[float], list[object], int]] = []
-            for s in self.retired.series(self._series.values()):
-                if s.pend_x:
-                    taken.append((s, *s.take()))
-            blocks = self.retired.blocks(self._blocks.values())
-            blocks_taken = [(b, b.take_pending()) for b in blocks]
+            taken: list[tuple[Series, list[float], list[object], int]] = [
+                (s, *s.take()) for s in self.retired.series(self._series.values()) if s.pend_x
+            ]
+            # (only blocks with news: has_pending was cleared first, so a row recorded
+            # meanwhile is taken now or sets it again for the next flush)
             blocks_taken = [
-                (b, p) for b, p in blocks_taken if p.xs or b.copies_in_flight or p.dropped
+                (b, b.take_pending())
+                for b in self.retired.blocks(self._blocks.values())
+                if b.has_news
             ]
             for b, p in blocks_taken:
                 if p.xs:
                     b.active_seq = self.seq + 1  # recorded into lately: forgotten last
         block_out = self._collect_blocks(blocks_taken, wait)
         if not taken and not block_out:
-            return
+            return False
         # Device values are resolved to floats here, once per flush (one host copy).
         flat: list[object] = [v for _, _, ys, _ in taken for v in ys]
-        floats = self._resolve(flat)
+        floats = self._resolve(flat) if flat else []
         header_blocks: list[Header] = []
         buffers: Buffers = []
         pos = 0
@@ -349,6 +352,7 @@ class Stream:
             self.messages += 1
             self.points += len(flat)
         self._send({"method": "series", "seq": seq, "blocks": header_blocks}, buffers)
+        return True
 
     def _collect_blocks(
         self, taken: list[tuple[BlockSeries, PendingRows]], wait: bool
@@ -375,16 +379,10 @@ class Stream:
         whose ``seq`` is the snapshot's plus one.
         """
         with self._lock:
-            blocks: list[Header] = []
-            buffers: Buffers = []
-            for s in self.retired.series(self._series.values()):
-                blocks.append(with_run(snapshot_header(s.id, [s.name], len(s.history)), s))
-                buffers.append(s.history.x_bytes())
-                buffers.append(s.history.y_bytes())
-            for b in self.retired.blocks(self._blocks.values()):
-                blocks.append(with_run(snapshot_header(b.id, list(b.names), len(b.history)), b))
-                buffers.append(b.history.x_bytes())
-                buffers.append(b.history.y_bytes())
+            blocks, buffers = snapshot_blocks(
+                self.retired.series(self._series.values()),
+                self.retired.blocks(self._blocks.values()),
+            )
             return blocks, buffers, self.seq
 
     def send_snapshot(self, send: Callable[[list[Header], Buffers, int], None]) -> None:

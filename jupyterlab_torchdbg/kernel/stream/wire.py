@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import sys
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+from .packed import PackedRows
 
 Buffers = list[memoryview]
 Header = dict[str, Any]
+_LITTLE = sys.byteorder == "little"
 
 
 def le_bytes(a: array, copy: bool = True) -> memoryview:  # type: ignore[type-arg]
@@ -33,7 +36,8 @@ def le_bytes(a: array, copy: bool = True) -> memoryview:  # type: ignore[type-ar
 
 def x_bytes(xs: Sequence[float]) -> memoryview:
     """x values made for one message: float64 little-endian, no second copy."""
-    return le_bytes(array("d", xs), copy=False)
+    a = array("d", xs)
+    return memoryview(a).cast("B") if _LITTLE else le_bytes(a, copy=False)
 
 
 def scalar_bytes(ys: Sequence[float]) -> memoryview:
@@ -42,11 +46,14 @@ def scalar_bytes(ys: Sequence[float]) -> memoryview:
 
 
 def tensor_bytes(t: Any) -> memoryview:
-    """Little-endian float32 bytes of a 2-D CPU float32 tensor, row-major.
+    """Little-endian float32 bytes of a 2-D CPU float32 tensor (or ``PackedRows``),
+    row-major.
 
     numpy (present beside torch in practice) gives a zero-copy view of a contiguous
-    tensor; without it, a list round-trip.
+    tensor; without it, a list round-trip. ``PackedRows`` are their own bytes.
     """
+    if type(t) is PackedRows:
+        return t.le_bytes()
     if sys.byteorder == "little":
         try:
             a = t.numpy()
@@ -71,3 +78,25 @@ def series_header(block_id: int, count: int, names: list[str] | None, dropped: i
 def snapshot_header(block_id: int, names: list[str], count: int) -> Header:
     """One block of a snapshot: every block carries its names (R05, R06)."""
     return {"id": block_id, "names": names, "count": count}
+
+
+def snapshot_blocks(series: Iterable[Any], blocks: Iterable[Any]) -> tuple[list[Header], Buffers]:
+    """A snapshot's headers and buffers: every scalar series (a ``Series``), then every
+    block (a ``BlockSeries``), each with its names, its ``run`` and its whole history."""
+    headers: list[Header] = []
+    buffers: Buffers = []
+    for s in series:
+        headers.append(_run(snapshot_header(s.id, [s.name], len(s.history)), s))
+        buffers.append(s.history.x_bytes())
+        buffers.append(s.history.y_bytes())
+    for b in blocks:
+        headers.append(_run(snapshot_header(b.id, list(b.names), len(b.history)), b))
+        buffers.append(b.history.x_bytes())
+        buffers.append(b.history.y_bytes())
+    return headers, buffers
+
+
+def _run(header: Header, s: Any) -> Header:
+    if s.run is not None:
+        header["run"] = s.run
+    return header
