@@ -8,7 +8,10 @@ with its own data. ``mode`` makes one rank misbehave: ``raise`` (rank 1 raises a
 step), ``sleep`` (rank 1 sleeps in its own code at its 5th step: a hang), ``straggle``
 (rank 1 does 150 ms more own work every step), ``desync`` (rank 1 scales its gradients
 after the all-reduce from its 6th step on), ``slow`` (every rank sleeps 20 ms a step, so
-an action can be agreed while it runs). ``out``: each rank saves its final weights there.
+an action can be agreed while it runs). ``manual`` / ``manual-slow``: no optimizer, the
+weights updated by hand after ``backward()`` (``p -= lr * p.grad``, as the classic
+word-language-model example), with keyword arguments to the model's call.
+``out``: each rank saves its final weights there.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 #: Seconds rank 1 sleeps in ``sleep`` mode (its stack names this line).
 SLEEP_S = 9.0
@@ -50,8 +54,11 @@ def train(
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2))
     ddp = nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
     g = torch.Generator().manual_seed(1000 + rank)
+    if mode.startswith("manual"):
+        _manual(ddp, g, rank, steps, mode == "manual-slow")
+        steps = 0
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
     for i in range(steps):
         x = torch.randn(32, 8, generator=g) * (1 + rank)
         loss = ddp(x).pow(2).mean()
@@ -76,6 +83,22 @@ def train(
         )
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _manual(ddp: Any, g: Any, rank: int, steps: int, slow: bool) -> None:
+    """A DDP loop without an optimizer: the weights updated by hand."""
+    import torch
+
+    for _ in range(steps):
+        x = torch.randn(32, 8, generator=g) * (1 + rank)
+        loss = ddp(input=x).pow(2).mean()
+        ddp.zero_grad()
+        loss.backward()
+        with torch.no_grad():
+            for p in ddp.parameters():
+                p -= 0.05 * p.grad
+        if slow:
+            time.sleep(0.02)
 
 
 def same_weights(out: str, world: int) -> bool:

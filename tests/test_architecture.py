@@ -141,10 +141,13 @@ def test_one_registration_site_for_the_end_of_backward_hooks() -> None:
     users = sorted(
         m for m, deps in graph.items() if "jupyterlab_torchdbg.kernel.backward_boundary" in deps
     )
-    # the step boundary owns it; the others only read its ModelSource (a track's key)
+    # the step boundary owns it (and, in a worker process of a multi-process job,
+    # ranks/manual.py); the others only read its ModelSource (a track's key)
     assert "jupyterlab_torchdbg.kernel.step_boundary" in users
     assert set(users) <= {
         "jupyterlab_torchdbg.kernel.step_boundary",
+        "jupyterlab_torchdbg.ranks.manual",
+        "jupyterlab_torchdbg.ranks.worker",
         "jupyterlab_torchdbg.kernel.grads.naming",
         "jupyterlab_torchdbg.kernel.grads.track",
         "jupyterlab_torchdbg.kernel.grads.monitor",

@@ -306,3 +306,41 @@ async def test_a_failing_a_hanging_a_straggling_and_a_desynced_rank_are_named(
     assert desync["rank"] == 1 and desync["step"] >= 6
     assert f"rank 1's gradient norm at step {desync['step']}" in desync["message"]
     assert desync["layer"] in ("0.weight", "0.bias", "2.weight", "2.bias", None)
+
+
+async def test_a_ddp_loop_without_an_optimizer_is_followed_at_the_end_of_backward(
+    kernel: KernelDriver, tmp_path: Path
+) -> None:
+    # weights updated by hand (p -= lr * p.grad), the model called with keywords: each
+    # rank's steps are its backward passes, read after DDP's all-reduce (equal norms
+    # although each rank has its own data); clip applies at one step on every rank;
+    # scaling the LR is refused with the reason (no optimizer)
+    k = kernel
+    comm, sub = await start(k, tmp_path)
+    out = tmp_path / "weights"
+    out.mkdir()
+    mid = k.start_execute(f"rw.spawn(2, 200, 'manual-slow', {str(out)!r})")
+    await while_running(k, comm, mid, lambda: stepping(k, comm, 0, 2, 5))
+    job = last_job(k, comm)
+    live = latest(k, comm, job)
+    assert live is not None and [r["identity"]["rank"] for r in live["ranks"]] == [0, 1]
+    reply = await k.action(comm, "ranks_scale_lr", {"factor": 0.5}, subshell_id=sub)
+    assert reply["method"] == "error" and reply["code"] == "refused", reply
+    assert "no optimizer" in reply["message"], reply
+    reply = await k.action(comm, "ranks_clip", {"max_norm": 0.05}, subshell_id=sub)
+    assert reply["method"] == "ack", reply
+    r = await k.wait_execute(mid, JOB_S)
+    assert r.ok, r.errors
+    assert await k.value(f"rw.same_weights({str(out)!r}, 2)") == "True"
+    await wait_ended(k, comm, job)
+    final = latest(k, comm, job)
+    assert final is not None
+    # the first backward pass is not a step yet (a loop with an optimizer has one too)
+    assert [(s["state"], s["step"], s["clip"]) for s in final["ranks"]] == [
+        ("exited", 199, 0.05),
+        ("exited", 199, 0.05),
+    ], summary(k, comm)
+    assert_equal_norms(norms(k, comm, job), 2)
+    # the only alarms: the refusal, per rank, with its reason
+    assert {(a["kind"], a["rank"]) for a in final["alarms"]} == {("action", 0), ("action", 1)}
+    assert all("no optimizer" in a["message"] for a in final["alarms"]), final["alarms"]

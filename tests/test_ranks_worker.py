@@ -628,3 +628,49 @@ def test_a_fork_of_a_loaded_kernel_becomes_a_worker(tmp_path: Path) -> None:
     assert seen["parent"] == ["StepBoundary", 1]
     assert seen["child"] == ["Worker", 0, 1, True]
     assert seen["after"] == ["StepBoundary", 1]
+
+
+def test_a_loop_without_an_optimizer_counts_its_backward_passes_until_one_steps(
+    kernel: Kernel,
+) -> None:
+    """A rank that updates its weights by hand: the model is found at its first call
+    (the pre-hook then goes), a backward pass is a step from the second one on (a loop
+    with an optimizer has a first backward too), rows carry its norms; once an optimizer
+    steps the model, the hooks go and the optimizer's steps continue the count."""
+    from torch.nn.modules import module as module_mod
+
+    from jupyterlab_torchdbg.ranks.worker import Worker
+
+    k = kernel
+    w = Worker(k.ep.address, k.ep.key)
+    before = dict(module_mod._global_forward_pre_hooks)
+    HOOKS.adopt(w)
+    w.torch_ready()
+    try:
+        assert len(module_mod._global_forward_pre_hooks) == len(before) + 1
+        model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+        for _ in range(4):
+            model.zero_grad()
+            model(torch.randn(8, 6)).pow(2).mean().backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.01 * p.grad
+        assert dict(module_mod._global_forward_pre_hooks) == before  # found: the hook went
+        assert w.manual.hooks.hooked_params() == 2  # one per module with parameters
+        assert w.agreed.step == 3 and w.agreed.manual
+        k.wait("rows with norms", lambda: k.step(0) == 3)
+        norms = [r["norm"] for _, c in k.of("rows") for r in c["rows"] if r["norm"] is not None]
+        assert norms and all(n > 0 for n in norms)
+
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        _train_steps(opt, model, 2)
+        assert w.manual.hooks.hooked_params() == 0  # the optimizer took the model over
+        # the pass before the handover is counted by both (its backward, then the
+        # optimizer's first step), as in the kernel; every rank counts alike
+        assert w.agreed.step == 3 + 1 + 2 and not w.agreed.manual
+        assert w.errors == {}
+    finally:
+        HOOKS.release(w)
+        w.manual.remove()
+        w.close("exited")
+    assert HOOKS.wait_idle(5) and HOOKS.target is None

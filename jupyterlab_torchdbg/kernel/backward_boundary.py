@@ -14,8 +14,11 @@ to ``watch()``) whose parameters no optimizer steps:
   finished, on the thread that called ``backward()`` — how DDP finds the end of
   backward. A hook call is torch's trip into Python (microseconds, measured in
   tests/test_grads_manual_loop.py) and a compare: one per module, not per tensor.
-- the callback is the boundary: gradients -> control, in step_boundary.py's ORDER
-  (``StepBoundary.at_backward_end``). Memory is not called there: its ``after_step``
+- that callback queues the boundary once more, so it runs after every callback queued
+  later in the pass (DDP's reducer finalizes its all-reduce in one: read before it, a
+  rank would see its local gradients); the boundary: gradients -> control, in
+  step_boundary.py's ORDER (``StepBoundary.at_backward_end``; a worker's
+  ``Worker.at_backward_end``, ranks/manual.py). Memory is not called there: its ``after_step``
   counts its argument as an optimizer of the memory breakdown.
 
 What a step is here: one backward pass that accumulated a gradient into the model's
@@ -53,13 +56,13 @@ on each parameter that had one.
 
 from __future__ import annotations
 
-import gc
 import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterable
-from types import FrameType
 from typing import TYPE_CHECKING, Any
+
+from .thread_stacks import any_thread_inside
 
 if TYPE_CHECKING:
     import torch
@@ -68,7 +71,6 @@ if TYPE_CHECKING:
 #: ``GradTrack.boundary``: where a track's steps are read.
 OPTIMIZER_STEP = "optimizer_step"
 END_OF_BACKWARD = "end_of_backward"
-MAX_STACK = 100_000  # frames looked at per thread (all)
 #: Models looked at per scan at most (the largest namespaces stay cheap).
 MAX_MODELS = 256
 
@@ -134,8 +136,18 @@ class _Hooked:
             self.on_error("backward:hook")
 
     def at_end(self) -> None:
-        """The engine callback: the whole backward has finished. Only the user's
-        KeyboardInterrupt (while paused here) goes on into ``backward()``."""
+        """Queued by the first gradient of a pass: queues the boundary behind the
+        callbacks queued later in the pass (DDP's ``finalize_backward``, which writes
+        the all-reduced gradients), or runs it now if it cannot."""
+        try:
+            _torch.queue(self.at_end_final)
+        except Exception:
+            self.at_end_final()
+
+    def at_end_final(self) -> None:
+        """The whole backward has finished, and every other end-of-backward callback
+        of it has run. Only the user's KeyboardInterrupt (while paused here) goes on
+        into ``backward()``."""
         try:
             self.fire(self.source)
         except Exception:
@@ -266,6 +278,23 @@ class BackwardHooks:
                 return True
             return self._hook_all(changes)
 
+    def hook_model(self, model: Any, name: str) -> bool:
+        """Hook one model a worker found (ranks/manual.py): its trainable leaf parameters
+        no optimizer steps. False: nothing hooked (none, or a thread was in backward)."""
+        if not self.attached:
+            return False
+        optimizers = list(self._stepped.keys())
+        stepped = {id(p) for opt in optimizers for g in opt.param_groups for p in g["params"]}
+        params = [
+            p
+            for p in model.parameters()
+            if p.requires_grad and p.grad_fn is None and id(p) not in stepped
+        ]
+        if not params:
+            return False
+        with self._lock:
+            return self._hook_all([(model, name, params)])
+
     def _wanted(
         self, ns: dict[str, Any], watched: list[tuple[str | None, Any]] | None
     ) -> dict[int, tuple[str, Any, list[torch.Tensor]]]:
@@ -369,31 +398,3 @@ def _one_per_module(model: Any, params: list[torch.Tensor]) -> list[torch.Tensor
         if pid not in owned:
             out[pid] = p
     return list(out.values())
-
-
-def any_thread_inside(co_name: str, filename: str) -> bool:
-    """Some thread (this one too) runs the function ``co_name`` of ``filename``.
-
-    The garbage collector is off while ``sys._current_frames`` runs: it holds the
-    interpreter's thread-list lock while it allocates frame objects, and a collection
-    started there that frees a ``threading.local`` (the comm hub of an earlier load)
-    takes the same lock again, deadlocking the kernel (CPython gh-106883, 3.11; seen in
-    tests/test_hook_lifecycle.py's reload storm). Called with the GIL held throughout.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        frames = sys._current_frames()
-    finally:
-        if enabled:
-            gc.enable()
-    for frame in frames.values():
-        f: FrameType | None = frame
-        depth = 0
-        while f is not None and depth < MAX_STACK:
-            code = f.f_code
-            if code.co_name == co_name and code.co_filename == filename:
-                return True
-            f = f.f_back
-            depth += 1
-    return False

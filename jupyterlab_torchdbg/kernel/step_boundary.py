@@ -55,8 +55,9 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .backward_boundary import BackwardHooks, ModelSource, any_thread_inside
+from .backward_boundary import BackwardHooks, ModelSource
 from .runs import Runs
+from .thread_stacks import any_thread_inside
 from .watches import watches
 
 if TYPE_CHECKING:

@@ -13,7 +13,8 @@
 - **attach()** in a script started elsewhere (entry.py).
 
 Each path ends in ``HOOKS.adopt(worker)`` (kernel/step_boundary.py: the one registration
-site of torch's step hooks). A worker costs nothing until its first optimizer step
+site of torch's step hooks) and ``Worker.torch_ready`` (a loop without an optimizer is
+found at its model's first call, manual.py). A worker costs nothing until its first optimizer step
 (worker.py); a process that never steps (a DataLoader worker) never connects. The
 process also reports uncaught exceptions of a rank (``sys.excepthook`` and
 ``threading.excepthook``, chained: the original hooks run unchanged after) and says
@@ -89,6 +90,7 @@ def _adopt(w: Worker, then: Callable[[], object] | None = None) -> None:
         HOOKS.adopt(w)
     except Exception:
         w.errors["adopt"] += 1
+    w.torch_ready()  # a loop without an optimizer is watched too (manual.py)
     if then is not None:
         try:
             then()
@@ -137,6 +139,7 @@ def forked_child() -> None:
     _install_process_hooks()
     if "torch" in sys.modules:
         HOOKS.adopt(w)
+        w.torch_ready()
     else:
         TorchImportWatcher(lambda: _adopt(w)).install()
 

@@ -66,6 +66,9 @@ class Agreements:
         #: Actions that failed to apply.
         self.failures = 0
         self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()
+        #: The rank's steps are the ends of backward passes of a loop without an
+        #: optimizer (ranks/manual.py): no learning rate to scale.
+        self.manual = False
 
     # --- the sender thread (messages from the kernel) ----------------------------------
 
@@ -84,6 +87,10 @@ class Agreements:
                 reply["reason"] = "at_step is not an integer"
             elif self.step >= at_step:
                 reply["reason"] = f"already at step {self.step}"
+            elif action == "scale_lr" and self.manual:
+                reply["reason"] = (
+                    "no optimizer: the loop updates its weights by hand (no learning rate to scale)"
+                )
             else:
                 self._pending[action_id] = Prepared(action_id, str(action), args, at_step)
                 reply["ok"] = True

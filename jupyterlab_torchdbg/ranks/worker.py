@@ -30,8 +30,10 @@ import weakref
 from collections import Counter, deque
 from typing import Any
 
+from ..kernel.backward_boundary import ModelSource
 from .agent import Agent
 from .agreed import Agreements
+from .manual import ManualModels
 from .reader import Reader, memory
 from .wire import finite_or_special
 
@@ -70,12 +72,39 @@ class Worker:
         #: An uncaught exception ended (or will end) this process.
         self.failed = False
         self._reported: deque[int] = deque(maxlen=64)
+        #: A loop without an optimizer: its model's backward passes are the steps.
+        self.manual = ManualModels(self.at_backward_end, self._count_error)
+
+    def _count_error(self, where: str) -> None:
+        self.errors[where] += 1
+
+    def torch_ready(self) -> None:
+        """torch is imported and the step hooks call this worker: also watch for a loop
+        that updates its weights by hand (manual.py)."""
+        try:
+            self.manual.install()
+        except Exception:
+            self.errors["manual:install"] += 1
 
     # --- torch's step hooks (training thread) -------------------------------------------
 
     def before_step(self, optimizer: Any, args: Any = None, kwargs: Any = None) -> None:
         if os.getpid() != self.pid:
             return  # inherited across a fork that made no worker of its own
+        if self.manual.watching:
+            self.manual.stepped(optimizer)
+        self._boundary(optimizer)
+
+    def at_backward_end(self, source: ModelSource) -> None:
+        """The end of a backward pass of the model a loop updates by hand (manual.py):
+        the rank's step, as an optimizer's pre-hook would be."""
+        if os.getpid() != self.pid or not self.manual.counts():
+            return
+        self._boundary(source)
+
+    def _boundary(self, optimizer: Any) -> None:
+        """One step of the rank (an optimizer, or a ``ModelSource``): record, settle the
+        agreed actions due, clip, hold while paused."""
         try:
             primary = self._is_primary(optimizer)
             step, due = self.agreed.begin_step(optimizer, primary)
@@ -98,7 +127,10 @@ class Worker:
 
     def _is_primary(self, optimizer: Any) -> bool:
         current = self._primary() if self._primary is not None else None
+        if isinstance(current, ModelSource) and not isinstance(optimizer, ModelSource):
+            current = None  # an optimizer took the model over: it is the rank's step now
         if current is None:
+            self.agreed.manual = isinstance(optimizer, ModelSource)
             try:
                 self._primary = weakref.ref(optimizer)
             except TypeError:

@@ -1,0 +1,110 @@
+"""A rank whose loop updates its weights by hand (no ``torch.optim``): its steps are the
+ends of its backward passes.
+
+The kernel finds such models in the notebook's namespace; a rank has no namespace to
+scan, so the worker takes the first module it sees called with trainable parameters:
+a module forward pre-hook registered for every module (``register_module_forward_pre_hook``)
+fires on the outermost call first (the ``DistributedDataParallel`` wrapper), and is
+removed at that first call (until then every module call takes torch's slower path with
+hooks; a process that never calls a module keeps it, at no cost). The model's end of
+backward is then watched with the kernel's own machinery (kernel/backward_boundary.py),
+whose boundary runs after DDP has written the averaged gradients.
+
+A loop with an optimizer also does a first forward and backward before its first step,
+so a pass counts as a step only from the second backward pass without any optimizer step
+in between (``MIN_PASSES``); the first optimizer step removes the hooks and becomes the
+rank's step from then on (``Worker.before_step``; a loop that accumulates gradients over
+several passes before its first step has those passes counted, and the pass before the
+handover counts twice, as in the kernel). Every rank of a job runs the same loop, so
+their step numbers agree.
+
+No strong reference to the model (R24): the hooks hold it by weakref (``ModelSource``).
+A fork child (a DataLoader worker) inherits the pre-hook: it removes itself there.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..kernel.backward_boundary import BackwardHooks, ModelSource
+
+if TYPE_CHECKING:
+    from torch.utils.hooks import RemovableHandle
+
+#: Backward passes without an optimizer step before they count as the rank's steps.
+MIN_PASSES = 2
+
+
+class ManualModels:
+    """The first model a rank calls, watched at the end of each backward pass until an
+    optimizer steps it."""
+
+    def __init__(self, fire: Callable[[ModelSource], None], on_error: Callable[[str], None]):
+        self.pid = os.getpid()
+        self._on_error = on_error
+        self.hooks = BackwardHooks(fire, on_error)
+        self._handle: RemovableHandle | None = None
+        #: Backward passes seen with no optimizer step yet.
+        self.passes = 0
+        #: An optimizer has stepped in this process: no model is looked for any more.
+        self.optimizer_seen = False
+
+    def install(self) -> None:
+        """torch is imported: look for the model at the next module call."""
+        self.hooks.attach()
+        if not self.hooks.attached or self._handle is not None or self.optimizer_seen:
+            return
+        from torch.nn.modules.module import register_module_forward_pre_hook
+
+        self._handle = register_module_forward_pre_hook(self._on_forward)
+
+    def remove(self) -> None:
+        """The pre-hook and every end-of-backward hook go (safe on any thread)."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.remove()
+        self.hooks.detach()
+
+    def _on_forward(self, module: Any, args: Any) -> None:
+        """A module is called (the training thread): take it if it has trainable
+        parameters. Returns None (the input is left as it is); never raises."""
+        try:
+            if os.getpid() != self.pid or self.optimizer_seen:
+                self._drop_pre_hook()
+                return
+            if not any(p.requires_grad for p in module.parameters()):
+                return
+            self._drop_pre_hook()
+            inner = getattr(module, "module", module)  # DDP / FSDP / DataParallel wrap it
+            self.hooks.hook_model(module, type(inner).__name__.lower())
+        except Exception:
+            self._drop_pre_hook()
+            self._on_error("manual:find")
+
+    def _drop_pre_hook(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.remove()  # torch iterates a copy of its hook dict: safe from a hook
+
+    @property
+    def watching(self) -> bool:
+        """Looking for the model, or holding hooks on it (an optimizer step hands over)."""
+        return not self.optimizer_seen or bool(self.hooks.sources())
+
+    def counts(self) -> bool:
+        """At the end of a backward pass: is it the rank's step?"""
+        if self.optimizer_seen:
+            return False
+        self.passes += 1
+        return self.passes >= MIN_PASSES
+
+    def stepped(self, optimizer: Any) -> None:
+        """An optimizer steps (its pre-hook): its parameters leave the backward hooks."""
+        self.optimizer_seen = True
+        self._drop_pre_hook()
+        try:
+            self.hooks.optimizer_seen(optimizer)
+        except Exception:
+            self._on_error("manual:handover")
