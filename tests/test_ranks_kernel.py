@@ -155,20 +155,30 @@ def stepping(k: KernelDriver, comm: str, job_above: int, world: int, min_step: i
     return all(r["step"] >= min_step for r in msg["ranks"])
 
 
-async def test_spawned_ranks_stream_live_with_equal_norms_and_clip_at_one_step(
-    kernel: KernelDriver, tmp_path: Path
-) -> None:
-    k = kernel
+async def start_job(
+    k: KernelDriver, tmp_path: Path, steps: int, mode: str
+) -> tuple[str, str, Path, str, int, dict[str, Any]]:
+    """Start a 2-rank ``mp.spawn`` job saving its weights; once both ranks are past step
+    5: the comm, its subshell, the weights' folder, the cell's msg id, the job and its
+    latest state (running, ranks 0 and 1)."""
     comm, sub = await start(k, tmp_path)
     out = tmp_path / "weights"
     out.mkdir()
-    # 2 ranks via mp.spawn; while they train, the panel clips every rank at one step
-    mid = k.start_execute(f"rw.spawn(2, 300, 'slow', {str(out)!r})")
+    mid = k.start_execute(f"rw.spawn(2, {steps}, {mode!r}, {str(out)!r})")
     await while_running(k, comm, mid, lambda: stepping(k, comm, 0, 2, 5))
     job = last_job(k, comm)
     live = latest(k, comm, job)
     assert live is not None and live["job"]["state"] == "running"
     assert [r["identity"]["rank"] for r in live["ranks"]] == [0, 1]
+    return comm, sub, out, mid, job, live
+
+
+async def test_spawned_ranks_stream_live_with_equal_norms_and_clip_at_one_step(
+    kernel: KernelDriver, tmp_path: Path
+) -> None:
+    k = kernel
+    # 2 ranks via mp.spawn; while they train, the panel clips every rank at one step
+    comm, sub, out, mid, job, live = await start_job(k, tmp_path, 300, "slow")
     assert {r["identity"]["launcher"] for r in live["ranks"]} == {"spawn"}
     reply = await k.action(comm, "ranks_clip", {"max_norm": 0.05}, subshell_id=sub)
     assert reply["method"] == "ack", reply
@@ -316,14 +326,7 @@ async def test_a_ddp_loop_without_an_optimizer_is_followed_at_the_end_of_backwar
     # although each rank has its own data); clip applies at one step on every rank;
     # scaling the LR is refused with the reason (no optimizer)
     k = kernel
-    comm, sub = await start(k, tmp_path)
-    out = tmp_path / "weights"
-    out.mkdir()
-    mid = k.start_execute(f"rw.spawn(2, 200, 'manual-slow', {str(out)!r})")
-    await while_running(k, comm, mid, lambda: stepping(k, comm, 0, 2, 5))
-    job = last_job(k, comm)
-    live = latest(k, comm, job)
-    assert live is not None and [r["identity"]["rank"] for r in live["ranks"]] == [0, 1]
+    comm, sub, out, mid, job, _ = await start_job(k, tmp_path, 200, "manual-slow")
     reply = await k.action(comm, "ranks_scale_lr", {"factor": 0.5}, subshell_id=sub)
     assert reply["method"] == "error" and reply["code"] == "refused", reply
     assert "no optimizer" in reply["message"], reply

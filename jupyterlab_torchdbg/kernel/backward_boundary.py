@@ -255,7 +255,8 @@ class BackwardHooks:
     # --- scans (the kernel's thread: cell starts, watch()) ------------------------------
 
     def scan(self, ns: dict[str, Any], watched: list[tuple[str | None, Any]] | None) -> bool:
-        """Hook new models, re-hook changed ones, unhook those gone out of scope.
+        """Hook new models, re-hook changed ones, unhook those gone out of scope (also a
+        worker's, with the model it found at its first call: ranks/manual.py).
 
         ``watched``: (name or None, model) of every active watch without an optimizer, or
         None when no watch is active (then the namespace is the scope).
@@ -277,23 +278,6 @@ class BackwardHooks:
             if not changes:
                 return True
             return self._hook_all(changes)
-
-    def hook_model(self, model: Any, name: str) -> bool:
-        """Hook one model a worker found (ranks/manual.py): its trainable leaf parameters
-        no optimizer steps. False: nothing hooked (none, or a thread was in backward)."""
-        if not self.attached:
-            return False
-        optimizers = list(self._stepped.keys())
-        stepped = {id(p) for opt in optimizers for g in opt.param_groups for p in g["params"]}
-        params = [
-            p
-            for p in model.parameters()
-            if p.requires_grad and p.grad_fn is None and id(p) not in stepped
-        ]
-        if not params:
-            return False
-        with self._lock:
-            return self._hook_all([(model, name, params)])
 
     def _wanted(
         self, ns: dict[str, Any], watched: list[tuple[str | None, Any]] | None

@@ -62,9 +62,7 @@ class ManualModels:
 
     def remove(self) -> None:
         """The pre-hook and every end-of-backward hook go (safe on any thread)."""
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            handle.remove()
+        self._drop_pre_hook()
         self.hooks.detach()
 
     def _on_forward(self, module: Any, args: Any) -> None:
@@ -78,7 +76,8 @@ class ManualModels:
                 return
             self._drop_pre_hook()
             inner = getattr(module, "module", module)  # DDP / FSDP / DataParallel wrap it
-            self.hooks.hook_model(module, type(inner).__name__.lower())
+            # the kernel's scan, with this one model as the watched one
+            self.hooks.scan({}, [(type(inner).__name__.lower(), module)])
         except Exception:
             self._drop_pre_hook()
             self._on_error("manual:find")
