@@ -32,6 +32,15 @@ Deliver = Callable[[Message, Buffers], None]
 _CLIENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
+def _header_subshell(data: object, subshell_id: str | None) -> str | None:
+    """A comm's reply route (ipykernel's ``_reply_subshell_for``): the message's own."""
+    return subshell_id
+
+
+def _routes_as_sent(comm: Any) -> bool:
+    return comm.__dict__.get("_reply_subshell_for") is _header_subshell
+
+
 class CommHub:
     def __init__(
         self,
@@ -41,18 +50,22 @@ class CommHub:
         handle_action: Callable[[Any, str], Message],
         snapshot: Callable[[Deliver], None],
         on_error: Callable[[str], None],
+        after_request: Callable[[], None] = lambda: None,
     ) -> None:
         """``hello()``: the handshake's kernel-side fields (capabilities, session id,
         action names). ``handle_action(data, comm_id)``: exactly one reply for one
         ``action`` (request ids are de-duplicated per ``comm_id``).
         ``snapshot(deliver)``: calls ``deliver(header, buffers)`` once with the stream's
         snapshot, at the moment no ``series`` message can slip in between (the comm joins
-        the broadcast inside ``deliver``). ``on_error(site)``: count a caught failure."""
+        the broadcast inside ``deliver``). ``on_error(site)``: count a caught failure.
+        ``after_request()``: called once a panel's request (open or action) has been
+        answered, on the thread that answered it (shell_status.py's re-assert)."""
         self._manager = comm_manager
         self._hello = hello
         self._handle_action = handle_action
         self._write_snapshot = snapshot
         self._on_error = on_error
+        self._after_request = after_request
         self._comms: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._registered = False
@@ -128,9 +141,10 @@ class CommHub:
         self._routes[getattr(comm, "comm_id", "")] = header.get("subshell_id")
 
     def _keep_route(self, comm: Any) -> None:
-        """Undo ipykernel's reply routing after a send from another thread.
+        """Undo ipykernel's reply routing after a send from another thread (ipykernel
+        releases without ``_reply_subshell_for``; see ``_route_as_sent`` for the rest).
 
-        ipykernel >= 7 routes a comm's *incoming* messages to the subshell that last
+        Those releases route a comm's *incoming* messages to the subshell that last
         *published* on it. A broadcast from the training thread (main shell) would then
         send the panel's next action (e.g. Resume) to the busy main shell, which cannot
         handle it until the cell ends: a paused loop could never be resumed. Restore the
@@ -138,21 +152,45 @@ class CommHub:
         """
         comm_id = getattr(comm, "comm_id", "")
         lock = getattr(comm, "_reply_subshell_lock", None)
-        if lock is None:
+        if lock is None or _routes_as_sent(comm):
             return
         with lock:
-            if callable(getattr(comm, "_reply_subshell_for", None)):
-                # No route of ours: ipykernel then routes each incoming message to the
-                # subshell its own header names, the one the panel chose. A remembered
-                # route would be wrong for the first action: JupyterLab opens the comm
-                # before its subshell exists (the open, and so the route, is the main
-                # shell's), then sends every action over the subshell; the first one,
-                # sent while a cell trains, would wait for the cell's end (issue #14).
-                comm.__dict__.pop("_reply_subshell_id", None)
-            elif comm_id in self._routes:
+            if comm_id in self._routes:
                 comm._reply_subshell_id = self._routes[comm_id]
 
+    @staticmethod
+    def _route_as_sent(comm: Any) -> None:
+        """Let every message the panel sends go to the subshell its header names.
+
+        ipykernel >= 7.2 asks the comm where an incoming message goes
+        (``comm._reply_subshell_for(data, subshell_id)``) and answers "to the subshell
+        that last published on this comm". Our broadcasts come from the training thread
+        (the main shell), so the panel's next action would wait for the cell to end. The
+        panel chooses its subshell itself (JupyterLab opens the comm on the main shell
+        before its subshell exists, then sends every action over the subshell), so the
+        comm's answer is the header's own subshell. This is the one write to ipykernel's
+        private comm attributes, made once per comm at open: there is no public way to
+        choose the routing (tests/test_control_first_action.py fails if ipykernel's
+        routing changes under us; an earlier per-send repair left a window in which an
+        action went to the busy main shell).
+        """
+        if callable(getattr(type(comm), "_reply_subshell_for", None)):
+            comm._reply_subshell_for = _header_subshell
+
     def _on_open(self, comm: Any, msg: dict[str, Any]) -> None:
+        try:
+            self._open(comm, msg)
+        finally:
+            self._answered()
+
+    def _answered(self) -> None:
+        try:
+            self._after_request()
+        except Exception:
+            self._on_error("after_request")
+
+    def _open(self, comm: Any, msg: dict[str, Any]) -> None:
+        self._route_as_sent(comm)
         self._note_route(comm, msg)
         data = (msg.get("content") or {}).get("data") or {}
         client_version = data.get("protocol_version") if isinstance(data, dict) else None
@@ -184,7 +222,7 @@ class CommHub:
             except Exception:
                 pass
             return
-        comm.on_msg(lambda m, c=comm: self._on_msg(c, m))
+        comm.on_msg(lambda m, c=comm: self._on_msg_answered(c, m))
         comm.on_close(lambda m, c=comm: self._forget(c))
         self._replace_client(comm, data)
         self.send_snapshot(comm, join=True)
@@ -283,6 +321,12 @@ class CommHub:
             except Exception:
                 self._on_error("snapshot_part")
         return out
+
+    def _on_msg_answered(self, comm: Any, msg: dict[str, Any]) -> None:
+        try:
+            self._on_msg(comm, msg)
+        finally:
+            self._answered()
 
     def _on_msg(self, comm: Any, msg: dict[str, Any]) -> None:
         """Exactly one reply per request message, on this comm, for any input (R43).

@@ -34,6 +34,7 @@ from .action_registry import ActionRegistry
 from .capabilities import Nvml, capabilities
 from .comms import CommHub, Deliver
 from .runs import Runs, name_of
+from .shell_status import MainShellBusy
 from .step_boundary import StepBoundary
 from .stream import Stream
 from .torch_import import TorchImportWatcher
@@ -60,12 +61,15 @@ class Extension:
         self.errors: Counter[str] = Counter()
         self.nvml = Nvml()
         self.actions = ActionRegistry(self.count_error)
+        #: JupyterLab's kernel status kept "busy" while a cell runs (shell_status.py).
+        self.shell_busy = MainShellBusy(getattr(shell, "kernel", None), self.count_error)
         self.hub = CommHub(
             comm_manager,
             hello=self._hello_fields,
             handle_action=self.actions.handle,
             snapshot=self._write_snapshot,
             on_error=self.count_error,
+            after_request=self.shell_busy.after_request,
         )
         self.stream = Stream(self.hub.broadcast)
         #: The runs (runs.py): the step boundary, log() and the cell events feed it.
@@ -191,6 +195,7 @@ class Extension:
         cell_id = metadata.get("cellId") if isinstance(metadata, dict) else None
         count = self._prompt_count() if content.get("store_history", True) else None
         self._cells.add(threading.get_ident())
+        self.shell_busy.cell_started()
         self.runs.cell_started(cell_id if isinstance(cell_id, str) else None, count)
 
     def _prompt_count(self) -> int | None:
@@ -257,6 +262,7 @@ class Extension:
         end-of-backward hooks (not while another cell runs: it may be inside backward);
         then exceptions, then memory."""
         self._cells.add(threading.get_ident())
+        self.shell_busy.cell_started()
         cell_id = getattr(info, "cell_id", None)
         self.runs.cell_started(cell_id if isinstance(cell_id, str) else None, self._prompt_count())
         self._guarded("pre_run_cell", self._maybe_attach_torch)
@@ -279,6 +285,7 @@ class Extension:
         4. the stream's last points.
         """
         self._cells.discard(threading.get_ident())
+        self.shell_busy.cell_ended()
         self._guarded("post_run_cell", self._maybe_attach_torch)
         if self.exceptions is not None:
             self._guarded("exceptions:post_run_cell", self.exceptions.post_run_cell, result)
