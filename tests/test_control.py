@@ -118,7 +118,8 @@ async def test_pause_step_resume_while_cell_runs(kernel: KernelDriver) -> None:
         lambda: any(m.data["paused_at"] for m in kernel.messages("control", comm_id))
     )
     held = int(await probe(kernel, "done", probe_sub))
-    await asyncio.sleep(0.6)
+    paused_at = [m.data["paused_at"] for m in kernel.messages("control", comm_id)][-1]
+    await kernel.drain(0.6)  # watch the stream for a while: nothing moves
     assert int(await probe(kernel, "done", probe_sub)) == held  # the loop is held...
     # ...while the cell is still running (no execute_reply yet)
     assert not any(
@@ -127,7 +128,12 @@ async def test_pause_step_resume_while_cell_runs(kernel: KernelDriver) -> None:
     )
     ack = await kernel.action(comm_id, "step", {}, subshell_id=sub)
     assert ack["method"] == "ack"
-    await asyncio.sleep(0.5)
+    # the single step is done when the loop is held again, one boundary later
+    await kernel.pump_until(
+        lambda: any(
+            m.data["paused_at"] == paused_at + 1 for m in kernel.messages("control", comm_id)
+        )
+    )
     assert int(await probe(kernel, "done", probe_sub)) == held + 1  # exactly one step
     ack = await kernel.action(comm_id, "resume", {}, subshell_id=sub)
     assert ack["method"] == "ack"

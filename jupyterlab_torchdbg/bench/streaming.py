@@ -17,6 +17,8 @@ their time goes (``--profile-stream``).
 from __future__ import annotations
 
 import cProfile
+import itertools
+import math
 import pstats
 import sys
 import time
@@ -62,6 +64,7 @@ def run_streaming(
     # at least a few flush intervals (the sending budget may have stretched it)
     seconds = max(seconds, 3 * stream.flush_interval_s)
     flush_s, flushes, recorded = 0.0, 0, 0
+    sent_at: list[float] = []  # when each flush that sent a series message began
     t0 = time.perf_counter()
     while True:
         now = time.perf_counter()
@@ -76,14 +79,15 @@ def run_streaming(
         if stream.due():
             if prof is not None:
                 prof.enable()
+            before = comm.series_messages
             tf = time.perf_counter()
             stream.flush()
             flush_s += time.perf_counter() - tf
             if prof is not None:
                 prof.disable()
             flushes += 1
-    loop_wall = time.perf_counter() - t0
-    loop_messages = comm.series_messages
+            if comm.series_messages > before:
+                sent_at.append(tf)
     tf = time.perf_counter()
     stream.flush()  # what the end of a cell does: the rest goes out at once
     flush_s += time.perf_counter() - tf
@@ -98,7 +102,13 @@ def run_streaming(
         "steps_recorded": recorded,
         "seconds": round(wall, 3),
         "points_per_s": comm.points / wall,
-        "messages_per_s": loop_messages / loop_wall,  # the steady rate, cell-end flush aside
+        # the steady rate: messages after the first, over the time from the first to the
+        # last (a count over the whole loop would add one message at its start); the
+        # cell-end flush aside
+        "messages_per_s": _rate(sent_at),
+        "messages": len(sent_at),
+        # the rate limit (R08): no two messages closer than the flush interval
+        "min_message_gap_s": min((b - a for a, b in itertools.pairwise(sent_at)), default=math.nan),
         "bytes_per_s": (comm.bytes - joined_bytes) / wall,
         "kernel_us_per_flush": flush_s / flushes * 1e6,
         "send_fraction": flush_s / wall,
@@ -111,3 +121,10 @@ def run_streaming(
         "send_slowdown": stream.send_slowdown,
         "torch_threads": torch.get_num_threads(),
     }
+
+
+def _rate(times: list[float]) -> float:
+    """Events per second between the first and the last of ``times``."""
+    if len(times) < 2 or times[-1] <= times[0]:
+        return math.nan
+    return (len(times) - 1) / (times[-1] - times[0])
