@@ -126,6 +126,12 @@ def test_quick_benchmark_json_shape(tmp_path: Path) -> None:
         assert data["targets"][key] is (ratio <= 2), key
     assert data["targets"]["log.send_fraction<=0.001"] is (ls["send_fraction"] <= 0.001)
     assert "log() of 400 values at 250 calls/s:" in proc.stdout
+    # %load_ext timed in fresh processes (torch imported first)
+    ld = data["load"]
+    assert ld["runs"] == 2 and len(ld["load_ext_ms_each"]) == 2
+    assert 0 < ld["load_ext_ms_median"] < 60_000 and ld["reload_ext_ms_median"] > 0
+    assert data["targets"]["load.load_ext_ms_median<=200"] is (ld["load_ext_ms_median"] <= 200)
+    assert "%load_ext jupyterlab_torchdbg with torch imported:" in proc.stdout
     assert data["meta"]["quick"] is True and data["meta"]["tool_errors"] == {}
     assert data["meta"]["default_primed_steps"] == WARMUP_STEPS
     assert isinstance(data["targets"], dict)

@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..kernel.grads import current_monitor
     from ..kernel.grads.stride import WARMUP_STEPS
     from ..testing import loaded_extension
+    from .load import run_load
     from .log_stream import run_log_streaming
     from .models import FACTORIES, build
     from .paired import median_ci, paired_ratios, ratio_of_medians_ci, run_rounds
@@ -215,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = args.stream_seconds or (0.5 if quick else 3.0)
     results["streaming"] = run_streaming(seconds, profile=args.profile_stream)
     results["log_streaming"] = run_log_streaming(max(seconds, 1.0) if quick else 10.0)
+    results["load"] = run_load(2 if quick else 5)
     results["targets"] = targets(results)
     results["meta"]["seconds"] = round(time.perf_counter() - t_start, 1)
     print(table(results))

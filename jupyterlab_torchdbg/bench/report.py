@@ -77,6 +77,12 @@ def table(results: dict[str, Any]) -> str:
     if ls:
         lines.append("")
         lines.append(log_summary(ls))
+    ld = results.get("load")
+    if ld:
+        from .load import summary
+
+        lines.append("")
+        lines.append(summary(ld))
     return "\n".join(lines)
 
 
@@ -147,6 +153,9 @@ def targets(results: dict[str, Any]) -> dict[str, object]:
             )
             out[f"log.dict_us_per_call_{stat}<=2x_python_call_{stat}"] = _met(ratio, 2)
         out["log.send_fraction<=0.001"] = _met(ls["send_fraction"], 0.001)
+    ld = results.get("load")
+    if ld and "error" not in ld:
+        out["load.load_ext_ms_median<=200"] = _met(ld["load_ext_ms_median"], 200)
     return out
 
 
