@@ -31,6 +31,7 @@ from collections import Counter, deque
 from typing import Any
 
 from ..kernel.backward_boundary import ModelSource
+from . import loader_errors
 from .agent import Agent
 from .agreed import Agreements
 from .manual import ManualModels
@@ -80,11 +81,13 @@ class Worker:
 
     def torch_ready(self) -> None:
         """torch is imported and the step hooks call this worker: also watch for a loop
-        that updates its weights by hand (manual.py)."""
+        that updates its weights by hand (manual.py), and note which sample a dataset
+        fails on if this process is a DataLoader worker (loader_errors.py)."""
         try:
             self.manual.install()
         except Exception:
             self.errors["manual:install"] += 1
+        loader_errors.install()
 
     # --- torch's step hooks (training thread) -------------------------------------------
 

@@ -273,6 +273,7 @@ export interface IException {
   truncated: boolean;
   capture_ms?: number;
   rank?: IRankIdentity;
+  unwrapped?: IUnwrappedError;
 }
 export interface IExceptionInfo {
   type: string;
@@ -312,6 +313,7 @@ export interface IDiagnosis {
     | 'cuda_error'
     | 'autograd'
     | 'non_finite'
+    | 'data_loader'
     | 'generic';
   title: string;
   /**
@@ -452,6 +454,10 @@ export interface IExceptionFrame {
    * Module level: the locals are the notebook's globals (IPython's own names, imports, functions and classes left out).
    */
   namespace?: boolean;
+  /**
+   * The frame ran in another process (`DataLoader worker process 0`) and is known from its traceback's text: no locals.
+   */
+  process?: string;
   locals: ILocal[];
   locals_total: number;
   locals_truncated: boolean;
@@ -487,6 +493,84 @@ export interface IRankIdentity {
    * How the worker attached: started by torch.multiprocessing spawn from the notebook, forked from the kernel, a torchrun (or other) subprocess that inherited the endpoint, or jupyterlab_torchdbg.attach() in a script started elsewhere.
    */
   launcher: 'spawn' | 'fork' | 'torchrun' | 'attach';
+}
+/**
+ * Present when a DataLoader's dataset raised: the original error (re-raised by torch from a worker process as text), where it ran and which sample.
+ */
+export interface IUnwrappedError {
+  /**
+   * `DataLoader worker process N`, or `the main process` (num_workers=0).
+   */
+  where: string;
+  worker_id: number | null;
+  /**
+   * The worker process, when it noted the sample (the worker is another process: its frames have no locals).
+   */
+  pid: number | null;
+  exception: IExceptionInfo1;
+  /**
+   * True only when the fetcher's own `dataset[idx]` call was on the traceback: `index` is the index it passed.
+   */
+  index_known: boolean;
+  /**
+   * The failing sample's index as the sampler gave it: an integer, a string, a short list, or `{type}` for anything else; null when not known.
+   */
+  index:
+    | number
+    | string
+    | unknown[]
+    | {
+        [k: string]: unknown;
+      }
+    | null;
+  /**
+   * The batch's indices (the first 64) when the DataLoader batches.
+   *
+   * @maxItems 64
+   */
+  batch: unknown[] | null;
+  batch_size: number | null;
+  /**
+   * The type name of the DataLoader's dataset.
+   */
+  dataset: string | null;
+  /**
+   * Index in `frames` of the dataset's `__getitem__` (else the innermost frame of the worker).
+   */
+  frame: number | null;
+  /**
+   * Why the index is not known (when `index_known` is false).
+   */
+  why_unknown: string | null;
+}
+/**
+ * The original exception: its own type, module and message (not torch's "Caught X in DataLoader worker process N").
+ */
+export interface IExceptionInfo1 {
+  type: string;
+  module: string;
+  /**
+   * str(exception), cut to 10,000 characters; "n/a" when its __str__ raised.
+   */
+  message: string;
+  message_truncated: boolean;
+  message_unavailable?: boolean;
+  /**
+   * For a SyntaxError: where the parser stopped.
+   */
+  syntax?: {
+    lineno?: number | null;
+    offset?: number | null;
+    end_lineno?: number | null;
+    end_offset?: number | null;
+    text?: string | null;
+    msg?: string | null;
+    file?: string;
+    origin?: 'cell' | 'file' | 'library';
+    cell_id?: string | null;
+    execution_count?: number | null;
+    [k: string]: unknown;
+  };
 }
 /**
  * The gradient monitor's status: sent on changes and every ~2 s while training, in every snapshot, and at the end of a cell. The numbers themselves travel in `series` messages.
