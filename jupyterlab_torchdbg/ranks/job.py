@@ -34,6 +34,12 @@ MAX_LAYERS = 200
 LATE_FACTOR = 3.0
 
 TERMINAL = ("exited", "failed", "lost")
+#: A rank's diagnoses / detector alerts kept until the alarms take them.
+MAX_SIGNALS = 16
+#: The causes a rank's diagnosis names (kernel/grads/diagnose.py), and "unknown".
+CAUSES = ("input", "forward", "weights", "loss", "backward", "overflow", "unknown")
+#: The detector alerts a rank reports.
+SIGNAL_KINDS = ("explosion", "vanishing")
 #: One point: (step, step time s | None, norm as on the wire, memory bytes | None).
 Point = tuple[int, float | None, float | str | None, int | None]
 
@@ -93,6 +99,8 @@ class Rank:
     mem_kind: str = "host"
     phase: str = "none"
     stack: list[str] | None = None
+    #: Which of ``stack``'s frames are the user's (None: the worker did not say).
+    stack_user: list[bool] | None = None
     layers: dict[str, Any] | None = None
     layers_by_step: OrderedDict[int, dict[str, Any]] = field(default_factory=OrderedDict)
     norms_by_step: OrderedDict[int, float | str] = field(default_factory=OrderedDict)
@@ -100,6 +108,14 @@ class Rank:
     new_points: deque[Point] = field(default_factory=lambda: deque(maxlen=RING))
     clip: float | None = None
     lr_scale: float = 1.0
+    #: (step, finding) of non-finite steps this rank diagnosed (rank_signals.py), not
+    #: yet taken by the alarms (grad_alarms.py); its explosion / vanishing alerts.
+    findings: deque[tuple[int, dict[str, Any]]] = field(
+        default_factory=lambda: deque(maxlen=MAX_SIGNALS)
+    )
+    signals: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_SIGNALS))
+    #: The last step its detector (explosion, vanishing) has judged.
+    checked: int = 0
 
     @property
     def number(self) -> int:
@@ -194,9 +210,20 @@ class Rank:
                 sampled.append(step)
             if mem is not None:
                 self.mem = mem
+            finding = finding_of(row.get("nonfinite"))
+            if finding is not None:
+                self.findings.append((step, finding))
             point: Point = (step, dt, norm, mem)
             self.points.append(point)
             self.new_points.append(point)
+        signals = content.get("signals")
+        for raw in signals[:MAX_SIGNALS] if isinstance(signals, list) else []:
+            signal = signal_of(raw)
+            if signal is not None:
+                self.signals.append(signal)
+        checked = _int(content.get("checked"))
+        if checked is not None:
+            self.checked = max(self.checked, checked)
         layers = content.get("layers")
         if isinstance(layers, dict) and self._valid_layers(layers):
             # model order, as sent (the desync check names the first layer that differs)
@@ -242,6 +269,11 @@ class Rank:
         stack = content.get("stack")
         if isinstance(stack, list) and all(isinstance(s, str) for s in stack):
             self.stack = [s[:1000] for s in stack[-64:]]
+            user = content.get("stack_user")
+            if isinstance(user, list) and len(user) == len(stack):
+                self.stack_user = [u is True for u in user[-64:]]
+            else:
+                self.stack_user = None
         return before != (self.phase, self.step, self.stack is not None)
 
     def take_points(self, replay: bool) -> dict[str, Any] | None:
@@ -260,6 +292,43 @@ class Rank:
             "grad_norm": [p[2] for p in pts],
             "memory_bytes": [p[3] for p in pts],
         }
+
+
+def _text(x: object, limit: int) -> str | None:
+    return x[:limit] if isinstance(x, str) else None
+
+
+def finding_of(raw: object) -> dict[str, Any] | None:
+    """A row's ``nonfinite`` (the rank's diagnosis of a non-finite step), checked field
+    by field and bounded (R52: what a worker sends is data, never code)."""
+    if not isinstance(raw, dict):
+        return None
+    cause = raw.get("cause")
+    return {
+        "cause": cause if cause in CAUSES else "unknown",
+        "layer": _text(raw.get("layer"), 512),
+        "message": _text(raw.get("message"), 1200) or "",
+        "rerun": raw.get("rerun") is True,
+        "why_not_rerun": _text(raw.get("why_not_rerun"), 300),
+        "batch_finite": raw.get("batch_finite") is True,
+    }
+
+
+def signal_of(raw: object) -> dict[str, Any] | None:
+    """One explosion / vanishing alert of a rank's detector, checked and bounded."""
+    if not isinstance(raw, dict) or raw.get("kind") not in SIGNAL_KINDS:
+        return None
+    step = _int(raw.get("step"), 1)
+    if step is None:
+        return None
+    return {
+        "kind": str(raw["kind"]),
+        "step": step,
+        "layer": _text(raw.get("layer"), 512),
+        "message": _text(raw.get("message"), 1200) or "",
+        "remedy": _text(raw.get("remedy"), 600),
+        "value": _num(raw.get("value")),
+    }
 
 
 def _layer_key(v: float | str | None) -> float:

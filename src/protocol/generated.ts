@@ -1507,23 +1507,57 @@ export interface IRankPoints {
 export interface IRankAlarm {
   id: string;
   /**
-   * desync: the rank's all-reduced gradient norm differs from the others' at the same step; straggler: its own time per step is far above the others'; hang: it has not stepped while the others wait; failed: its process raised; lost: it stopped answering; action: an all-rank action was missed by this rank.
+   * desync: the rank's all-reduced gradient norm differs from the others' at the same step; straggler: its own time per step is far above the others'; hang: it has not stepped while the others wait; failed: its process raised; lost: it stopped answering; action: an all-rank action was missed by this rank; non_finite: a NaN/Inf gradient, `rank` the rank where it began (its own batch, forward or loss) when one did; explosion / vanishing: the kernel's gradient alarms judged on the rank's own norms.
    */
-  kind: 'desync' | 'straggler' | 'hang' | 'failed' | 'lost' | 'action';
+  kind:
+    | 'desync'
+    | 'straggler'
+    | 'hang'
+    | 'failed'
+    | 'lost'
+    | 'action'
+    | 'non_finite'
+    | 'explosion'
+    | 'vanishing';
   rank: number;
   step: number | null;
   time: number;
   message: string;
   /**
-   * desync: the first layer whose norm differs.
+   * desync: the first layer whose norm differs; non_finite: the module or layer its cause names (else the layer nearest the loss with a non-finite gradient); explosion: the layer carrying the norm; vanishing: the first layer below the floor.
    */
   layer?: string | null;
   /**
-   * hang: the stuck rank's training-thread stack, outermost first, one 'file:line in function: code' per frame, taken inside the worker.
+   * non_finite: what made it, found from the ranks' own forward data (the kernel's at-step diagnosis).
+   */
+  cause?:
+    | 'input'
+    | 'forward'
+    | 'weights'
+    | 'loss'
+    | 'backward'
+    | 'overflow'
+    | 'unknown';
+  /**
+   * non_finite / explosion / vanishing: every rank that saw it (under DDP every rank: their gradients are all-reduced).
+   *
+   * @maxItems 1024
+   */
+  ranks?: number[];
+  /**
+   * non_finite / explosion / vanishing: what to do, fitting the cause.
+   */
+  remedy?: string | null;
+  /**
+   * hang: the stuck rank's training-thread stack, one 'file:line in function: code' per frame, taken inside the worker: the user's frames first (outermost first), then the library's and the tool's (outermost first) when `stack_user` is present, else outermost first.
    *
    * @maxItems 64
    */
   stack: string[];
+  /**
+   * hang: how many of `stack`'s first lines are the user's frames (a cell or a user file); the rest are collapsed like the exception view's library frames.
+   */
+  stack_user?: number;
 }
 /**
  * The data of the panel's comm_open.
