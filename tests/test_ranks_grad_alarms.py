@@ -138,7 +138,20 @@ def test_every_rank_clean_says_which_one_cannot_be_told(h: Harness) -> None:
     (alarm,) = h.alarms("non_finite")
     assert (alarm["rank"], alarm["cause"]) == (0, "backward")
     assert "which one cannot be told from the averaged gradients" in alarm["message"]
+    # R47: no loss module was called on the batches: the loss is not called finite
+    assert "the loss was not checked" in alarm["message"]
+    assert "the loss or backward made it" in alarm["message"]
     assert "Replay" not in alarm["remedy"]
+
+
+def test_r47_a_loss_read_on_every_rank_is_named_finite(h: Harness) -> None:
+    for n in range(2):
+        send(h, n, range(1, 27), bad={26: {**CLEAN, "loss_checked": True}})
+    (alarm,) = h.alarms("non_finite")
+    assert (
+        "on each, its own batch, forward pass and loss are finite, so backward made it"
+        in (alarm["message"])
+    )
 
 
 def test_weights_already_nan_on_every_rank_says_the_origin_is_lost(h: Harness) -> None:
@@ -309,3 +322,39 @@ def test_r35_a_model_with_syncbatchnorm_is_not_rerun_and_says_why() -> None:
     assert out["rerun"] is False and "SyncBatchNorm" in out["why_not_rerun"]
     assert out["batch_finite"] is True and out["cause"] == "unknown"
     assert out["layer"] == "head"
+
+
+class SqrtOfRelu(nn.Module):
+    """Finite forward, NaN gradient: sqrt at 0 (its derivative is infinite, times 0)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 1)
+        with torch.no_grad():
+            self.fc.weight.fill_(1.0)
+            self.fc.bias.fill_(10.0)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        y = self.fc(features)
+        return torch.sqrt(y * (y > 0))  # a zero where y <= 0: inf x 0 in backward
+
+
+def test_r47_backward_with_a_loss_module_read_says_the_loss_was_checked() -> None:
+    model, criterion = SqrtOfRelu(), nn.MSELoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    reader, signals = Reader(), RankSignals(lambda where: None)
+    bad = torch.rand(8, 4)
+    bad[2] = -100.0  # a finite input whose output is masked to 0
+    findings = []
+    for batch in (torch.rand(8, 4), bad):
+        opt.zero_grad()
+        criterion(model(batch), torch.ones(8, 1)).backward()
+        frame = sys._getframe()
+        read = reader.read(opt, frame)
+        signals.watch(read.module, read.module_name, frame)
+        findings.append(signals.at_read(len(findings) + 1, read))
+    assert findings[0] is None
+    finding = findings[1]
+    assert finding["cause"] == "backward" and finding["loss_checked"] is True
+    assert finding["batch_finite"] is True and finding["rerun"] is True
+    signals.remove()

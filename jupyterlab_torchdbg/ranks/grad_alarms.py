@@ -57,10 +57,10 @@ REMEDY = {
     "rate.",
     "overflow": "The gradients exploded (no NaN source): clip gradients "
     "(torch.nn.utils.clip_grad_norm_) or lower the learning rate.",
-    "backward": "Forward and batch are finite on every rank checked, so backward made the "
-    "NaN/Inf: look for the gradient of sqrt or norm at 0, pow with a negative exponent, a "
-    "custom autograd Function or an fp16 overflow; if the norm was climbing before, clip "
-    "gradients or lower the learning rate.",
+    "backward": "The batches and forward passes checked are finite: look at the loss "
+    "(log(0), a division by zero, this rank's targets) and at backward (the gradient of "
+    "sqrt or norm at 0, pow with a negative exponent, a custom autograd Function, an fp16 "
+    "overflow); if the norm was climbing before, clip gradients or lower the learning rate.",
     "unknown": "Run the step in the notebook (one process) to let the kernel diagnose it, "
     "or check each rank's batch with torch.isfinite.",
 }
@@ -222,21 +222,26 @@ class GradAlarms:
             )
             return overflow[0], g["layer"], "overflow", message + tail, REMEDY["overflow"]
         if clean and len(everyone) > 1 and not unknown and not batch_only:
-            message = (
-                f"{at} on {_ranks(everyone)}: on each, its own batch and forward pass are "
-                "finite, so backward made it on one of them and the all-reduce gave it to "
-                "all; which one cannot be told from the averaged gradients."
-            )
+            if all(found[n]["loss_checked"] for n in clean):
+                message = (
+                    f"{at} on {_ranks(everyone)}: on each, its own batch, forward pass and "
+                    "loss are finite, so backward made it on one of them and the all-reduce "
+                    "gave it to all; which one cannot be told from the averaged gradients."
+                )
+            else:
+                message = (
+                    f"{at} on {_ranks(everyone)}: on each, its own batch and forward pass "
+                    "are finite; the loss was not checked (no torch.nn loss module was "
+                    "called on the batch), so the loss or backward made it on one of them "
+                    "and the all-reduce gave it to all; which one cannot be told from the "
+                    "averaged gradients."
+                )
             return lowest, f["layer"], "backward", message + tail, REMEDY["backward"]
         if len(everyone) == 1:
             cause = str(f["cause"])
-            return (
-                lowest,
-                f["layer"],
-                cause,
-                f"{at} on rank {lowest}: {f['message']}." + tail,
-                REMEDY[cause],
-            )
+            said = _clean_words(f) if cause == "backward" else f["message"]
+            message = f"{at} on rank {lowest}: {said}." + tail
+            return lowest, f["layer"], cause, message, REMEDY[cause]
         parts = [f"{at} on {_ranks(everyone)}; no rank's own batch or forward pass made it."]
         parts += self._consequences(clean, batch_only, found)
         parts += self._not_diagnosed(unknown, found)
@@ -250,10 +255,14 @@ class GradAlarms:
         parts = []
         if clean:
             one = len(clean) == 1
+            checked = (
+                "batch, forward pass and loss are"
+                if all(found[n]["loss_checked"] for n in clean)
+                else "batch and forward pass are"
+            )
             parts.append(
                 f"{_ranks(clean).capitalize()} {'holds' if one else 'hold'} it only through "
-                f"the all-reduce: {'its' if one else 'their'} own batch and forward pass "
-                "are finite."
+                f"the all-reduce: {'its' if one else 'their'} own {checked} finite."
             )
         if batch_only:
             why = found[batch_only[0]]["why_not_rerun"] or "not re-run"
@@ -299,6 +308,17 @@ class GradAlarms:
             rest = " ".join(f"Rank {n}: {m['message']}" for n, (_, m) in members[1:])
             message = f"{_ranks(everyone).capitalize()}. Rank {lowest}: {first['message']} {rest}"
         return lowest, first["layer"], None, message, remedy
+
+
+def _clean_words(f: dict[str, Any]) -> str:
+    """A rank's "backward" finding in what was checked (R47): the loss is named finite
+    only when a loss module's output on this batch was read."""
+    if f["loss_checked"]:
+        return "its batch, forward pass and loss are finite: backward made it"
+    return (
+        "its batch and forward pass are finite; the loss was not checked (no torch.nn "
+        "loss module was called on the batch): the loss or backward made it"
+    )
 
 
 def _same(a: object, b: object) -> bool:

@@ -19,6 +19,8 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from .signal_wire import finding_of, signal_of
+
 #: Points kept per rank (the panel's per-rank charts).
 RING = 2000
 #: No message at all from a rank for this long: lost.
@@ -36,10 +38,6 @@ LATE_FACTOR = 3.0
 TERMINAL = ("exited", "failed", "lost")
 #: A rank's diagnoses / detector alerts kept until the alarms take them.
 MAX_SIGNALS = 16
-#: The causes a rank's diagnosis names (kernel/grads/diagnose.py), and "unknown".
-CAUSES = ("input", "forward", "weights", "loss", "backward", "overflow", "unknown")
-#: The detector alerts a rank reports.
-SIGNAL_KINDS = ("explosion", "vanishing")
 #: One point: (step, step time s | None, norm as on the wire, memory bytes | None).
 Point = tuple[int, float | None, float | str | None, int | None]
 
@@ -292,43 +290,6 @@ class Rank:
             "grad_norm": [p[2] for p in pts],
             "memory_bytes": [p[3] for p in pts],
         }
-
-
-def _text(x: object, limit: int) -> str | None:
-    return x[:limit] if isinstance(x, str) else None
-
-
-def finding_of(raw: object) -> dict[str, Any] | None:
-    """A row's ``nonfinite`` (the rank's diagnosis of a non-finite step), checked field
-    by field and bounded (R52: what a worker sends is data, never code)."""
-    if not isinstance(raw, dict):
-        return None
-    cause = raw.get("cause")
-    return {
-        "cause": cause if cause in CAUSES else "unknown",
-        "layer": _text(raw.get("layer"), 512),
-        "message": _text(raw.get("message"), 1200) or "",
-        "rerun": raw.get("rerun") is True,
-        "why_not_rerun": _text(raw.get("why_not_rerun"), 300),
-        "batch_finite": raw.get("batch_finite") is True,
-    }
-
-
-def signal_of(raw: object) -> dict[str, Any] | None:
-    """One explosion / vanishing alert of a rank's detector, checked and bounded."""
-    if not isinstance(raw, dict) or raw.get("kind") not in SIGNAL_KINDS:
-        return None
-    step = _int(raw.get("step"), 1)
-    if step is None:
-        return None
-    return {
-        "kind": str(raw["kind"]),
-        "step": step,
-        "layer": _text(raw.get("layer"), 512),
-        "message": _text(raw.get("message"), 1200) or "",
-        "remedy": _text(raw.get("remedy"), 600),
-        "value": _num(raw.get("value")),
-    }
 
 
 def _layer_key(v: float | str | None) -> float:

@@ -34,6 +34,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from .signal_wire import CAUSES, SIGNAL_KINDS
+
 if TYPE_CHECKING:
     from ..kernel.grads.alarms import Detector
     from ..kernel.grads.bad_step import KeptCall
@@ -46,11 +48,6 @@ MAX_PENDING = 4096
 FRAME_DEPTH = 40
 #: Modules looked at for a layer that needs the other ranks.
 MAX_MODULES = 4096
-#: Alarm kinds of the kernel's detector that a rank reports (non-finite is judged at
-#: the step, here; AMP skips have no scale in a rank's reads).
-DETECTOR_KINDS = ("explosion", "vanishing")
-#: The diagnosis's causes, as the kernel's diagnose.py names them, and "unknown".
-CAUSES = ("input", "forward", "weights", "loss", "backward", "overflow", "unknown")
 
 
 def inner_module(module: Any) -> Any:
@@ -202,6 +199,10 @@ class RankSignals:
             )
             return out
         roots: list[tuple[str, Any, KeptCall | None]] = [(self._name, root, call)]
+        losses = keeper.losses()
+        # the loss is checked only when a loss module was called on this batch (its
+        # output kept): else "finite" is not known of it (R47)
+        out["loss_checked"] = any(k.output is not None and k.call > call.call for k in losses)
         keeper.paused = True
         try:
             finding = diagnose.overflow(
@@ -211,9 +212,7 @@ class RankSignals:
             if finding is None:
                 why_not = needs_other_ranks(root)
                 if why_not is None:
-                    finding = diagnose.diagnose(
-                        roots, keeper.losses(), None, grad_layer, "rank", step
-                    )
+                    finding = diagnose.diagnose(roots, losses, None, grad_layer, "rank", step)
                 else:  # the batch only: the forward would wait for the other ranks
                     finding = diagnose.check_inputs(roots)
         finally:
@@ -264,7 +263,7 @@ class RankSignals:
             return []
         out = []
         for a in alerts:
-            if a.kind not in DETECTOR_KINDS:
+            if a.kind not in SIGNAL_KINDS:
                 continue
             value = a.value if a.value is not None and math.isfinite(a.value) else None
             out.append(
