@@ -11,6 +11,7 @@
 import { mountEach, React } from './dom';
 import { TorchDbgModel } from '../model/model';
 import type { ExceptionPanel as ExceptionPanelT } from '../panels/exception/body';
+import { debugNote } from '../panels/exception/debugNote';
 import { exceptionReport } from '../panels/exception/report';
 import type { IException } from '../protocol/messages';
 import { schemaDef } from './schema';
@@ -224,5 +225,39 @@ describe('a DataLoader worker’s error in the exception view', () => {
     expect(md).toContain('In DataLoader worker process 1; sample index: 7');
     expect(md).toContain('ValueError: sample 7 is corrupt');
     expect(md).toContain('-- in DataLoader worker process 1 --');
+  });
+
+  it('the %debug note counts only this kernel’s frames and says the worker’s are out of reach', () => {
+    // frames 0 (the cell) … 4 (reraise) are this kernel's; the focus is the worker's
+    const exc = workerError();
+    const kernelFrames = [
+      exc.frames[0],
+      {
+        ...exc.frames[1],
+        position: 4,
+        function: 'reraise',
+        file: 'torch/_utils.py',
+        process: undefined
+      }
+    ];
+    const withTail = {
+      ...exc,
+      frames: [...kernelFrames, ...exc.frames.slice(1)],
+      focus: 3
+    };
+    expect(debugNote(withTail, trans)).toBe(
+      'ipdb starts in the innermost frame: type u 4 to reach <module> (Cell In[4], line 1). The failing frame ran in DataLoader worker process 1: %debug cannot reach it.'
+    );
+    // a plain exception: counted against the whole stack as before
+    const plain = {
+      ...exc,
+      unwrapped: undefined,
+      frames: [exc.frames[0], { ...kernelFrames[1] }],
+      focus: 0,
+      frames_total: 5
+    };
+    expect(debugNote(plain, trans)).toBe(
+      'ipdb starts in the innermost frame: type u 4 to reach <module> (Cell In[4], line 1).'
+    );
   });
 });
