@@ -98,7 +98,7 @@ def test_nan_from_one_ranks_batch_waits_for_every_rank_then_names_it(h: Harness)
     assert len(h.alarms("non_finite")) == 1  # one event, one alarm
 
 
-def test_a_rank_that_samples_the_step_later_joins_the_same_alarm(h: Harness) -> None:
+def test_a_rank_that_samples_the_step_later_joins_with_what_it_saw_then(h: Harness) -> None:
     send(h, 0, range(1, 26))
     send(h, 1, range(1, 25))  # stride 4 on rank 1: 24 sampled, then 28
     send(h, 0, range(26, 27), bad={26: CLEAN})
@@ -108,7 +108,16 @@ def test_a_rank_that_samples_the_step_later_joins_the_same_alarm(h: Harness) -> 
     rows.append({"step": 28, "t": 0.0, "dt": 0.05, "norm": "NaN", "nonfinite": INPUT})
     h.hub.on_message(w(1), "rows", {"rows": rows, "own": 0.5, "phase": "user", "checked": 28})
     (alarm,) = h.alarms("non_finite")
-    assert (alarm["rank"], alarm["step"], alarm["ranks"]) == (1, 26, [0, 1])
+    assert (alarm["rank"], alarm["step"], alarm["ranks"]) == (0, 26, [0, 1])
+    # rank 1's finding is of its step 28, after step 26's update: not of step 26 (R47),
+    # so what made step 26's NaN is not known
+    assert alarm["cause"] == "unknown"
+    assert alarm["message"] == (
+        "Non-finite gradient at step 26 on ranks 0, 1; the ranks' own data checked did not "
+        "make it. Rank 0: its own batch and forward pass are finite. Rank 1 read it first "
+        "at step 28 (its stride skipped step 26): the input batch of model holds NaN: `x` "
+        "(32x8) at index [3, 0]."
+    )
 
 
 def test_a_rank_that_never_reports_does_not_hold_the_alarm_forever(h: Harness) -> None:
@@ -219,6 +228,22 @@ def test_the_same_explosion_on_every_rank_does_not_blame_one(h: Harness) -> None
     (alarm,) = h.alarms("explosion")
     assert (alarm["rank"], alarm["ranks"]) == (0, [0, 1])
     assert "which rank's batch caused it is not known" in alarm["message"]
+
+
+def test_an_all_reduced_explosion_read_at_another_step_is_the_same_alarm(h: Harness) -> None:
+    # rank 1 samples every 4th step: it reads the explosion first at step 28; both
+    # ranks read equal norms at every step they both sampled (DDP)
+    send(h, 0, range(1, 31), signals=[explosion(26, 9e3)])
+    rows = [
+        {"step": s, "t": 0.0, "dt": 0.05, "norm": 1.0 if s % 4 == 0 else None, "mem": 1}
+        for s in range(1, 31)
+    ]
+    content = {"rows": rows, "own": 0.5, "phase": "user", "checked": 30}
+    h.hub.on_message(w(1), "rows", {**content, "signals": [explosion(28, 8e3)]})
+    (alarm,) = h.alarms("explosion")
+    assert (alarm["rank"], alarm["step"], alarm["ranks"]) == (0, 26, [0, 1])
+    assert "which rank's batch caused it is not known" in alarm["message"]
+    assert "(read first by rank 1 at step 28: its stride skipped step 26)" in alarm["message"]
 
 
 def test_r52_what_a_worker_sends_is_validated_and_bounded(h: Harness) -> None:

@@ -29,9 +29,8 @@ from typing import Any
 
 from ..kernel.thread_stacks import user_first
 from .grad_alarms import GradAlarms
-from .job import LOST_S, Job, Rank, norm_value
+from .job import LOST_S, Job, Rank, norm_value, same_norm
 
-DESYNC_RTOL = 1e-5
 STRAGGLER_STEPS = 5
 STRAGGLER_FACTOR = 1.5
 STRAGGLER_MIN_S = 0.020
@@ -44,16 +43,6 @@ ROOT_WINDOW_S = 5.0
 #: Where a failure that is a consequence of another rank's comes from (the innermost
 #: frame): torch's collectives and the backward pass that runs DDP's all-reduce.
 COLLECTIVE_DIRS = ("torch/distributed/", "torch/nn/parallel/", "torch/autograd/")
-
-
-def same_norm(a: float | None, b: float | None) -> bool:
-    if a is None or b is None:
-        return a is b
-    if math.isnan(a) or math.isnan(b):
-        return math.isnan(a) and math.isnan(b)
-    if math.isinf(a) or math.isinf(b):
-        return a == b
-    return abs(a - b) <= DESYNC_RTOL * max(abs(a), abs(b), 1e-30)
 
 
 def _ranks(numbers: list[int]) -> str:

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .job import Job, Rank, norm_value
+from .job import Job, Rank, norm_value, same_norm
 
 #: Seconds an event waits for a rank that has not been checked past its step.
 WAIT_S = 5.0
@@ -175,8 +175,11 @@ class GradAlarms:
 
     def _non_finite(self, ev: Event) -> tuple[int, str | None, str, str, str]:
         members = sorted(ev.members.items())
-        found = {n: f for n, (_, f) in members}
         everyone = [n for n, _ in members]
+        # a rank that read it first at a later step (its stride skipped the event's
+        # step) saw weights already updated by it: its finding says nothing of its data
+        found = {n: f for n, (s, f) in members if s == ev.step}
+        late = [(n, s) for n, (s, _) in members if s != ev.step]  # (rank, its step)
         all_weights = all(f["cause"] == "weights" for f in found.values())
         own = [n for n, f in found.items() if f["cause"] in OWN]
         if not all_weights:
@@ -194,17 +197,22 @@ class GradAlarms:
         tail = ""
         if others:
             tail = f" {_ranks(others).capitalize()}: finite gradients at this step."
+        for n, step in late:  # what it found at its own step, which is not this one
+            tail += (
+                f" Rank {n} read it first at step {step} (its stride skipped step "
+                f"{ev.step}): {ev.members[n][1]['message']}."
+            )
         if own:
             first = own[0]
             f = found[first]
             parts = [f"{at}, from rank {first}: {f['message']}."]
             for n in own[1:]:
                 parts.append(f"Rank {n} too: {found[n]['message']}.")
-            parts += self._consequences(clean, batch_only, found)
+            parts += self._consequences(clean, batch_only, found, origin=True)
             parts += self._not_diagnosed(unknown, found)
             cause = str(f["cause"])
             return first, f["layer"], cause, " ".join(parts) + tail, REMEDY[cause]
-        lowest = everyone[0]
+        lowest = min(found)
         f = found[lowest]
         if all_weights:
             message = (
@@ -221,7 +229,7 @@ class GradAlarms:
                 f"{at} on {_ranks(everyone)}: {g['message']}{same if len(everyone) > 1 else ''}."
             )
             return overflow[0], g["layer"], "overflow", message + tail, REMEDY["overflow"]
-        if clean and len(everyone) > 1 and not unknown and not batch_only:
+        if clean and len(everyone) > 1 and not unknown and not batch_only and not late:
             if all(found[n]["loss_checked"] for n in clean):
                 message = (
                     f"{at} on {_ranks(everyone)}: on each, its own batch, forward pass and "
@@ -242,16 +250,18 @@ class GradAlarms:
             said = _clean_words(f) if cause == "backward" else f["message"]
             message = f"{at} on rank {lowest}: {said}." + tail
             return lowest, f["layer"], cause, message, REMEDY[cause]
-        parts = [f"{at} on {_ranks(everyone)}; no rank's own batch or forward pass made it."]
-        parts += self._consequences(clean, batch_only, found)
+        parts = [f"{at} on {_ranks(everyone)}; the ranks' own data checked did not make it."]
+        parts += self._consequences(clean, batch_only, found, origin=False)
         parts += self._not_diagnosed(unknown, found)
-        cause = "backward" if clean and not unknown else "unknown"
+        cause = "backward" if clean and not unknown and not late else "unknown"
         return lowest, f["layer"], cause, " ".join(parts) + tail, REMEDY[cause]
 
     @staticmethod
     def _consequences(
-        clean: list[int], batch_only: list[int], found: dict[int, dict[str, Any]]
+        clean: list[int], batch_only: list[int], found: dict[int, dict[str, Any]], origin: bool
     ) -> list[str]:
+        """What the other ranks' own data showed; "only through the all-reduce" when
+        a rank where it began was found (``origin``)."""
         parts = []
         if clean:
             one = len(clean) == 1
@@ -260,10 +270,14 @@ class GradAlarms:
                 if all(found[n]["loss_checked"] for n in clean)
                 else "batch and forward pass are"
             )
-            parts.append(
-                f"{_ranks(clean).capitalize()} {'holds' if one else 'hold'} it only through "
-                f"the all-reduce: {'its' if one else 'their'} own {checked} finite."
-            )
+            whose = "its" if one else "their"
+            if origin:
+                parts.append(
+                    f"{_ranks(clean).capitalize()} {'holds' if one else 'hold'} it only "
+                    f"through the all-reduce: {whose} own {checked} finite."
+                )
+            else:
+                parts.append(f"{_ranks(clean).capitalize()}: {whose} own {checked} finite.")
         if batch_only:
             why = found[batch_only[0]]["why_not_rerun"] or "not re-run"
             one = len(batch_only) == 1
@@ -276,6 +290,21 @@ class GradAlarms:
     @staticmethod
     def _not_diagnosed(unknown: list[int], found: dict[int, dict[str, Any]]) -> list[str]:
         return [f"Rank {n}: {found[n]['message']}." for n in unknown]
+
+    def _all_reduced(self, numbers: list[int]) -> bool:
+        """These ranks read equal total norms at every step they all sampled (at least
+        one): their gradients are all-reduced (DDP)."""
+        ranks = [r for r in self.job.ordered() if r.number in numbers]
+        if len(ranks) < 2:
+            return False
+        common = set.intersection(*(set(r.norms_by_step) for r in ranks))
+        if not common:
+            return False
+        return all(
+            same_norm(norm_value(r.norms_by_step[s]), norm_value(ranks[0].norms_by_step[s]))
+            for s in common
+            for r in ranks[1:]
+        )
 
     def _detector(self, ev: Event) -> tuple[int, str | None, None, str, str]:
         members = sorted(ev.members.items())
@@ -294,15 +323,15 @@ class GradAlarms:
                 else ""
             )
             return lowest, first["layer"], None, f"Rank {lowest}: {first['message']}{other}", remedy
-        same = all(
-            _same(v[1].get("value"), first.get("value")) and v[0] == members[0][1][0]
-            for _, v in members
-        )
-        if same:
+        if self._all_reduced(everyone):
+            later = [f"rank {n} at step {st}" for n, (st, _) in members if st != ev.step]
+            seen = f" (read first by {', '.join(later)}: its stride skipped step {ev.step})"
             message = (
                 f"{_ranks(everyone).capitalize()}: {first['message']} Their gradients are "
-                "all-reduced, so the norm is the same on every rank: which rank's batch "
-                "caused it is not known."
+                "all-reduced (equal norms at every step they all read), so the norm is the "
+                "same on every rank: which rank's batch caused it is not known"
+                + (seen if later else "")
+                + "."
             )
         else:
             rest = " ".join(f"Rank {n}: {m['message']}" for n, (_, m) in members[1:])
@@ -319,12 +348,6 @@ def _clean_words(f: dict[str, Any]) -> str:
         "its batch and forward pass are finite; the loss was not checked (no torch.nn "
         "loss module was called on the batch): the loss or backward made it"
     )
-
-
-def _same(a: object, b: object) -> bool:
-    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
-        return a is None and b is None
-    return abs(a - b) <= 1e-5 * max(abs(a), abs(b), 1e-30)
 
 
 def _last_sampled_before(r: Rank, step: int) -> int:

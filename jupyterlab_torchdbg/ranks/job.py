@@ -36,6 +36,9 @@ MAX_LAYERS = 200
 LATE_FACTOR = 3.0
 
 TERMINAL = ("exited", "failed", "lost")
+#: Two ranks' total norms at one step are the same within this relative difference
+#: (the desync alarm; grad_alarms.py: the ranks' gradients are all-reduced).
+DESYNC_RTOL = 1e-5
 #: A rank's diagnoses / detector alerts kept until the alarms take them.
 MAX_SIGNALS = 16
 #: One point: (step, step time s | None, norm as on the wire, memory bytes | None).
@@ -51,6 +54,16 @@ def norm_value(x: object) -> float | None:
     if x in ("NaN", "Infinity", "-Infinity"):
         return float(str(x).lower().replace("infinity", "inf"))
     return None
+
+
+def same_norm(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= DESYNC_RTOL * max(abs(a), abs(b), 1e-30)
 
 
 def wire_norm(x: object) -> float | str | None:
