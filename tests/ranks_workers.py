@@ -11,6 +11,12 @@ after the all-reduce from its 6th step on), ``slow`` (every rank sleeps 20 ms a 
 an action can be agreed while it runs). ``manual`` / ``manual-slow``: no optimizer, the
 weights updated by hand after ``backward()`` (``p -= lr * p.grad``, as the classic
 word-language-model example), with keyword arguments to the model's call.
+``nan``: rank 1's batch holds a NaN (``x[3, 0]``) at step ``BAD_STEP``; ``spike``: rank
+1's targets are 10,000 at that step instead of 0 (its loss and gradient explode);
+``spike-local``: the same without DDP (each rank trains its own replica: only rank 1's
+gradient explodes).
+These three sleep 50 ms a step, as a real step takes far longer than reading its norms
+(so every step is sampled, even on a busy machine).
 ``out``: each rank saves its final weights there.
 """
 
@@ -25,6 +31,8 @@ from typing import Any
 
 #: Seconds rank 1 sleeps in ``sleep`` mode (its stack names this line).
 SLEEP_S = 9.0
+#: The step (1-based) at which rank 1's batch is bad in ``nan`` / ``spike`` modes.
+BAD_STEP = 26
 
 
 def free_port() -> int:
@@ -53,7 +61,7 @@ def train(
         dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2))
-    ddp = nn.parallel.DistributedDataParallel(model)
+    ddp = model if mode == "spike-local" else nn.parallel.DistributedDataParallel(model)
     g = torch.Generator().manual_seed(1000 + rank)
     if mode.startswith("manual"):
         _manual(ddp, g, rank, steps, mode == "manual-slow")
@@ -61,7 +69,13 @@ def train(
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
     for i in range(steps):
         x = torch.randn(32, 8, generator=g) * (1 + rank)
-        loss = ddp(x).pow(2).mean()
+        target = 0.0
+        if rank == 1 and i == BAD_STEP - 1:
+            if mode == "nan":
+                x[3, 0] = float("nan")
+            elif mode.startswith("spike"):
+                target = 1e4  # an outlier target: the loss and its gradient explode
+        loss = (ddp(x) - target).pow(2).mean()
         opt.zero_grad()
         loss.backward()
         if mode == "desync" and rank == 1 and i >= 5:
@@ -75,6 +89,8 @@ def train(
             _busy(0.15)
         if mode in ("slow", "straggle", "sleep"):
             time.sleep(0.02)
+        elif mode in ("nan", "spike", "spike-local"):
+            time.sleep(0.05)  # reading the norms stays far under 2% of a step: stride 1
         opt.step()
     if out is not None:
         torch.save(

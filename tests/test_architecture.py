@@ -148,6 +148,7 @@ def test_one_registration_site_for_the_end_of_backward_hooks() -> None:
         "jupyterlab_torchdbg.kernel.step_boundary",
         "jupyterlab_torchdbg.ranks.manual",
         "jupyterlab_torchdbg.ranks.worker",
+        "jupyterlab_torchdbg.ranks.reader",  # a ModelSource's model names the layers
         "jupyterlab_torchdbg.kernel.grads.naming",
         "jupyterlab_torchdbg.kernel.grads.track",
         "jupyterlab_torchdbg.kernel.grads.monitor",

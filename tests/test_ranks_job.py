@@ -97,8 +97,12 @@ class Harness:
         content = {"rows": rows, "layers": layers, "own": own, "phase": "user"}
         self.hub.on_message(w(n), "rows", content)
 
-    def beat(self, n: int, step: int, since: float, phase: str, stack: Any = None) -> None:
+    def beat(
+        self, n: int, step: int, since: float, phase: str, stack: Any = None, user: Any = None
+    ) -> None:
         content = {"step": step, "since_step_s": since, "phase": phase, "stack": stack}
+        if user is not None:
+            content["stack_user"] = user
         self.hub.on_message(w(n), "heartbeat", content)
 
     def step_all(self, ranks: range, steps: range, **kw: Any) -> None:
@@ -268,6 +272,53 @@ def test_hang_names_the_rank_in_user_code_with_its_stack(h: Harness) -> None:
     assert "ranks 0, 2 wait in a collective" in alarm["message"]
     assert "time.sleep(60)" in alarm["message"]
     assert h.last()["ranks"][1]["state"] == "stalled"
+
+
+def test_hang_stack_lists_the_users_frames_first_and_names_the_innermost(h: Harness) -> None:
+    # issue #22: the stuck rank's stack read as a traceback in the exception view: the
+    # user's frames first, the library's (and the tool's) after, collapsed by the panel
+    for n in range(2):
+        h.hello(n, world=2, key="k2")
+    h.step_all(range(2), range(1, 5))
+    h.hub.hang_s = 3.0
+    t0 = h.clock.t
+    stack = [
+        "multiprocessing/process.py:314 in _bootstrap: self.run()",
+        "torch/multiprocessing/spawn.py:90 in _wrap: fn(i, *args)",
+        "train.py:10 in main: fn()",
+        "train.py:31 in fn: batch = next(loader)",
+        "torch/utils/data/dataloader.py:1320 in _get_data: success, data = ...",
+        "threading.py:320 in wait: waiter.acquire()",
+    ]
+    user = [False, False, True, True, False, False]
+    h.clock.t += 3.5
+    h.beat(0, 4, h.clock.t - t0, "torch_wait")
+    h.beat(1, 4, h.clock.t - t0, "user", stack=stack, user=user)
+    h.tick()
+    (alarm,) = h.alarms("hang")
+    assert alarm["stack"] == [stack[2], stack[3], stack[0], stack[1], stack[4], stack[5]]
+    assert alarm["stack_user"] == 2
+    assert (
+        "It is in train.py:31 in fn: batch = next(loader), inside threading.py:320 in wait"
+        in alarm["message"]
+    )
+
+
+def test_hang_stack_without_user_frames_or_flags_keeps_the_call_order(h: Harness) -> None:
+    for n in range(2):
+        h.hello(n, world=2, key="k2")
+    h.step_all(range(2), range(1, 5))
+    h.hub.hang_s = 3.0
+    t0 = h.clock.t
+    h.clock.t += 3.5
+    h.beat(0, 4, h.clock.t - t0, "user", stack=["a.py:1 in f: x", "b.py:2 in g: y"])
+    h.beat(1, 4, h.clock.t - t0, "user", stack=["lib.py:1 in f: x"], user=[False])
+    h.tick()
+    by_rank = {a["rank"]: a for a in h.alarms("hang")}
+    assert by_rank[0]["stack"] == ["a.py:1 in f: x", "b.py:2 in g: y"]  # an older worker
+    assert "stack_user" not in by_rank[0] and "It is in b.py:2" in by_rank[0]["message"]
+    assert by_rank[1]["stack_user"] == 0
+    assert "no frame of its own code" in by_rank[1]["message"]
 
 
 def test_failed_rank_becomes_an_exception_message_with_its_rank(h: Harness) -> None:

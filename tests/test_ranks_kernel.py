@@ -294,6 +294,14 @@ async def test_a_failing_a_hanging_a_straggling_and_a_desynced_rank_are_named(
     assert "rank 1 has not stepped for" in hang["message"]
     assert "rank 0 wait" in hang["message"]
     assert any("rank 1 hangs here" in line for line in hang["stack"]), hang["stack"]
+    # issue #22: the user's frames first (the rank's function), the library's and the
+    # tool's (multiprocessing, torch's spawn, our wrapper) after them
+    n_user = hang["stack_user"]
+    assert n_user >= 1 and all("ranks_workers.py" in ln for ln in hang["stack"][:n_user])
+    assert "rank 1 hangs here" in hang["stack"][n_user - 1]
+    assert any("multiprocessing" in ln for ln in hang["stack"][n_user:]), hang["stack"]
+    assert not any("mp_wrap" in ln for ln in hang["stack"][:n_user])
+    assert "ranks_workers.py" in hang["message"] and "rank 1 hangs here" in hang["message"]
     now = latest(k, comm, job)
     assert now is not None
     states = {s["identity"]["rank"]: s["state"] for s in now["ranks"]}

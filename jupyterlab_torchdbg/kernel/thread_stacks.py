@@ -1,13 +1,19 @@
-"""Is some thread inside a given function? (``sys._current_frames``, with the GIL held.)
+"""Threads' stacks: is some thread inside a given function, and a thread's stack as text.
 
-Used before changing torch's hook dicts, which torch iterates without a lock: the step
-boundary (step_boundary.py) and the end-of-backward hooks (backward_boundary.py) change
-them only when no thread is inside an optimizer step or a backward pass.
+``any_thread_inside`` (``sys._current_frames``, with the GIL held) is used before
+changing torch's hook dicts, which torch iterates without a lock: the step boundary
+(step_boundary.py) and the end-of-backward hooks (backward_boundary.py) change them only
+when no thread is inside an optimizer step or a backward pass.
+
+``stack_lines`` / ``user_first``: a stuck rank's training-thread stack (ranks/agent.py,
+ranks/alarms.py), each frame marked as the user's or not, the user's listed first.
 """
 
 from __future__ import annotations
 
 import gc
+import linecache
+import os
 import sys
 from types import FrameType
 
@@ -40,3 +46,48 @@ def any_thread_inside(co_name: str, filename: str) -> bool:
             f = f.f_back
             depth += 1
     return False
+
+
+#: This package's directory: its frames (a rank's mp.spawn wrapper, a pause's hold) are
+#: the tool's, shown with the library's.
+_OWN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
+
+
+def stack_lines(frame: FrameType | None, limit: int) -> tuple[list[str], list[bool]]:
+    """A thread's stack from ``frame`` outwards, outermost first (at most ``limit``
+    frames, the innermost kept): ``"file:line in function: code"`` per frame, with the
+    file as the exception view shows it (relative to its ``sys.path`` entry or the
+    working directory, never a home directory), and whether each frame is the user's
+    (a cell or a user file; not the standard library, an installed package or this
+    tool). Reads code objects and source lines only."""
+    from .exceptions.capture.origin import display_file, origin_of
+
+    lines: list[str] = []
+    user: list[bool] = []
+    f = frame
+    while f is not None and len(lines) < limit:
+        code = f.f_code
+        name = code.co_filename
+        origin = origin_of(name, None)
+        if origin == "file" and os.path.abspath(name).startswith(_OWN_DIR):
+            origin = "library"
+        src = linecache.getline(name, f.f_lineno).strip()
+        shown = display_file(name, origin, None)
+        lines.append(f"{shown}:{f.f_lineno} in {code.co_name}: {src}"[:500])
+        user.append(origin != "library")
+        f = f.f_back
+    del f
+    lines.reverse()
+    user.reverse()
+    return lines, user
+
+
+def user_first(lines: list[str], user: list[bool]) -> tuple[list[str], int]:
+    """The user's frames first (outermost first), then the library's (outermost first),
+    and how many are the user's: a stuck rank's stack read as the exception view reads a
+    traceback, with the tool's and torch's frames after (issue #22)."""
+    if len(user) != len(lines):
+        return list(lines), 0
+    mine = [ln for ln, u in zip(lines, user, strict=True) if u]
+    theirs = [ln for ln, u in zip(lines, user, strict=True) if not u]
+    return mine + theirs, len(mine)

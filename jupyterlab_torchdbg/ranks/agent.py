@@ -10,9 +10,11 @@ the DEALER socket (zmq sockets are not thread-safe) and, on a 20 ms tick:
   ``torch_wait`` inside torch.distributed / autograd / nn.parallel (waiting for the
   other ranks), ``paused`` while held by an agreed action, else ``user``; the share of
   samples not waiting is ``own``;
-- every 100 ms sends the new step rows as one ``rows`` message, every 0.5 s without rows a
-  ``heartbeat`` (with the training thread's stack once it has not stepped for
-  ``hang_s``): at most 10 messages a second in the steady state;
+- every 100 ms sends the new step rows as one ``rows`` message (with the explosion /
+  vanishing alerts of the kernel's detector on them: rank_signals.py), every 0.5 s
+  without rows a ``heartbeat`` (with the training thread's stack once it has not stepped
+  for ``hang_s``, each frame marked as the user's or not: kernel/thread_stacks.py): at
+  most 10 messages a second in the steady state;
 - identity changes (the process group came up) send ``hello`` again;
 - a rank paused by the kernel resumes by itself once the kernel has been unreachable
   for ``LOST_RELEASE_S`` (its process ended or its extension unloaded without a
@@ -25,7 +27,6 @@ linger so what is queued still reaches the kernel.
 
 from __future__ import annotations
 
-import linecache
 import os
 import queue
 import sys
@@ -35,6 +36,7 @@ from collections import Counter
 from types import FrameType
 from typing import Any, Protocol
 
+from ..kernel.thread_stacks import stack_lines
 from . import identity, wire
 from .agreed import Agreements
 
@@ -65,6 +67,8 @@ class WorkerState(Protocol):
     train_tid: int | None
 
     def take_rows(self, limit: int) -> list[dict[str, Any]]: ...
+
+    def take_signals(self) -> tuple[list[dict[str, Any]], int]: ...
 
     def take_layers(self) -> dict[str, Any] | None: ...
 
@@ -287,6 +291,8 @@ class Agent:
         rows = self.worker.take_rows(MAX_ROWS)
         if not rows:
             return False
+        # the detector after the rows: every read it judges is in these rows or earlier
+        signals, checked = self.worker.take_signals()
         samples, self._samples = self._samples, Counter()
         user, wait = samples["user"], samples["torch_wait"]
         own = user / (user + wait) if user + wait else None
@@ -295,6 +301,8 @@ class Agent:
             "layers": self.worker.take_layers(),
             "own": own,
             "phase": self.phase,
+            "signals": signals,
+            "checked": checked,
         }
         self._send(sess, sock, "rows", content)
         return True
@@ -302,10 +310,15 @@ class Agent:
     def _heartbeat(self) -> dict[str, Any]:
         w = self.worker
         since = w.since_step()
-        stack = None
+        beat: dict[str, Any] = {
+            "step": w.agreed.step,
+            "since_step_s": since,
+            "phase": self.phase,
+            "stack": None,
+        }
         if since is not None and since >= w.hang_s:
-            stack = self._stack()
-        return {"step": w.agreed.step, "since_step_s": since, "phase": self.phase, "stack": stack}
+            beat["stack"], beat["stack_user"] = stack_lines(self._training_frame(), MAX_STACK)
+        return beat
 
     def _training_frame(self) -> FrameType | None:
         tid = self.worker.train_tid
@@ -329,16 +342,3 @@ class Agent:
             del f
         self.phase = phase
         self._samples[phase] += 1
-
-    def _stack(self) -> list[str]:
-        """The training thread's frames, outermost first, as "file:line in func: code"."""
-        f = self._training_frame()
-        lines: list[str] = []
-        while f is not None and len(lines) < MAX_STACK:
-            code = f.f_code
-            src = linecache.getline(code.co_filename, f.f_lineno).strip()
-            lines.append(f"{code.co_filename}:{f.f_lineno} in {code.co_name}: {src}"[:500])
-            f = f.f_back
-        del f
-        lines.reverse()
-        return lines

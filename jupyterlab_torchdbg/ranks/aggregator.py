@@ -169,6 +169,7 @@ class RankHub:
                 if msg_type == "rows":
                     if rank.add_rows(content, now):
                         self.alarms_of(job).check_desync(now, self.hang_s)
+                    self.alarms_of(job).grads.take(now)
                     self._dirty = True
                 elif msg_type == "heartbeat":
                     self._dirty |= rank.heartbeat(content, now)
@@ -186,6 +187,7 @@ class RankHub:
                     self._dirty = True
                 if msg_type in ("bye", "exception"):  # its rows are all in
                     self.alarms_of(job).check_desync(now, self.hang_s)
+                    self.alarms_of(job).grads.check(now)  # it no longer holds an event
                 if job.update_ended(now, self.hang_s):
                     self._dirty = True
         if exception is not None:

@@ -11,9 +11,11 @@
   ``STRAGGLER_FACTOR`` x the median of the other ranks' and ``STRAGGLER_MIN_S`` more.
 - hang: no rank stepped for ``hang_s``: the ranks in their own code (``user``) are the
   stuck ones, the others wait in a collective; the alarm carries the stuck rank's stack
-  (taken in the worker). Once per rank per hang.
+  (taken in the worker), its own frames first. Once per rank per hang.
 - failed: a worker's exception or a failed exit; lost: no message for ``LOST_S``.
 - action: a rank refused or did not answer an all-rank action (``actions.py``).
+- non_finite / explosion / vanishing: judged in each rank (its own batch diagnosed at a
+  non-finite step), one alarm per event across the ranks (``grad_alarms.py``).
 
 Each alarm names the rank and the figures in one human sentence.
 """
@@ -25,9 +27,10 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from .job import LOST_S, Job, Rank, norm_value
+from ..kernel.thread_stacks import user_first
+from .grad_alarms import GradAlarms
+from .job import LOST_S, Job, Rank, norm_value, same_norm
 
-DESYNC_RTOL = 1e-5
 STRAGGLER_STEPS = 5
 STRAGGLER_FACTOR = 1.5
 STRAGGLER_MIN_S = 0.020
@@ -40,16 +43,6 @@ ROOT_WINDOW_S = 5.0
 #: Where a failure that is a consequence of another rank's comes from (the innermost
 #: frame): torch's collectives and the backward pass that runs DDP's all-reduce.
 COLLECTIVE_DIRS = ("torch/distributed/", "torch/nn/parallel/", "torch/autograd/")
-
-
-def same_norm(a: float | None, b: float | None) -> bool:
-    if a is None or b is None:
-        return a is b
-    if math.isnan(a) or math.isnan(b):
-        return math.isnan(a) and math.isnan(b)
-    if math.isinf(a) or math.isinf(b):
-        return a == b
-    return abs(a - b) <= DESYNC_RTOL * max(abs(a), abs(b), 1e-30)
 
 
 def _ranks(numbers: list[int]) -> str:
@@ -77,6 +70,8 @@ class Alarms:
         self._count = 0
         #: Ids of failures that came out of a collective (consequences).
         self._secondary: set[str] = set()
+        #: Non-finite, explosion and vanishing, judged in the ranks (grad_alarms.py).
+        self.grads = GradAlarms(job, self.raise_alarm)
 
     def raise_alarm(
         self,
@@ -87,9 +82,12 @@ class Alarms:
         *,
         layer: str | None = None,
         stack: list[str] | None = None,
+        stack_user: int | None = None,
         once: bool = True,
+        extra: dict[str, Any] | None = None,
     ) -> dict[str, Any] | None:
-        """Add one alarm (once per rank and kind unless ``once`` is False)."""
+        """Add one alarm (once per rank and kind unless ``once`` is False); ``extra``:
+        the gradient alarms' ``layer``, ``cause``, ``ranks``, ``remedy``."""
         if once and (kind, rank) in self._raised:
             return None
         self._raised.add((kind, rank))
@@ -105,6 +103,12 @@ class Alarms:
         }
         if kind == "desync":
             alarm["layer"] = layer
+        if extra:
+            alarm.update(extra)
+            if isinstance(alarm.get("remedy"), str):
+                alarm["remedy"] = alarm["remedy"][:2000]
+        if stack_user is not None:
+            alarm["stack_user"] = min(stack_user, len(alarm["stack"]))
         if len(self.items) < MAX_ALARMS:
             self.items.append(alarm)
         return alarm
@@ -227,12 +231,12 @@ class Alarms:
                 if waiting
                 else ""
             )
-            where = f" It is in {r.stack[-1]}" if r.stack else " Its stack did not arrive"
+            stack, n_user, where = _stuck_at(r)
             message = (
                 f"Hang: rank {r.number} has not stepped for {since:.0f} s (its last step "
                 f"was {r.step}){others}.{where}."
             )
-            if self.raise_alarm("hang", r.number, r.step, message, stack=r.stack):
+            if self.raise_alarm("hang", r.number, r.step, message, stack=stack, stack_user=n_user):
                 raised += 1
         return raised
 
@@ -280,11 +284,31 @@ class Alarms:
     def check_time(self, now: float, hang_s: float) -> int:
         """The checks that depend on the clock (run by the aggregator's tick)."""
         return (
-            self.check_desync(now, hang_s)
+            int(self.grads.check(now))
+            + self.check_desync(now, hang_s)
             + self.check_lost(now, hang_s)
             + self.check_hang(now, hang_s)
             + self.check_stragglers(now, hang_s)
         )
+
+
+def _stuck_at(r: Rank) -> tuple[list[str] | None, int | None, str]:
+    """A stuck rank's stack with the user's frames first (as the exception view reads a
+    traceback), how many are the user's, and where it is: its innermost user frame,
+    and the innermost frame when that is the library's (where it waits)."""
+    if not r.stack:
+        return r.stack, None, " Its stack did not arrive"
+    if r.stack_user is None:
+        return r.stack, None, f" It is in {r.stack[-1]}"
+    stack, n_user = user_first(r.stack, r.stack_user)
+    inner = r.stack[-1]
+    if n_user == 0:
+        return stack, 0, f" It is in {inner} (no frame of its own code on the stack)"
+    mine = stack[n_user - 1]
+    where = f" It is in {mine}"
+    if not r.stack_user[-1]:
+        where += f", inside {inner}"
+    return stack, n_user, where
 
 
 def from_collective(content: dict[str, Any]) -> bool:

@@ -19,6 +19,8 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from .signal_wire import finding_of, signal_of
+
 #: Points kept per rank (the panel's per-rank charts).
 RING = 2000
 #: No message at all from a rank for this long: lost.
@@ -34,6 +36,11 @@ MAX_LAYERS = 200
 LATE_FACTOR = 3.0
 
 TERMINAL = ("exited", "failed", "lost")
+#: Two ranks' total norms at one step are the same within this relative difference
+#: (the desync alarm; grad_alarms.py: the ranks' gradients are all-reduced).
+DESYNC_RTOL = 1e-5
+#: A rank's diagnoses / detector alerts kept until the alarms take them.
+MAX_SIGNALS = 16
 #: One point: (step, step time s | None, norm as on the wire, memory bytes | None).
 Point = tuple[int, float | None, float | str | None, int | None]
 
@@ -47,6 +54,16 @@ def norm_value(x: object) -> float | None:
     if x in ("NaN", "Infinity", "-Infinity"):
         return float(str(x).lower().replace("infinity", "inf"))
     return None
+
+
+def same_norm(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= DESYNC_RTOL * max(abs(a), abs(b), 1e-30)
 
 
 def wire_norm(x: object) -> float | str | None:
@@ -93,6 +110,8 @@ class Rank:
     mem_kind: str = "host"
     phase: str = "none"
     stack: list[str] | None = None
+    #: Which of ``stack``'s frames are the user's (None: the worker did not say).
+    stack_user: list[bool] | None = None
     layers: dict[str, Any] | None = None
     layers_by_step: OrderedDict[int, dict[str, Any]] = field(default_factory=OrderedDict)
     norms_by_step: OrderedDict[int, float | str] = field(default_factory=OrderedDict)
@@ -100,6 +119,14 @@ class Rank:
     new_points: deque[Point] = field(default_factory=lambda: deque(maxlen=RING))
     clip: float | None = None
     lr_scale: float = 1.0
+    #: (step, finding) of non-finite steps this rank diagnosed (rank_signals.py), not
+    #: yet taken by the alarms (grad_alarms.py); its explosion / vanishing alerts.
+    findings: deque[tuple[int, dict[str, Any]]] = field(
+        default_factory=lambda: deque(maxlen=MAX_SIGNALS)
+    )
+    signals: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_SIGNALS))
+    #: The last step its detector (explosion, vanishing) has judged.
+    checked: int = 0
 
     @property
     def number(self) -> int:
@@ -194,9 +221,20 @@ class Rank:
                 sampled.append(step)
             if mem is not None:
                 self.mem = mem
+            finding = finding_of(row.get("nonfinite"))
+            if finding is not None:
+                self.findings.append((step, finding))
             point: Point = (step, dt, norm, mem)
             self.points.append(point)
             self.new_points.append(point)
+        signals = content.get("signals")
+        for raw in signals[:MAX_SIGNALS] if isinstance(signals, list) else []:
+            signal = signal_of(raw)
+            if signal is not None:
+                self.signals.append(signal)
+        checked = _int(content.get("checked"))
+        if checked is not None:
+            self.checked = max(self.checked, checked)
         layers = content.get("layers")
         if isinstance(layers, dict) and self._valid_layers(layers):
             # model order, as sent (the desync check names the first layer that differs)
@@ -242,6 +280,11 @@ class Rank:
         stack = content.get("stack")
         if isinstance(stack, list) and all(isinstance(s, str) for s in stack):
             self.stack = [s[:1000] for s in stack[-64:]]
+            user = content.get("stack_user")
+            if isinstance(user, list) and len(user) == len(stack):
+                self.stack_user = [u is True for u in user[-64:]]
+            else:
+                self.stack_user = None
         return before != (self.phase, self.step, self.stack is not None)
 
     def take_points(self, replay: bool) -> dict[str, Any] | None:

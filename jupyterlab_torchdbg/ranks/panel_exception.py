@@ -28,6 +28,7 @@ _FRAME_KEYS = {
     "source",
     "span",
     "namespace",
+    "process",
     "locals",
     "locals_total",
     "locals_truncated",
@@ -55,6 +56,7 @@ _CATEGORIES = {
     "cuda_error",
     "autograd",
     "non_finite",
+    "data_loader",
     "generic",
 }
 
@@ -96,6 +98,8 @@ def frame(raw: object, index: int) -> dict[str, Any] | None:
     }
     if not out["locals"]:
         out["locals_total"] = 0
+    if not isinstance(out.get("process", ""), str):
+        del out["process"]
     return out
 
 
@@ -139,6 +143,30 @@ def diagnosis(raw: object, info: dict[str, Any], rank: int, focus: int | None) -
     return out
 
 
+def unwrapped(raw: object, n_frames: int) -> dict[str, Any] | None:
+    """A worker's ``unwrapped`` (a DataLoader error inside a rank), in the schema's shape."""
+    if not isinstance(raw, dict):
+        return None
+    index = raw.get("index")
+    batch = raw.get("batch")
+    frame_at = _int_or_none(raw.get("frame"))
+    why = raw.get("why_unknown")
+    dataset = raw.get("dataset")
+    return {
+        "where": str(raw.get("where", ""))[:200],
+        "worker_id": _int_or_none(raw.get("worker_id")),
+        "pid": _int_or_none(raw.get("pid")),
+        "exception": exception_info(raw.get("exception")),
+        "index_known": raw.get("index_known") is True,
+        "index": index if isinstance(index, (int, str, list, dict)) else None,
+        "batch": batch[:64] if isinstance(batch, list) else None,
+        "batch_size": _int_or_none(raw.get("batch_size")),
+        "dataset": dataset[:200] if isinstance(dataset, str) else None,
+        "frame": frame_at if frame_at is not None and frame_at < n_frames else None,
+        "why_unknown": why[:500] if isinstance(why, str) else None,
+    }
+
+
 def build(
     content: dict[str, Any],
     identity: dict[str, Any],
@@ -170,7 +198,8 @@ def build(
     chain = [c for c in content.get("chain") or [] if isinstance(c, dict)]
     total = _int_or_none(content.get("frames_total"))
     rank = int(identity.get("rank", 0))
-    return {
+    unwrapped_error = unwrapped(content.get("unwrapped"), len(frames))
+    message: dict[str, Any] = {
         "method": "exception",
         "id": message_id[:64],
         "time": round(time.time(), 3),
@@ -190,3 +219,6 @@ def build(
         "truncated": bool(content.get("truncated", False)),
         "rank": dict(identity),
     }
+    if unwrapped_error is not None:
+        message["unwrapped"] = unwrapped_error
+    return message

@@ -20,9 +20,11 @@ import math
 import os
 import sys
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
+
+from ..kernel.backward_boundary import ModelSource
 
 #: Path segments of wrapper modules that are not part of the user's layer names.
 WRAPPER_SEGMENTS = {"module", "_fsdp_wrapped_module", "_orig_mod", "_checkpoint_wrapped_module"}
@@ -34,11 +36,17 @@ MAX_LAYERS = 500
 
 @dataclass
 class Read:
-    """One sampled step: total norm (None without gradients) and per-layer norms."""
+    """One sampled step: total norm (None without gradients) and per-layer norms; the
+    model the names came from (for the non-finite diagnosis, rank_signals.py), the
+    parameters that had gradients and each one's norm (read in this step only)."""
 
     norm: float | None
     layers: list[float] | None
     names: list[str] | None
+    module: Any = None
+    module_name: str | None = None
+    params: list[Any] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -48,6 +56,9 @@ class _Layout:
     signature: tuple[tuple[int, int], ...]
     layer_of: dict[int, int]  # id(param) -> index into names
     names: list[str]
+    #: The model the names came from (weakly), and its name in the frame it was found in.
+    module: weakref.ref[Any] | None = None
+    module_name: str | None = None
 
 
 class Reader:
@@ -63,13 +74,16 @@ class Reader:
         layout = self._layout(optimizer, params, frame)
         which: list[int] = []
         grads: list[torch.Tensor] = []
+        with_grad: list[Any] = []
         for p in params:
             g = p.grad
             if g is not None:
                 which.append(layout.layer_of.get(id(p), 0))
                 grads.append(g)
+                with_grad.append(p)
+        module = layout.module() if layout.module is not None else None
         if not grads:
-            return Read(None, None, None)
+            return Read(None, None, None, module, layout.module_name)
         with torch.no_grad():
             try:
                 norms = torch._foreach_norm(grads)
@@ -84,7 +98,8 @@ class Reader:
             squares[layer] += sq
             total += sq
         layers = [math.sqrt(s) for s in squares[:MAX_LAYERS]]
-        return Read(math.sqrt(total), layers, layout.names[:MAX_LAYERS])
+        names = layout.names[:MAX_LAYERS]
+        return Read(math.sqrt(total), layers, names, module, layout.module_name, with_grad, values)
 
     def _layout(self, optimizer: Any, params: list[Any], frame: FrameType | None) -> _Layout:
         sig = tuple((id(g["params"]), len(g["params"])) for g in optimizer.param_groups)
@@ -94,7 +109,18 @@ class Reader:
             known = None
         if known is not None and known.signature == sig:
             return known
-        layout = _make_layout(sig, params, find_module(params, frame))
+        module, name = find_module(params, frame)
+        if isinstance(optimizer, ModelSource):  # a loop without an optimizer: its model
+            model = optimizer.model
+            inner = getattr(model, "module", None)
+            if model is not None and module is not model and module is not inner:
+                module, name = model, optimizer.name
+        layout = _make_layout(sig, params, module)
+        if module is not None:
+            try:
+                layout.module, layout.module_name = weakref.ref(module), name
+            except TypeError:
+                pass
         try:
             self._layouts[optimizer] = layout
         except TypeError:
@@ -102,24 +128,26 @@ class Reader:
         return layout
 
 
-def find_module(params: list[Any], frame: FrameType | None) -> Any:
+def find_module(params: list[Any], frame: FrameType | None) -> tuple[Any, str | None]:
     """The ``nn.Module`` in the stepping thread's frames that holds the most of
-    ``params`` (the smallest such on a tie), or None."""
+    ``params`` (the smallest such on a tie) and the name it is bound to there, or
+    (None, None)."""
     from torch import nn
 
     wanted = {id(p) for p in params}
     seen: set[int] = set()
     best: tuple[int, int] | None = None
     found: Any = None
+    found_name: str | None = None
     depth = 0
     f = frame
     while f is not None and depth < FRAME_DEPTH:
         for space in (f.f_locals, f.f_globals):
             try:
-                values = list(space.values())
+                items = list(space.items())
             except Exception:
                 continue
-            for value in values:
+            for key, value in items:
                 if not isinstance(value, nn.Module) or id(value) in seen:
                     continue
                 seen.add(id(value))
@@ -130,9 +158,10 @@ def find_module(params: list[Any], frame: FrameType | None) -> Any:
                 score = (len(wanted.intersection(ids)), -len(ids))
                 if score[0] and (best is None or score > best):
                     best, found = score, value
+                    found_name = key if isinstance(key, str) else None
         f = f.f_back
         depth += 1
-    return found
+    return found, found_name
 
 
 def clean_name(name: str) -> str:

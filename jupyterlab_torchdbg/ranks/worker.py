@@ -9,7 +9,9 @@ thread:
    note its time and interval;
 2. at a sampled step (``step % stride == 0``, the stride a power of two: 1, doubled while
    the read costs more than 2% of the step, so the ranks' samples keep meeting), read the
-   total and per-layer gradient norms and the memory (reader.py);
+   total and per-layer gradient norms and the memory (reader.py); at the first
+   non-finite one, diagnose its cause from this rank's own kept batch (rank_signals.py;
+   the agent's thread runs the explosion / vanishing detector on the reads);
 3. the agreed actions due at this step (agreed.py): clip, lr, pause, in that order;
    clipping at every step while on;
 4. hold here while paused.
@@ -31,9 +33,11 @@ from collections import Counter, deque
 from typing import Any
 
 from ..kernel.backward_boundary import ModelSource
+from . import loader_errors
 from .agent import Agent
 from .agreed import Agreements
 from .manual import ManualModels
+from .rank_signals import RankSignals
 from .reader import Reader, memory
 from .wire import finite_or_special
 
@@ -74,17 +78,21 @@ class Worker:
         self._reported: deque[int] = deque(maxlen=64)
         #: A loop without an optimizer: its model's backward passes are the steps.
         self.manual = ManualModels(self.at_backward_end, self._count_error)
+        #: Non-finite (diagnosed from this rank's own batch), explosion and vanishing.
+        self.signals = RankSignals(self._count_error)
 
     def _count_error(self, where: str) -> None:
         self.errors[where] += 1
 
     def torch_ready(self) -> None:
         """torch is imported and the step hooks call this worker: also watch for a loop
-        that updates its weights by hand (manual.py)."""
+        that updates its weights by hand (manual.py), and note which sample a dataset
+        fails on if this process is a DataLoader worker (loader_errors.py)."""
         try:
             self.manual.install()
         except Exception:
             self.errors["manual:install"] += 1
+        loader_errors.install()
 
     # --- torch's step hooks (training thread) -------------------------------------------
 
@@ -154,9 +162,18 @@ class Worker:
         }
         if step % self.stride == 0:
             t0 = time.perf_counter()
-            read = self.reader.read(optimizer, sys._getframe())
+            frame = sys._getframe()
+            read = self.reader.read(optimizer, frame)
+            if read.module is not None:
+                self.signals.watch(read.module, read.module_name, frame)
+            del frame
+            finding = self.signals.at_read(step, read)  # (the diagnosis: once per alarm)
+            if finding is not None:
+                row["nonfinite"] = finding
             mem, self.mem_kind = memory(optimizer)
             cost = time.perf_counter() - t0
+            if finding is not None:
+                cost = 0.0  # a diagnosis is paid once: it says nothing of the read's cost
             row.update(
                 norm=None if read.norm is None else finite_or_special(read.norm),
                 mem=mem,
@@ -213,6 +230,12 @@ class Worker:
             pass
         return rows
 
+    def take_signals(self) -> tuple[list[dict[str, Any]], int]:
+        """(The agent's thread.) Explosion / vanishing alerts of the reads sampled since
+        the last call, and the last step judged."""
+        signals = self.signals.judge(self.agreed.clip is not None)
+        return signals, self.signals.checked
+
     def take_layers(self) -> dict[str, Any] | None:
         layers, self._layers = self._layers, None
         return layers
@@ -243,6 +266,10 @@ class Worker:
             agent = self.agent
             if agent is not None:
                 agent.close(state)
+        except Exception:
+            self.errors["close"] += 1
+        try:
+            self.signals.remove()
         except Exception:
             self.errors["close"] += 1
 

@@ -260,6 +260,45 @@ describe('ranks model', () => {
     expect(m.trouble(1)).toBe('failed');
   });
 
+  it('a gradient alarm singles out a rank only when that rank is to blame', () => {
+    const m = new RanksModel();
+    m.apply(
+      ranks({
+        alarms: [
+          alarm({
+            id: 'n',
+            kind: 'non_finite',
+            rank: 1,
+            step: 26,
+            cause: 'input',
+            ranks: [0, 1],
+            layer: 'model'
+          })
+        ]
+      })
+    );
+    expect(m.trouble(1)).toBe('non_finite'); // its own batch made it
+    expect(m.trouble(0)).toBeNull(); // it holds it only through the all-reduce
+    m.apply(
+      ranks({
+        alarms: [
+          alarm({
+            kind: 'non_finite',
+            rank: 0,
+            cause: 'backward',
+            ranks: [0, 1]
+          }),
+          alarm({ id: 'e', kind: 'explosion', rank: 0, ranks: [0, 1] })
+        ]
+      })
+    );
+    expect(m.trouble(0)).toBeNull(); // which rank cannot be told
+    m.apply(
+      ranks({ alarms: [alarm({ kind: 'explosion', rank: 1, ranks: [1] })] })
+    );
+    expect(m.trouble(1)).toBe('explosion');
+  });
+
   it('clip and LR scale are those of the live ranks; paused ranks are listed', () => {
     const m = new RanksModel();
     m.apply(
@@ -644,6 +683,88 @@ describe('ranks panel', () => {
     );
     expect(details.querySelector('pre')!.textContent).toBe(
       'train.py:10 in main: fn()\ntrain.py:20 in fn: time.sleep(60)'
+    );
+  });
+
+  it('a non-finite alarm: its kind, the rank it began on, where, the ranks it reached, the fix', async () => {
+    const { model, conn } = setup();
+    model.ranks.apply(
+      ranks({
+        alarms: [
+          alarm({
+            id: 'n',
+            kind: 'non_finite',
+            rank: 1,
+            step: 26,
+            message:
+              'Non-finite gradient at step 26, from rank 1: the input batch of model holds NaN: `input` (32x8) at index [3, 0].',
+            layer: 'model',
+            cause: 'input',
+            ranks: [0, 1],
+            remedy: 'check how that tensor is built on this rank'
+          })
+        ]
+      })
+    );
+    render(conn);
+    const item = $('.jp-TorchDbg-rankAlarm')!;
+    expect(item.classList).toContain('jp-mod-error');
+    expect(item.querySelector('.jp-TorchDbg-rankAlarmWho')!.textContent).toBe(
+      'rank 1 · non-finite · step 26'
+    );
+    expect(item.querySelector('.jp-TorchDbg-rankAlarmLayer')!.textContent).toBe(
+      'where: model'
+    );
+    expect(item.querySelector('.jp-TorchDbg-rankAlarmRanks')!.textContent).toBe(
+      'seen on ranks 0, 1'
+    );
+    expect(
+      item.querySelector('.jp-TorchDbg-rankAlarmRemedy')!.textContent
+    ).toBe('Fix: check how that tensor is built on this rank');
+    const row = $$('.jp-TorchDbg-rankRow').find(r => r.dataset.rank === '1');
+    expect(row?.dataset.trouble).toBe('non_finite');
+  });
+
+  it('a hang’s stack: the user’s frames open, the library’s collapsed after them', async () => {
+    const { model, conn } = setup();
+    model.ranks.apply(
+      ranks({
+        alarms: [
+          alarm({
+            id: 'h',
+            kind: 'hang',
+            rank: 1,
+            step: 4,
+            message:
+              'Hang: rank 1 has not stepped for 3 s. It is in train.py:20 in fn: q.get(), inside threading.py:320 in wait: waiter.acquire()',
+            stack: [
+              'train.py:10 in main: fn()',
+              'train.py:20 in fn: q.get()',
+              'multiprocessing/process.py:108 in run: self._target()',
+              'threading.py:320 in wait: waiter.acquire()'
+            ],
+            stack_user: 2
+          })
+        ]
+      })
+    );
+    render(conn);
+    const stack = $('.jp-TorchDbg-rankStack')!;
+    expect(stack.querySelector('summary')!.textContent).toBe(
+      'stack of rank 1 (4 frames)'
+    );
+    expect(stack.querySelector('pre.jp-mod-user')!.textContent).toBe(
+      'train.py:10 in main: fn()\ntrain.py:20 in fn: q.get()'
+    );
+    const library = stack.querySelector<HTMLDetailsElement>(
+      '.jp-TorchDbg-rankStackLibrary'
+    )!;
+    expect(library.open).toBe(false);
+    expect(library.querySelector('summary')!.textContent).toBe(
+      '2 library frames'
+    );
+    expect(library.querySelector('pre')!.textContent).toBe(
+      'multiprocessing/process.py:108 in run: self._target()\nthreading.py:320 in wait: waiter.acquire()'
     );
   });
 

@@ -6,7 +6,11 @@ import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import type { TranslationBundle } from '@jupyterlab/translation';
 
 import { KernelTracker } from '../connection/tracker';
-import { exceptionReport, IExceptionActions } from '../panels/exception';
+import {
+  debugNote,
+  exceptionReport,
+  IExceptionActions
+} from '../panels/exception';
 import { IException, IExceptionFrame } from '../protocol/messages';
 
 /** The notebook panel running the current connection's kernel, if any. */
@@ -113,18 +117,7 @@ export function exceptionActions(
       }
       await console.sessionContext.ready;
       void console.console.inject('%debug');
-      // ipdb starts in the innermost frame; say how far up the user's own code is.
-      const focus = exc.frames[exc.focus ?? -1];
-      const up = focus ? exc.frames_total - 1 - focus.position : 0;
-      return up > 0
-        ? trans.__(
-            'ipdb starts in the innermost frame: type u %1 to reach %2 (%3, line %4).',
-            String(up),
-            focus.function,
-            focus.file,
-            String(focus.lineno)
-          )
-        : '';
+      return debugNote(exc, trans);
     },
 
     async copyReport(exc: IException): Promise<void> {

@@ -273,6 +273,7 @@ export interface IException {
   truncated: boolean;
   capture_ms?: number;
   rank?: IRankIdentity;
+  unwrapped?: IUnwrappedError;
 }
 export interface IExceptionInfo {
   type: string;
@@ -312,6 +313,7 @@ export interface IDiagnosis {
     | 'cuda_error'
     | 'autograd'
     | 'non_finite'
+    | 'data_loader'
     | 'generic';
   title: string;
   /**
@@ -452,6 +454,10 @@ export interface IExceptionFrame {
    * Module level: the locals are the notebook's globals (IPython's own names, imports, functions and classes left out).
    */
   namespace?: boolean;
+  /**
+   * The frame ran in another process (`DataLoader worker process 0`) and is known from its traceback's text: no locals.
+   */
+  process?: string;
   locals: ILocal[];
   locals_total: number;
   locals_truncated: boolean;
@@ -487,6 +493,84 @@ export interface IRankIdentity {
    * How the worker attached: started by torch.multiprocessing spawn from the notebook, forked from the kernel, a torchrun (or other) subprocess that inherited the endpoint, or jupyterlab_torchdbg.attach() in a script started elsewhere.
    */
   launcher: 'spawn' | 'fork' | 'torchrun' | 'attach';
+}
+/**
+ * Present when a DataLoader's dataset raised: the original error (re-raised by torch from a worker process as text), where it ran and which sample.
+ */
+export interface IUnwrappedError {
+  /**
+   * `DataLoader worker process N`, or `the main process` (num_workers=0).
+   */
+  where: string;
+  worker_id: number | null;
+  /**
+   * The worker process, when it noted the sample (the worker is another process: its frames have no locals).
+   */
+  pid: number | null;
+  exception: IExceptionInfo1;
+  /**
+   * True only when the fetcher's own `dataset[idx]` call was on the traceback: `index` is the index it passed.
+   */
+  index_known: boolean;
+  /**
+   * The failing sample's index as the sampler gave it: an integer, a string, a short list, or `{type}` for anything else; null when not known.
+   */
+  index:
+    | number
+    | string
+    | unknown[]
+    | {
+        [k: string]: unknown;
+      }
+    | null;
+  /**
+   * The batch's indices (the first 64) when the DataLoader batches.
+   *
+   * @maxItems 64
+   */
+  batch: unknown[] | null;
+  batch_size: number | null;
+  /**
+   * The type name of the DataLoader's dataset.
+   */
+  dataset: string | null;
+  /**
+   * Index in `frames` of the dataset's `__getitem__` (else the innermost frame of the worker).
+   */
+  frame: number | null;
+  /**
+   * Why the index is not known (when `index_known` is false).
+   */
+  why_unknown: string | null;
+}
+/**
+ * The original exception: its own type, module and message (not torch's "Caught X in DataLoader worker process N").
+ */
+export interface IExceptionInfo1 {
+  type: string;
+  module: string;
+  /**
+   * str(exception), cut to 10,000 characters; "n/a" when its __str__ raised.
+   */
+  message: string;
+  message_truncated: boolean;
+  message_unavailable?: boolean;
+  /**
+   * For a SyntaxError: where the parser stopped.
+   */
+  syntax?: {
+    lineno?: number | null;
+    offset?: number | null;
+    end_lineno?: number | null;
+    end_offset?: number | null;
+    text?: string | null;
+    msg?: string | null;
+    file?: string;
+    origin?: 'cell' | 'file' | 'library';
+    cell_id?: string | null;
+    execution_count?: number | null;
+    [k: string]: unknown;
+  };
 }
 /**
  * The gradient monitor's status: sent on changes and every ~2 s while training, in every snapshot, and at the end of a cell. The numbers themselves travel in `series` messages.
@@ -1423,23 +1507,57 @@ export interface IRankPoints {
 export interface IRankAlarm {
   id: string;
   /**
-   * desync: the rank's all-reduced gradient norm differs from the others' at the same step; straggler: its own time per step is far above the others'; hang: it has not stepped while the others wait; failed: its process raised; lost: it stopped answering; action: an all-rank action was missed by this rank.
+   * desync: the rank's all-reduced gradient norm differs from the others' at the same step; straggler: its own time per step is far above the others'; hang: it has not stepped while the others wait; failed: its process raised; lost: it stopped answering; action: an all-rank action was missed by this rank; non_finite: a NaN/Inf gradient, `rank` the rank where it began (its own batch, forward or loss) when one did; explosion / vanishing: the kernel's gradient alarms judged on the rank's own norms.
    */
-  kind: 'desync' | 'straggler' | 'hang' | 'failed' | 'lost' | 'action';
+  kind:
+    | 'desync'
+    | 'straggler'
+    | 'hang'
+    | 'failed'
+    | 'lost'
+    | 'action'
+    | 'non_finite'
+    | 'explosion'
+    | 'vanishing';
   rank: number;
   step: number | null;
   time: number;
   message: string;
   /**
-   * desync: the first layer whose norm differs.
+   * desync: the first layer whose norm differs; non_finite: the module or layer its cause names (else the layer nearest the loss with a non-finite gradient); explosion: the layer carrying the norm; vanishing: the first layer below the floor.
    */
   layer?: string | null;
   /**
-   * hang: the stuck rank's training-thread stack, outermost first, one 'file:line in function: code' per frame, taken inside the worker.
+   * non_finite: what made it, found from the ranks' own forward data (the kernel's at-step diagnosis).
+   */
+  cause?:
+    | 'input'
+    | 'forward'
+    | 'weights'
+    | 'loss'
+    | 'backward'
+    | 'overflow'
+    | 'unknown';
+  /**
+   * non_finite / explosion / vanishing: every rank that saw it (under DDP every rank: their gradients are all-reduced).
+   *
+   * @maxItems 1024
+   */
+  ranks?: number[];
+  /**
+   * non_finite / explosion / vanishing: what to do, fitting the cause.
+   */
+  remedy?: string | null;
+  /**
+   * hang: the stuck rank's training-thread stack, one 'file:line in function: code' per frame, taken inside the worker: the user's frames first (outermost first), then the library's and the tool's (outermost first) when `stack_user` is present, else outermost first.
    *
    * @maxItems 64
    */
   stack: string[];
+  /**
+   * hang: how many of `stack`'s first lines are the user's frames (a cell or a user file); the rest are collapsed like the exception view's library frames.
+   */
+  stack_user?: number;
 }
 /**
  * The data of the panel's comm_open.

@@ -107,3 +107,76 @@ test('S1: exception strings from the kernel render as text', async ({
     .locator(PANEL)
     .screenshot({ path: testInfo.outputPath('exception-xss.png') });
 });
+
+test('a DataLoader worker’s error shows the original error, the dataset frame and the index', async ({
+  page
+}, testInfo) => {
+  await notebookWithPanel(page, 'loader.ipynb');
+  await setSource(
+    page,
+    0,
+    [
+      'import torch',
+      'from torch.utils.data import Dataset, DataLoader',
+      'class Samples(Dataset):',
+      '    def __len__(self):',
+      '        return 16',
+      '    def __getitem__(self, i):',
+      '        if i == 7:',
+      '            raise ValueError(f"sample {i} is corrupt")',
+      '        return torch.full((3,), float(i))'
+    ].join('\n')
+  );
+  await page.notebook.runCell(0, true);
+  await setSource(
+    page,
+    1,
+    'for batch in DataLoader(Samples(), batch_size=4, num_workers=2):\n    pass'
+  );
+  await page.notebook.runCell(1, true);
+  const exc = page.locator(`${PANEL} .jp-TorchDbg-exception`);
+  await expect(exc).toBeVisible({ timeout: 60000 });
+  await expect(exc).toHaveAttribute('data-category', 'data_loader');
+  await expect(exc.locator('.jp-TorchDbg-headline')).toContainText(
+    'ValueError: sample 7 is corrupt'
+  );
+  await expect(exc.locator('.jp-TorchDbg-headline')).toContainText(
+    'sample index 7'
+  );
+  await expect(exc.locator('.jp-TorchDbg-excOrigin')).toHaveText(
+    'in DataLoader worker process 1 · sample index 7 · batch (4, 5, 6, 7)'
+  );
+  await expect(exc.locator('.jp-TorchDbg-excMessage').first()).toHaveText(
+    'ValueError: sample 7 is corrupt'
+  );
+  await expect(exc.locator('.jp-TorchDbg-frameProcess')).toHaveText(
+    'in DataLoader worker process 1 (from its traceback text):'
+  );
+  // the dataset's frame is selected: its source and the note in place of locals
+  await expect(exc.locator('.jp-TorchDbg-frameProcessNote')).toBeVisible();
+  await expect(
+    exc.locator('.jp-TorchDbg-source .jp-mod-current')
+  ).toContainText('raise ValueError');
+  for (const theme of ['light', 'dark']) {
+    if (theme === 'dark') {
+      await page.theme.setDarkTheme();
+    }
+    await page
+      .locator(PANEL)
+      .screenshot({ path: testInfo.outputPath(`loader-error-${theme}.png`) });
+  }
+  await page.theme.setLightTheme();
+  // Go to cell: the dataset's cell (0), on the line that raised (8)
+  await exc.getByRole('button', { name: 'Go to cell' }).click();
+  await expect
+    .poll(() =>
+      page.evaluate(() => {
+        const nb = (window as any).jupyterapp.shell.currentWidget.content;
+        return [
+          nb.activeCellIndex,
+          nb.activeCell.editor.getCursorPosition().line
+        ];
+      })
+    )
+    .toEqual([0, 7]);
+});

@@ -2,6 +2,7 @@ import type { TranslationBundle } from '@jupyterlab/translation';
 import React from 'react';
 
 import { TorchDbgModel } from '../../model/model';
+import { IException } from '../../protocol/messages';
 import { RichText } from '../../ui/richText';
 import { useSignalRender } from '../../ui/useSignalRender';
 import { IExceptionActions } from './actions';
@@ -124,10 +125,14 @@ export function ExceptionPanel(props: {
         </button>
       </div>
       {note && <div className="jp-TorchDbg-note">{note}</div>}
-      <pre className="jp-TorchDbg-excMessage">
-        {exc.exception.type}: {exc.exception.message}
-        {exc.exception.message_truncated ? ' …' : ''}
-      </pre>
+      {exc.unwrapped ? (
+        <Unwrapped exc={exc} trans={trans} />
+      ) : (
+        <pre className="jp-TorchDbg-excMessage">
+          {exc.exception.type}: {exc.exception.message}
+          {exc.exception.message_truncated ? ' …' : ''}
+        </pre>
+      )}
       {exc.chain.map((c, i) => (
         <pre key={i} className="jp-TorchDbg-excChain">
           {c.relation === 'cause'
@@ -189,8 +194,78 @@ export function ExceptionPanel(props: {
               })}
             </pre>
           )}
-          <LocalsTable locals={frame.locals} trans={trans} />
+          {frame.process ? (
+            <div className="jp-TorchDbg-frameProcessNote">
+              {trans.__(
+                'This frame ran in %1: its locals are not available here.',
+                frame.process
+              )}
+            </div>
+          ) : (
+            <LocalsTable locals={frame.locals} trans={trans} />
+          )}
         </div>
+      )}
+    </div>
+  );
+}
+
+/** A sample index as the kernel sent it (an int, a string, a list, `{type}`). */
+export function formatIndex(value: unknown): string {
+  if (Array.isArray(value)) {
+    return `(${value.map(formatIndex).join(', ')})`;
+  }
+  if (value !== null && typeof value === 'object') {
+    const type = (value as { type?: unknown }).type;
+    return `(${typeof type === 'string' ? type : '?'})`;
+  }
+  return typeof value === 'string' ? JSON.stringify(value) : String(value);
+}
+
+/**
+ * A DataLoader's dataset error: the original error first, where it ran and
+ * which sample, then torch's own message (the worker's traceback as text) on
+ * demand.
+ */
+function Unwrapped(props: {
+  exc: IException;
+  trans: TranslationBundle;
+}): JSX.Element | null {
+  const { exc, trans } = props;
+  const u = exc.unwrapped;
+  if (!u) {
+    return null;
+  }
+  const sample = u.index_known
+    ? trans.__('sample index %1', formatIndex(u.index))
+    : trans.__('sample not known');
+  return (
+    <div className="jp-TorchDbg-unwrapped">
+      <div className="jp-TorchDbg-excOrigin" data-index={String(u.index_known)}>
+        {trans.__('in %1 · %2', u.where, sample)}
+        {u.batch && u.batch.length > 1
+          ? trans.__(' · batch %1', formatIndex(u.batch))
+          : ''}
+      </div>
+      <pre className="jp-TorchDbg-excMessage">
+        {u.exception.type}: {u.exception.message}
+        {u.exception.message_truncated ? ' …' : ''}
+      </pre>
+      {u.why_unknown && (
+        <div className="jp-TorchDbg-note">
+          {trans.__('The sample is not known: %1.', u.why_unknown)}
+        </div>
+      )}
+      {exc.exception.message !== u.exception.message && (
+        <details className="jp-TorchDbg-excRaw">
+          <summary>
+            {trans.__('as torch raised it here (%1)', exc.exception.type)}
+          </summary>
+          <pre className="jp-TorchDbg-excMessage">
+            {exc.exception.type}: {exc.exception.message}
+            {exc.exception.message_truncated ? ' …' : ''}
+          </pre>
+        </details>
       )}
     </div>
   );

@@ -20,6 +20,13 @@ export function Frames(props: {
   const items: JSX.Element[] = [];
   let hidden = 0;
   exc.frames.forEach((f, i) => {
+    if (f.process && f.process !== exc.frames[i - 1]?.process) {
+      items.push(
+        <li key={`process-${i}`} className="jp-TorchDbg-frameProcess">
+          {trans.__('in %1 (from its traceback text):', f.process)}
+        </li>
+      );
+    }
     const visible = f.user || showLib || i === selected;
     if (!visible) {
       hidden++;

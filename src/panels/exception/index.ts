@@ -3,3 +3,4 @@ export { RichText } from '../../ui/richText';
 export type { IExceptionActions } from './actions';
 export { ExceptionModel } from './model';
 export { exceptionReport } from './report';
+export { debugNote } from './debugNote';

@@ -13,6 +13,17 @@ export function exceptionReport(exc: IException): string {
     );
   }
   lines.push(d.headline, '');
+  const u = exc.unwrapped;
+  if (u) {
+    lines.push(
+      `In ${u.where}; sample index: ${
+        u.index_known
+          ? JSON.stringify(u.index)
+          : `not known (${u.why_unknown ?? ''})`
+      }`,
+      ''
+    );
+  }
   if (d.remedy) {
     lines.push(`**Fix:** ${d.remedy}`, '');
   }
@@ -30,7 +41,13 @@ export function exceptionReport(exc: IException): string {
     '```text',
     fence(`${exc.exception.type}: ${exc.exception.message}`)
   );
-  for (const f of exc.frames) {
+  if (u) {
+    lines.push(fence(`${u.exception.type}: ${u.exception.message}`));
+  }
+  for (const [i, f] of exc.frames.entries()) {
+    if (f.process && f.process !== exc.frames[i - 1]?.process) {
+      lines.push(fence(`  -- in ${f.process} --`));
+    }
     lines.push(fence(`  ${f.file}:${f.lineno} in ${f.function}`));
     if (f.line) {
       lines.push(fence(`    ${f.line}`));

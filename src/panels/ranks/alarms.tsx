@@ -8,7 +8,12 @@ import { AlarmTags } from '../../ui/alarmTags';
 export const SHOWN_RANK_ALARMS = 6;
 
 /** Alarm kinds drawn as errors (the others as warnings). */
-const ERROR_KINDS = new Set<IRankAlarm['kind']>(['failed', 'hang', 'desync']);
+const ERROR_KINDS = new Set<IRankAlarm['kind']>([
+  'failed',
+  'hang',
+  'desync',
+  'non_finite'
+]);
 
 /** The kind of an alarm as a word. */
 function kindLabel(kind: IRankAlarm['kind'], trans: TranslationBundle): string {
@@ -25,6 +30,25 @@ function kindLabel(kind: IRankAlarm['kind'], trans: TranslationBundle): string {
       return trans.__('lost');
     case 'action':
       return trans.__('action missed');
+    case 'non_finite':
+      return trans.__('non-finite');
+    case 'explosion':
+      return trans.__('explosion');
+    case 'vanishing':
+      return trans.__('vanishing');
+  }
+}
+
+/** The layer line of an alarm: what its layer is, by kind. */
+function layerLabel(a: IRankAlarm, trans: TranslationBundle): string {
+  const layer = a.layer ?? '';
+  switch (a.kind) {
+    case 'desync':
+      return trans.__('first layer that differs: %1', layer);
+    case 'non_finite':
+      return trans.__('where: %1', layer);
+    default:
+      return trans.__('layer: %1', layer);
   }
 }
 
@@ -90,25 +114,21 @@ export function RankAlarms(props: {
           </span>
           <span className="jp-TorchDbg-alertMessage">{a.message}</span>
           {a.layer && (
-            <span className="jp-TorchDbg-alertRemedy">
-              {trans.__('first layer that differs: %1', a.layer)}
+            <span className="jp-TorchDbg-alertRemedy jp-TorchDbg-rankAlarmLayer">
+              {layerLabel(a, trans)}
             </span>
           )}
-          {a.stack.length > 0 && (
-            <details className="jp-TorchDbg-rankStack">
-              <summary>
-                {trans._n(
-                  'stack of rank %2 (%1 frame)',
-                  'stack of rank %2 (%1 frames)',
-                  a.stack.length,
-                  String(a.rank)
-                )}
-              </summary>
-              <pre className="jp-TorchDbg-rankStackLines">
-                {a.stack.join('\n')}
-              </pre>
-            </details>
+          {a.ranks && a.ranks.length > 1 && (
+            <span className="jp-TorchDbg-alertRemedy jp-TorchDbg-rankAlarmRanks">
+              {trans.__('seen on ranks %1', a.ranks.join(', '))}
+            </span>
           )}
+          {a.remedy && (
+            <span className="jp-TorchDbg-alertRemedy jp-TorchDbg-rankAlarmRemedy">
+              {trans.__('Fix: %1', a.remedy)}
+            </span>
+          )}
+          {a.stack.length > 0 && <RankStack alarm={a} trans={trans} />}
         </span>
       </li>
     );
@@ -141,5 +161,48 @@ export function RankAlarms(props: {
         </li>
       )}
     </ul>
+  );
+}
+
+/**
+ * A stuck rank's stack, as the exception view shows a traceback: the user's
+ * frames (listed first by the kernel, `stack_user` of them) open, the
+ * library's and the tool's collapsed after them.
+ */
+function RankStack(props: {
+  alarm: IRankAlarm;
+  trans: TranslationBundle;
+}): JSX.Element {
+  const { alarm: a, trans } = props;
+  const nUser =
+    a.stack_user === undefined
+      ? a.stack.length
+      : Math.min(a.stack_user, a.stack.length);
+  const mine = a.stack.slice(0, nUser);
+  const library = a.stack.slice(nUser);
+  return (
+    <details className="jp-TorchDbg-rankStack">
+      <summary>
+        {trans._n(
+          'stack of rank %2 (%1 frame)',
+          'stack of rank %2 (%1 frames)',
+          a.stack.length,
+          String(a.rank)
+        )}
+      </summary>
+      {mine.length > 0 && (
+        <pre className="jp-TorchDbg-rankStackLines jp-mod-user">
+          {mine.join('\n')}
+        </pre>
+      )}
+      {library.length > 0 && (
+        <details className="jp-TorchDbg-rankStackLibrary">
+          <summary>
+            {trans._n('%1 library frame', '%1 library frames', library.length)}
+          </summary>
+          <pre className="jp-TorchDbg-rankStackLines">{library.join('\n')}</pre>
+        </details>
+      )}
+    </details>
   );
 }

@@ -94,6 +94,12 @@ export function troubleLabel(
       return trans.__('desync');
     case 'straggler':
       return trans.__('straggler');
+    case 'non_finite':
+      return trans.__('NaN began here');
+    case 'explosion':
+      return trans.__('explosion');
+    case 'vanishing':
+      return trans.__('vanishing');
     default:
       return null; // failed / lost / stalled: the state badge says it
   }

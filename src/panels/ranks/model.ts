@@ -38,7 +38,35 @@ export interface IRanksNote {
 
 /** Why a rank stands out in the grid, or null. */
 export type RankTrouble =
-  'failed' | 'lost' | 'stalled' | 'hang' | 'desync' | 'straggler' | null;
+  | 'failed'
+  | 'lost'
+  | 'stalled'
+  | 'hang'
+  | 'desync'
+  | 'straggler'
+  | 'non_finite'
+  | 'explosion'
+  | 'vanishing'
+  | null;
+
+/** Causes of a non-finite gradient that a rank's own data made. */
+const OWN_CAUSES = new Set(['input', 'forward', 'loss']);
+
+/**
+ * Whether a gradient alarm singles its rank out: a NaN that began in that
+ * rank's own batch, forward or loss, or an explosion / vanishing seen on that
+ * rank alone (under DDP every rank sees the same all-reduced norm: no one rank
+ * is to blame).
+ */
+function singlesOut(a: IRankAlarm): boolean {
+  if (a.kind === 'non_finite') {
+    return a.cause !== undefined && OWN_CAUSES.has(a.cause);
+  }
+  if (a.kind === 'explosion' || a.kind === 'vanishing') {
+    return a.ranks !== undefined && a.ranks.length === 1;
+  }
+  return a.kind === 'hang' || a.kind === 'desync' || a.kind === 'straggler';
+}
 
 /** Rank states that mean the process is gone. */
 const ENDED_STATES = new Set<IRankState['state']>(['exited', 'failed', 'lost']);
@@ -142,11 +170,8 @@ export class RanksModel {
     }
     for (let i = this._alarms.length - 1; i >= 0; i--) {
       const a = this._alarms[i];
-      if (
-        a.rank === rank &&
-        (a.kind === 'hang' || a.kind === 'desync' || a.kind === 'straggler')
-      ) {
-        return a.kind;
+      if (a.rank === rank && singlesOut(a)) {
+        return a.kind as RankTrouble;
       }
     }
     return null;

@@ -29,13 +29,32 @@ def frame_row(tb: TracebackType, pos: int, cells: CellMap | None, limits: Limits
     code = f.f_code
     filename = code.co_filename
     lineno = tb.tb_lineno or 0
+    out = location_row(filename, lineno, code.co_name, pos, cells, limits)
+    span = _span(code, tb.tb_lasti, lineno)
+    if span is not None:
+        out["span"] = span
+    if out["user"]:
+        out["_names"] = _names_in(filename, span, lineno)
+    return out
+
+
+def location_row(
+    filename: str,
+    lineno: int,
+    function: str,
+    pos: int,
+    cells: CellMap | None,
+    limits: Limits,
+) -> dict[str, Any]:
+    """A frame row's place: origin, shown file, cell, source context and line. Also for
+    frames known only from a traceback's text (loader_error.py)."""
     run = cells.lookup(filename) if cells is not None else None
     origin = "cell" if run is not None else origin_of(filename, cells)
     out: dict[str, Any] = {
         "position": pos,
         "origin": origin,
         "user": origin != "library",
-        "function": safe_text(code.co_name, 200)[0],
+        "function": safe_text(function, 200)[0],
         "file": display_file(filename, origin, run),
         "lineno": lineno,
     }
@@ -56,11 +75,6 @@ def frame_row(tb: TracebackType, pos: int, cells: CellMap | None, limits: Limits
         lines.pop()
     out["source"] = {"first": first, "lines": lines}
     out["line"] = lines[lineno - first].strip() if 0 <= lineno - first < len(lines) else ""
-    span = _span(code, tb.tb_lasti, lineno)
-    if span is not None:
-        out["span"] = span
-    if out["user"]:
-        out["_names"] = _names_in(filename, span, lineno)
     return out
 
 

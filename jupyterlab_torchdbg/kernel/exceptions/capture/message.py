@@ -21,12 +21,13 @@ from typing import Any
 
 from ....protocol import jsonable
 from ..cells import CellMap
-from ..diagnose import Context, diagnose
+from ..diagnose import Context, diagnose, explain_loader_error
 from ..summarize import TENSOR, Classifier, strip_private
 from .bounds import LIMITS, Limits, bound
 from .exception import exception_summary, syntax_details
 from .frame import add_locals, frame_row
 from .linked import exception_chain, group_leaves
+from .loader_error import dataset_frame, frame_rows, unwrap
 from .stack import elide, skip_ipython_prefix, walk
 
 
@@ -93,7 +94,10 @@ def _capture(
         frame = frame_row(entry.tb, pos, cells, limits)
         frames.append(frame)
         state.frames_live.append(entry.tb.tb_frame)
-    focus = next((i for i in range(len(frames) - 1, -1, -1) if frames[i]["user"]), None)
+    loader = unwrap(exc, entries, limits)
+    worker_rows = frame_rows(loader, len(entries), cells, limits) if loader is not None else []
+    shown = frames + worker_rows  # the worker's frames (if any) follow: it raised first
+    focus = next((i for i in range(len(shown) - 1, -1, -1) if shown[i]["user"]), None)
     for i, frame in enumerate(frames):
         f = state.frames_live[i]
         prefer: list[str] = []
@@ -107,14 +111,36 @@ def _capture(
     for e in elided:
         e["after"] = kept.index(e["after_pos"])
         del e["after_pos"]
+    first_worker = len(frames)
+    cut_worker = loader.parsed.cut if loader is not None and loader.parsed is not None else 0
+    repeated_worker = (
+        sum(tf.repeated for tf in loader.parsed.frames)
+        if loader is not None and loader.parsed is not None
+        else 0
+    )
+    if loader is not None and loader.parsed is not None:
+        if loader.parsed.cut:  # the worker's outermost frames beyond the limit
+            elided.append({"after": len(frames) - 1, "count": loader.parsed.cut, "reason": "limit"})
+        for k, tf in enumerate(loader.parsed.frames):
+            if tf.repeated:  # recursion Python's traceback already collapsed
+                elided.append(
+                    {"after": len(frames) + k, "count": tf.repeated, "reason": "repeated"}
+                )
+        frames.extend(worker_rows)
+        truncated = (
+            truncated or bool(loader.parsed.cut) or any(tf.repeated for tf in loader.parsed.frames)
+        )
+    if focus is not None and focus < len(frames) and frames[focus].get("process"):
+        mentioned = []  # a frame of another process: no locals to name
 
     chain = exception_chain(exc, cells, limits)
     group = group_leaves(exc, cells, limits)
 
+    original = loader.original if loader is not None else head
     ctx = Context(
-        exc_type=head["type"],
-        exc_module=head["module"],
-        message=head["message"],
+        exc_type=original["type"],
+        exc_module=original["module"],
+        message=original["message"],
         frames=frames,
         focus=focus,
         mentioned=mentioned,
@@ -124,12 +150,17 @@ def _capture(
         + [(g["type"], g["message"]) for g in group],
     )
     diagnosis = diagnose(ctx)
+    if loader is not None:
+        start = first_worker if loader.in_worker else _fetch_frame(frames)
+        at = dataset_frame(frames, start) if start is not None else None
+        diagnosis = explain_loader_error(diagnosis, loader, frames, at)
+        msg["unwrapped"] = loader.to_json(at)
 
     msg.update(
         diagnosis=diagnosis,
         frames=frames,
         focus=focus,
-        frames_total=len(entries),
+        frames_total=len(entries) + len(worker_rows) + cut_worker + repeated_worker,
         elided=elided,
         chain=chain,
     )
@@ -140,6 +171,14 @@ def _capture(
     state.frames_live.clear()
     clean = jsonable(strip_private(msg))
     return bound(clean, limits)
+
+
+def _fetch_frame(frames: list[dict[str, Any]]) -> int | None:
+    """The innermost frame of torch's dataset fetcher (the main process's own stack)."""
+    for i in range(len(frames) - 1, -1, -1):
+        if str(frames[i].get("file", "")).replace("\\", "/").endswith("data/_utils/fetch.py"):
+            return i + 1
+    return None
 
 
 def _scan_tensors(

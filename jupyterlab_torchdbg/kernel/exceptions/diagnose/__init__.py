@@ -22,12 +22,13 @@ from collections.abc import Callable
 
 from .autograd import autograd_no_grad, inplace_modification, non_finite
 from .context import Context, Diagnosis
+from .data_loader import explain as explain_loader_error
 from .device_dtype import device_mismatch, dtype_mismatch
 from .indexing import index_out_of_range
 from .memory import device_side_assert, out_of_memory
 from .shapes import shape_mismatch
 
-__all__ = ["RULES", "Context", "diagnose"]
+__all__ = ["RULES", "Context", "diagnose", "explain_loader_error"]
 
 
 def diagnose(ctx: Context) -> Diagnosis:

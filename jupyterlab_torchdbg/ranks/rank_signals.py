@@ -1,0 +1,286 @@
+"""A rank's gradient signals, judged in its worker: non-finite (with the cause found from
+this rank's own forward data), explosion and vanishing.
+
+Under DDP the all-reduce averages every rank's gradients, so one rank's NaN is every
+rank's: every rank reads NaN norms at that step. What differs between the ranks is their
+own forward data. So each worker keeps the last forward call of its model, as the kernel
+does for its own loops (kernel/grads/inputs.py's ``InputKeeper``, on the model the reader
+found, its DDP wrapper unwrapped, and on the loss modules in the training frames), and at
+the first non-finite sampled step (re-armed after ``REARM_SAMPLES`` finite ones) runs the
+kernel's diagnosis on it (kernel/grads/diagnose.py: the batch, a forward re-run with the
+pre-step weights, the loss, else backward). One core: nothing of it is copied here. The
+finding rides on the step's row; the kernel (grad_alarms.py) compares the ranks' findings
+at that step and names the rank where the NaN began.
+
+Explosion and vanishing: the kernel's ``Detector`` (kernel/grads/alarms.py) on this
+rank's sampled reads (total and per-layer norms, host floats), run by the agent's thread
+when it sends rows (``judge``): new small CPU tensors, never a user tensor, never CUDA.
+
+What it never does: a collective (the forward re-run calls the DDP wrapper's inner
+module, never the wrapper, and is skipped, with the reason, when a SyncBatchNorm in
+training mode, FSDP or DTensor parameters would need the other ranks: R35); a
+host-device sync per step (the reader's values are on the host already; the diagnosis
+syncs once per alarm, as the kernel's); raise into ``step()`` (failures are counted,
+R11). The keeper holds the last batch by reference only (R25) and the model by weakref
+(R24); ``remove`` drops every hook.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from .signal_wire import CAUSES, SIGNAL_KINDS
+
+if TYPE_CHECKING:
+    from ..kernel.grads.alarms import Detector
+    from ..kernel.grads.bad_step import KeptCall
+    from ..kernel.grads.inputs import InputKeeper
+    from .reader import Read
+
+#: Sampled reads waiting for the detector at most (the oldest dropped first).
+MAX_PENDING = 4096
+#: Frames searched for loss modules.
+FRAME_DEPTH = 40
+#: Modules looked at for a layer that needs the other ranks.
+MAX_MODULES = 4096
+
+
+def inner_module(module: Any) -> Any:
+    """The module a DDP / DataParallel wrapper runs (its forward needs no collective)."""
+    cls = type(module).__name__
+    if cls in ("DistributedDataParallel", "DataParallel"):
+        inner = getattr(module, "module", None)
+        if inner is not None:
+            return inner
+    return module
+
+
+def needs_other_ranks(module: Any) -> str | None:
+    """Why a forward of ``module`` would wait for the other ranks (None: it would not)."""
+    for i, m in enumerate(module.modules()):
+        if i >= MAX_MODULES:
+            break
+        cls = type(m).__name__
+        if cls == "SyncBatchNorm" and m.training:
+            return "its SyncBatchNorm layers exchange statistics with the other ranks"
+        if cls.startswith(("FullyShardedDataParallel", "FSDP")) or hasattr(
+            m, "_fsdp_wrapped_module"
+        ):
+            return "FSDP gathers its parameters from the other ranks"
+    for i, p in enumerate(module.parameters()):
+        if i >= MAX_MODULES:
+            break
+        if type(p).__name__ == "DTensor" or type(getattr(p, "data", None)).__name__ == "DTensor":
+            return "its parameters are DTensors sharded across the ranks"
+    return None
+
+
+def frame_namespace(frame: FrameType | None) -> dict[str, Any]:
+    """The names bound in the training thread's frames (innermost first wins)."""
+    ns: dict[str, Any] = {}
+    f = frame
+    depth = 0
+    while f is not None and depth < FRAME_DEPTH:
+        for space in (f.f_locals, f.f_globals):
+            try:
+                items = list(space.items())
+            except Exception:
+                continue
+            for k, v in items:
+                if isinstance(k, str):
+                    ns.setdefault(k, v)
+        f = f.f_back
+        depth += 1
+    return ns
+
+
+class RankSignals:
+    """The keeper of the last batch, the at-step diagnosis and the detector of one rank."""
+
+    def __init__(self, on_error: Callable[[str], None]) -> None:
+        self._on_error = on_error
+        self.keeper: InputKeeper | None = None
+        self._root: weakref.ref[Any] | None = None
+        self._name = "model"
+        self._armed = True
+        self._calm = 0
+        self._lock = threading.Lock()
+        #: (step, [total, *layers]) sampled since the detector last looked.
+        self._reads: list[tuple[int, list[float]]] = []
+        self._names: list[str] | None = None
+        self._layout = 0  # bumped when the layer names change: a fresh detector
+        self._detector: Detector | None = None
+        self._detector_layout = -1
+        #: The last step the detector has judged.
+        self.checked = 0
+
+    # --- the training thread ------------------------------------------------------------
+
+    def watch(self, module: Any, name: str | None, frame: FrameType | None) -> None:
+        """Keep the last forward call of ``module`` (unwrapped) and of the loss modules
+        bound in the training frames. Never raises."""
+        try:
+            inner = inner_module(module)
+            root = self._root() if self._root is not None else None
+            if root is inner:
+                return
+            from ..kernel.grads.inputs import InputKeeper, hook_target, loss_modules
+
+            if self.keeper is None:
+                self.keeper = InputKeeper(self._on_error)
+            target = hook_target(inner, {})
+            label = name or type(inner).__name__.lower()
+            roots = [] if target is None else [(label, target)]
+            self.keeper.sync(roots, loss_modules(frame_namespace(frame)))
+            self._root = weakref.ref(inner)
+            self._name = label
+        except Exception:
+            self._on_error("signals:watch")
+
+    def at_read(self, step: int, read: Read) -> dict[str, Any] | None:
+        """A sampled read (before the optimizer applies this step): keep it for the
+        detector; at the first non-finite one, the diagnosis of its cause (the row's
+        ``nonfinite``). Never raises."""
+        try:
+            if read.norm is None or read.layers is None or read.names is None:
+                return None
+            with self._lock:
+                if read.names != self._names:
+                    self._names = list(read.names)
+                    self._layout += 1
+                    self._reads = []
+                self._reads.append((step, [read.norm, *read.layers]))
+                if len(self._reads) > MAX_PENDING:
+                    del self._reads[0]
+            return self._non_finite(step, read)
+        except Exception:
+            self._on_error("signals:read")
+            return None
+
+    def _non_finite(self, step: int, read: Read) -> dict[str, Any] | None:
+        from ..kernel.grads.alarms import REARM_SAMPLES
+
+        assert read.norm is not None
+        if math.isfinite(read.norm):
+            self._calm += 1
+            if not self._armed and self._calm >= REARM_SAMPLES:
+                self._armed = True
+            return None
+        self._calm = 0
+        if not self._armed:
+            return None
+        self._armed = False
+        return self.diagnose(step, read)
+
+    def diagnose(self, step: int, read: Read) -> dict[str, Any]:
+        """The kernel's at-step diagnosis on this rank's kept batch (kernel/grads/
+        diagnose.py), without a collective: what made this step's gradient non-finite
+        as far as this rank's own data shows."""
+        import torch
+
+        from ..kernel.grads import diagnose
+
+        layers, names = read.layers or [], read.names or []
+        bad = [i for i, v in enumerate(layers) if not math.isfinite(v)]
+        grad_layer = names[bad[-1]] if bad and bad[-1] < len(names) else None
+        out: dict[str, Any] = {"cause": "unknown", "layer": grad_layer, "message": ""}
+        keeper = self.keeper
+        root = self._root() if self._root is not None else None
+        call = keeper.call_of(root) if keeper is not None and root is not None else None
+        if keeper is None or root is None or call is None:
+            out["message"] = (
+                "not diagnosed: no forward call of its model was kept before this step "
+                "(the model is hooked at its first sampled step)"
+            )
+            return out
+        roots: list[tuple[str, Any, KeptCall | None]] = [(self._name, root, call)]
+        losses = keeper.losses()
+        # the loss is checked only when a loss module was called on this batch (its
+        # output kept): else "finite" is not known of it (R47)
+        out["loss_checked"] = any(k.output is not None and k.call > call.call for k in losses)
+        keeper.paused = True
+        try:
+            finding = diagnose.overflow(
+                read.params, torch.tensor(read.values, dtype=torch.float64), grad_layer
+            )
+            why_not = None
+            if finding is None:
+                why_not = needs_other_ranks(root)
+                if why_not is None:
+                    finding = diagnose.diagnose(roots, losses, None, grad_layer, "rank", step)
+                else:  # the batch only: the forward would wait for the other ranks
+                    finding = diagnose.check_inputs(roots)
+        finally:
+            keeper.paused = False
+        out["rerun"] = why_not is None
+        if why_not is not None:
+            out["why_not_rerun"] = why_not
+        if finding is None:
+            out["cause"] = "unknown"
+            out["message"] = f"its batch is finite; the forward was not re-run: {why_not}"
+            out["batch_finite"] = True
+            return out
+        out["cause"] = finding.cause if finding.cause in CAUSES else "unknown"
+        out["layer"] = finding.layer
+        out["message"] = finding.message
+        out["batch_finite"] = finding.cause != "input"
+        return out
+
+    # --- the agent's thread -------------------------------------------------------------
+
+    def judge(self, clipping: bool) -> list[dict[str, Any]]:
+        """The detector on the reads sampled since it last looked: explosion and
+        vanishing alerts as plain dicts (step, layer, message, remedy, value). Host
+        floats only. Never raises."""
+        with self._lock:
+            reads, self._reads = self._reads, []
+            names, layout = self._names, self._layout
+        if not reads or names is None:
+            return []
+        try:
+            import torch
+
+            from ..kernel.grads.alarms import Detector, Thresholds
+
+            if self._detector is None or self._detector_layout != layout:
+                self._detector = Detector("rank", Thresholds())
+                self._detector_layout = layout
+            width = 1 + len(names)
+            rows = [r for _, r in reads if len(r) == width]
+            steps = [float(s) for s, r in reads if len(r) == width]
+            if not rows:
+                return []
+            m = torch.tensor(rows, dtype=torch.float32)
+            alerts = self._detector.evaluate(steps, m, list(names), clipping=clipping)
+            self.checked = int(steps[-1])
+        except Exception:
+            self._on_error("signals:judge")
+            return []
+        out = []
+        for a in alerts:
+            if a.kind not in SIGNAL_KINDS:
+                continue
+            value = a.value if a.value is not None and math.isfinite(a.value) else None
+            out.append(
+                {
+                    "kind": a.kind,
+                    "step": int(a.step),
+                    "layer": a.layer,
+                    "message": a.message,
+                    "remedy": a.remedy,
+                    "value": value,
+                }
+            )
+        return out
+
+    def remove(self) -> None:
+        """Every hook of the keeper goes; nothing is kept."""
+        keeper, self.keeper = self.keeper, None
+        self._root = None
+        if keeper is not None:
+            keeper.clear()
