@@ -1196,7 +1196,7 @@ export interface IControlGroup {
    */
   initial_lr: FiniteOrSpecial | null;
   /**
-   * The panel changed this group's lr in this run.
+   * The panel changed this group's lr (in this run, or in the last run of this optimizer and the lr is still as that run left it).
    */
   changed: boolean;
 }
@@ -1639,7 +1639,7 @@ export interface IActionScaleLr {
   [k: string]: unknown;
 }
 /**
- * Restore every param group's lr from before the panel's first change in this run. Refused when nothing was changed.
+ * Restore every changed param group's lr from before the panel's first change: at the target's next step while a run steps, at once while idle (after the run). Refused when nothing was changed.
  */
 export interface IActionResetLr {
   action?: 'reset_lr';
