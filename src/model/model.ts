@@ -283,7 +283,7 @@ export class TorchDbgModel {
     this._stats = null;
     this._messages = 0;
     this.grads.reset();
-    this.exception.dismiss();
+    this.exception.clear();
     this.control.reset();
     this.memory.reset();
     this.ranks.reset();
@@ -360,6 +360,11 @@ export class TorchDbgModel {
   }
 
   private _onRunsChanged(): void {
+    // a run that started after the last exception folds its view (issue #22)
+    const runs = this.runs.runs;
+    if (runs.length) {
+      this.exception.runStarted(Math.max(...runs.map(r => r.start)));
+    }
     this._view = null;
     this.grads.shownRun = this.runs.shown;
     if (this._pushing) {

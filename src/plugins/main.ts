@@ -22,6 +22,7 @@ import {
   ICommandContext,
   PALETTE_CATEGORY
 } from '../commands';
+import { listenForLoads } from '../connection/announce';
 import { TorchDbgConnection } from '../connection/connection';
 import { ISessionWidget, KernelTracker } from '../connection/tracker';
 import { IException } from '../protocol/messages';
@@ -97,6 +98,14 @@ export const mainPlugin: JupyterFrontEndPlugin<ITorchDebugger> = {
     };
     notebooks?.widgetAdded.connect((_, w) => followIfNone(w));
     consoles?.widgetAdded.connect((_, w) => followIfNone(w));
+    // The kernel side announces each load: the panel reattaches after an
+    // %unload_ext / %load_ext typed by hand (issue #22).
+    const hearLoads = (w: ISessionWidget) =>
+      listenForLoads(w.sessionContext, id => tracker.kernelLoaded(id));
+    notebooks?.widgetAdded.connect((_, w) => hearLoads(w));
+    consoles?.widgetAdded.connect((_, w) => hearLoads(w));
+    notebooks?.forEach(hearLoads);
+    consoles?.forEach(hearLoads);
     void app.restored.then(() => {
       follow(
         notebooks?.currentWidget ??

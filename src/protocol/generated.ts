@@ -27,7 +27,8 @@ export type KernelMessage =
   | IOom
   | IControl
   | IRuns
-  | IRanks;
+  | IRanks
+  | ILoaded;
 export type ProtocolVersion = string;
 /**
  * A block in a snapshot: always with its names (the snapshot carries the whole name table).
@@ -1440,6 +1441,17 @@ export interface IRankAlarm {
    * @maxItems 64
    */
   stack: string[];
+}
+/**
+ * Kernel -> every frontend of the kernel, when the kernel side loads (%load_ext, %reload_ext, the panel's auto-load): the data of a comm_open that the kernel initiates on the target `jupyterlab_torchdbg.loaded` and closes at once. A panel whose kernel side was not loaded opens its own comm then.
+ */
+export interface ILoaded {
+  method: 'loaded';
+  protocol_version: ProtocolVersion;
+  /**
+   * The `session_id` its `hello` will carry.
+   */
+  session_id: string;
 }
 /**
  * The data of the panel's comm_open.
