@@ -178,6 +178,22 @@ export class TorchDbgModel {
     return out;
   }
 
+  /**
+   * The runs the browser knows of, oldest first (NO_RUN, points outside any
+   * run, first): those it holds points of, those the kernel lists, and the
+   * runs of the gradient tracks it was last told of. The exports walk these.
+   */
+  knownRuns(): number[] {
+    const runs = new Set<number>([NO_RUN, ...this._runs.keys()]);
+    for (const r of this.runs.runs) {
+      runs.add(r.id);
+    }
+    for (const t of this.grads.status?.tracks ?? []) {
+      runs.add(t.run ?? NO_RUN);
+    }
+    return [...runs].sort((a, b) => a - b);
+  }
+
   /** The stream's block id -> names table (PROTOCOL.md, "The name table"). */
   get names(): NameTable {
     return this._names;
