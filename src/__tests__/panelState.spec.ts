@@ -167,9 +167,12 @@ describe('the folded exception view', () => {
     dom.render(React.createElement(ExceptionPanel, { model, actions, trans }));
     const view = dom.host.querySelector('.jp-TorchDbg-exception')!;
     expect(view.getAttribute('data-superseded')).toBe('cell_ok');
-    expect(view.textContent).toContain(
-      'Earlier error, In [4] (a later cell ran without error): RuntimeError: Size mismatch between tensors'
+    expect(view.querySelector('.jp-TorchDbg-excEarlierLine')!.textContent).toBe(
+      'RuntimeError: Size mismatch between tensors'
     );
+    expect(
+      view.querySelector('.jp-TorchDbg-excEarlierWhere')!.textContent
+    ).toBe('Earlier error, In [4] · a later cell ran without error');
     expect(view.textContent).not.toContain('second line');
     const buttons = Array.from(view.querySelectorAll('button')).map(
       b => b.textContent

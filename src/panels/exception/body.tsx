@@ -38,12 +38,10 @@ function EarlierException(props: {
       data-superseded={superseded ?? ''}
     >
       <div className="jp-TorchDbg-excEarlierLine" title={exc.diagnosis.title}>
-        <span className="jp-TorchDbg-excEarlierWhere">
-          {trans.__('%1 (%2):', where, since)}
-        </span>{' '}
-        <span className="jp-TorchDbg-excEarlierText">
-          {exc.exception.type}: {message}
-        </span>
+        {exc.exception.type}: {message}
+      </div>
+      <div className="jp-TorchDbg-excEarlierWhere">
+        {trans.__('%1 · %2', where, since)}
       </div>
       <div className="jp-TorchDbg-controls">
         <button
