@@ -2,6 +2,13 @@ import { csvFloat32, csvNumber, csvText } from '../../model/csv';
 import type { TorchDbgModel } from '../../model/model';
 import { NO_RUN } from '../runs/model';
 
+/**
+ * The DOM event the Logged series' CSV button sends up to the sidebar, whose
+ * plugin runs the "Export All Runs and Series as CSV" command (it saves
+ * through the application's contents service, which the panel does not hold).
+ */
+export const EXPORT_ALL_EVENT = 'torchdbg-export-all';
+
 /** The tidy table's one header row. */
 export const TIDY_HEADER = 'run,series,step,value';
 
