@@ -80,6 +80,8 @@ class KernelDriver:
         #: Per comm: block id -> names, as that comm's panel would hold them.
         self.name_tables: dict[str, dict[int, list[str]]] = {}
         self.closed: set[str] = set()
+        #: Comms the kernel opened (on iopub) and closed.
+        self.kernel_closed: set[str] = set()
         self.iopub: list[dict[str, Any]] = []
         self._replies: dict[str, dict[str, Any]] = {}
 
@@ -112,7 +114,13 @@ class KernelDriver:
             names = self._resolve_names(c["comm_id"], data)
             self.comm.append(CommMessage(c["comm_id"], data, bufs, names=names))
         elif mt == "comm_close":
-            self.closed.add(msg["content"]["comm_id"])
+            comm_id = msg["content"]["comm_id"]
+            # the kernel's own comms (the "loaded" announcement) apart from the panels'
+            kernel_opened = any(
+                m["msg_type"] == "comm_open" and m["content"].get("comm_id") == comm_id
+                for m in self.iopub
+            )
+            (self.kernel_closed if kernel_opened else self.closed).add(comm_id)
         else:
             self.iopub.append(msg)
         return True

@@ -5,10 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
-from kernel_client import KernelDriver
+from kernel_client import KernelDriver, validate_kernel_message
 
-from jupyterlab_torchdbg.protocol import PROTOCOL_VERSION
+from jupyterlab_torchdbg.protocol import LOADED_TARGET, PROTOCOL_VERSION
 
 COUNT_HANDLERS = textwrap.dedent(
     """
@@ -63,6 +64,42 @@ async def test_r01_unload_closes_open_comms(loaded: KernelDriver) -> None:
     again = await loaded.open_comm()
     assert again in loaded.closed
     assert not loaded.messages("hello", again)
+
+
+def _loaded_opens(k: KernelDriver) -> list[dict[str, Any]]:
+    """The kernel-initiated ``comm_open``s on LOADED_TARGET seen on iopub, in order."""
+    return [
+        m["content"]
+        for m in k.iopub
+        if m["msg_type"] == "comm_open" and m["content"].get("target_name") == LOADED_TARGET
+    ]
+
+
+async def test_r04_every_load_announces_itself_so_panels_reattach(kernel: KernelDriver) -> None:
+    """Issue #22: ``%unload_ext`` then ``%load_ext`` typed by hand left the panel on "kernel
+    side is not loaded". Each load now opens (and at once closes) a comm of its own to every
+    frontend, carrying the session id its hello will have; a second load that changes
+    nothing says nothing."""
+    await kernel.run("%load_ext jupyterlab_torchdbg")
+    await kernel.pump_until(lambda: len(_loaded_opens(kernel)) == 1)
+    first = _loaded_opens(kernel)[0]
+    validate_kernel_message(first["data"])
+    assert first["data"]["method"] == "loaded"
+    await kernel.pump_until(lambda: first["comm_id"] in kernel.kernel_closed)
+    comm_id = await kernel.open_comm()
+    hello = kernel.messages("hello", comm_id)[0].data
+    assert hello["session_id"] == first["data"]["session_id"]
+
+    await kernel.run("%load_ext jupyterlab_torchdbg")  # already loaded: no-op
+    await kernel.run("%unload_ext jupyterlab_torchdbg")
+    await kernel.pump_until(lambda: comm_id in kernel.closed)
+    assert len(_loaded_opens(kernel)) == 1
+    await kernel.run("%load_ext jupyterlab_torchdbg")
+    await kernel.pump_until(lambda: len(_loaded_opens(kernel)) == 2)
+    again = _loaded_opens(kernel)[1]["data"]
+    assert again["session_id"] != first["data"]["session_id"]
+    reopened = await kernel.open_comm()
+    assert kernel.messages("hello", reopened)[0].data["session_id"] == again["session_id"]
 
 
 async def test_hello_then_snapshot(loaded: KernelDriver) -> None:

@@ -9,6 +9,11 @@ broadcast in the same step as its snapshot (``Stream.send_snapshot``), so it get
 major version differs is refused with a message naming both versions (R07).
 Sending never raises: failures are counted and the comm is dropped if it is closed.
 
+When the kernel side loads it also opens a comm of its own on ``LOADED_TARGET`` and
+closes it at once (``announce``): a panel that saw the side unloaded (``%unload_ext``, then
+``%load_ext`` typed by hand) learns from it that it can open its comm again, at no cost
+while nothing unloads.
+
 The hub knows nothing of the extension: ``extension.py`` gives it four callables (the
 ``hello`` fields, the action handler, the snapshot writer, the error counter).
 """
@@ -21,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..package_version import __version__
-from ..protocol import COMM_TARGET, PROTOCOL_VERSION, jsonable, major, wire_safe
+from ..protocol import COMM_TARGET, LOADED_TARGET, PROTOCOL_VERSION, jsonable, major, wire_safe
 from .action_registry import echoable_request_id
 
 Message = dict[str, Any]
@@ -80,6 +85,25 @@ class CommHub:
     def register(self) -> None:
         self._manager.register_target(COMM_TARGET, self._on_open)
         self._registered = True
+
+    def announce(self, session_id: str) -> None:
+        """Tell every frontend of the kernel that the kernel side is (again) loaded: a
+        kernel-initiated comm on ``LOADED_TARGET``, closed at once (a frontend without
+        that target just sees it closed). Never raises."""
+        try:
+            from comm import create_comm
+
+            loaded = create_comm(
+                target_name=LOADED_TARGET,
+                data={
+                    "method": "loaded",
+                    "protocol_version": PROTOCOL_VERSION,
+                    "session_id": session_id,
+                },
+            )
+            loaded.close()
+        except Exception:
+            self._on_error("announce")
 
     def close(self) -> None:
         """Unregister the target and close every comm (the panels say 'not loaded')."""

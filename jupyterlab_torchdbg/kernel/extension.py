@@ -176,6 +176,9 @@ class Extension:
             self.add_cleanup(TorchImportWatcher(self._on_torch_imported).install())
         self._maybe_attach_torch()
         self._guarded("runs", self._adopt_running_cell)
+        # Last: a panel told "loaded" opens its comm at once (it reattaches after an
+        # %unload_ext / %load_ext typed by hand, issue #22).
+        self.hub.announce(self.session_id)
 
     def _adopt_running_cell(self) -> None:
         """``%load_ext`` ran inside a cell: that cell's pre_run_cell came before our

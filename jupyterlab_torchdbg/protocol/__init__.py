@@ -17,6 +17,9 @@ from typing import Any
 
 PROTOCOL_VERSION = "2.4"
 COMM_TARGET = "jupyterlab_torchdbg"
+#: The target of the comm the kernel side opens (and closes at once) when it loads: the
+#: panels of a kernel whose side was unloaded reattach (PROTOCOL.md, "Transport").
+LOADED_TARGET = "jupyterlab_torchdbg.loaded"
 SCHEMA_PATH = Path(__file__).with_name("messages.schema.json")
 
 #: Nesting deeper than this in a panel message is rejected as malformed (R14).

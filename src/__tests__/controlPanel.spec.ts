@@ -140,8 +140,8 @@ describe('control panel: idle', () => {
     expect(lr.title).toContain('Idle: nothing is training');
     // clipping is not a training action: it waits for the next step
     expect(button('Clip').disabled).toBe(false);
-    // the last run changed the lr: Reset is still refused while idle (never
-    // change an idle optimizer), and says why
+    // the last run changed the lr: Reset works after the run (issue #22; the
+    // kernel applies it at once), and says so
     await kernelSays(
       model,
       control({
@@ -153,8 +153,11 @@ describe('control panel: idle', () => {
         ]
       })
     );
-    expect(button('Reset LR').disabled).toBe(true);
-    expect(button('Reset LR').title).toContain('Idle: nothing is training');
+    expect(button('Reset LR').disabled).toBe(false);
+    expect(button('Reset LR').title).toContain(
+      'now (nothing is training): 0.5'
+    );
+    expect(button('LR ×0.5').disabled).toBe(true);
     // paused but idle (the kernel said so): Step is refused as well
     await kernelSays(
       model,

@@ -63,6 +63,33 @@ export class FakeKernel {
   statusChanged = new Signal<FakeKernel, string>(this);
   connectionStatusChanged = new Signal<FakeKernel, string>(this);
   disposed = new Signal<FakeKernel, void>(this);
+  iopubMessage = new Signal<FakeKernel, unknown>(this);
+  /** Comm targets the panel registered (kernel-initiated comms). */
+  targets = new Map<string, (comm: unknown, msg: unknown) => void>();
+
+  registerCommTarget(
+    name: string,
+    callback: (comm: unknown, msg: unknown) => void
+  ) {
+    this.targets.set(name, callback);
+  }
+
+  /** Play one execute request's iopub messages: input, maybe an error, idle. */
+  runCell(msgId: string, options: { error?: boolean; date?: string } = {}) {
+    const parent = { msg_id: msgId, msg_type: 'execute_request' };
+    const date = options.date ?? new Date().toISOString();
+    const send = (msg_type: string, content: unknown) =>
+      this.iopubMessage.emit({
+        header: { msg_type, date },
+        parent_header: parent,
+        content
+      });
+    send('execute_input', { code: 'x', execution_count: 1 });
+    if (options.error) {
+      send('error', { ename: 'E', evalue: '', traceback: [] });
+    }
+    send('status', { execution_state: 'idle' });
+  }
 
   get info() {
     return Promise.resolve({ language_info: { name: this.language } });

@@ -111,6 +111,8 @@ afterEach(() => {
 });
 
 function render(model: TorchDbgModel, conn: TorchDbgConnection): void {
+  // the sidebar shows the panel only once the kernel side is connected
+  model.state = { kind: 'connected' };
   dom.render(React.createElement(MemoryPanel, { model, conn, trans }));
 }
 

@@ -1,23 +1,26 @@
 import { InputDialog, Notification } from '@jupyterlab/apputils';
 
-import { sendControl } from '../panels/control';
-import { ActionName, IActionArgs } from '../protocol/messages';
-import { currentConnection, ICommandContext, isConnected } from './context';
+import { formatLr, sendControl } from '../panels/control';
+import { ActionName, IActionArgs, wireNumber } from '../protocol/messages';
+import { can, captionOf, currentConnection, ICommandContext } from './context';
 import { CommandIDs } from './ids';
+import { askLearningRate } from './lrDialog';
 
 /**
- * Training control: clip, pause / resume / single step (also in the panel's
- * "Training control" section).
+ * Training control: clip, pause / resume / single step and the learning rate
+ * (also in the panel's "Training control" section, with the same enabled
+ * states: both ask `model/availability.ts`). The LR commands act on the
+ * optimizer the panel's LR controls show (the one picked there, else the one
+ * that stepped last).
  */
 export function addControlCommands(ctx: ICommandContext): void {
   const { app, trans } = ctx;
   const current = () => currentConnection(ctx);
-  const connected = () => isConnected(ctx);
-  // Pause and Step act on a run that is training (the kernel refuses them while idle)
-  const running = () => current()?.model.control.running ?? false;
+  const target = () => current()?.model.control.target ?? null;
   const control = async <K extends ActionName>(
     action: K,
-    args: IActionArgs[K]
+    args: IActionArgs[K],
+    done?: string
   ) => {
     const conn = current();
     if (!conn) {
@@ -27,15 +30,22 @@ export function addControlCommands(ctx: ICommandContext): void {
     const error = await sendControl(conn, action, args);
     if (error) {
       Notification.error(error, { autoClose: 6000 });
+    } else if (done) {
+      Notification.info(done, { autoClose: 4000 });
     }
   };
 
   app.commands.addCommand(CommandIDs.clip, {
     label: trans.__('Clip Gradients…'),
-    caption: trans.__(
-      'Clip the gradient norm at every optimizer step from the next one'
-    ),
-    isEnabled: connected,
+    caption: () =>
+      captionOf(
+        ctx,
+        'clip',
+        trans.__(
+          'Clip the gradient norm at every optimizer step from the next one'
+        )
+      ),
+    isEnabled: () => can(ctx, 'clip').enabled,
     execute: async () => {
       const result = await InputDialog.getNumber({
         title: trans.__('Clip gradients at max_norm'),
@@ -48,26 +58,112 @@ export function addControlCommands(ctx: ICommandContext): void {
   });
   app.commands.addCommand(CommandIDs.unclip, {
     label: trans.__('Stop Clipping'),
-    isEnabled: () =>
-      connected() && (current()?.model.control.state?.clip ?? null) !== null,
+    caption: () => captionOf(ctx, 'unclip', trans.__('Stop clipping')),
+    isEnabled: () => can(ctx, 'unclip').enabled,
     execute: () => control('unclip', {})
   });
   app.commands.addCommand(CommandIDs.pause, {
     label: trans.__('Pause Training'),
-    isEnabled: () => connected() && running(),
+    caption: () =>
+      captionOf(
+        ctx,
+        'pause',
+        trans.__('Hold the loop before the next optimizer step')
+      ),
+    isEnabled: () => can(ctx, 'pause').enabled,
     execute: () => control('pause', {})
   });
   app.commands.addCommand(CommandIDs.resume, {
     label: trans.__('Resume Training'),
-    isEnabled: connected,
+    caption: () => captionOf(ctx, 'resume', trans.__('Release the pause')),
+    isEnabled: () => can(ctx, 'resume').enabled,
     execute: () => control('resume', {})
   });
   app.commands.addCommand(CommandIDs.step, {
     label: trans.__('Single Step (while paused)'),
-    isEnabled: () =>
-      connected() &&
-      running() &&
-      (current()?.model.control.state?.paused ?? false),
+    caption: () =>
+      captionOf(
+        ctx,
+        'step',
+        trans.__('Let exactly one optimizer step through')
+      ),
+    isEnabled: () => can(ctx, 'step').enabled,
     execute: () => control('step', {})
+  });
+
+  app.commands.addCommand(CommandIDs.halveLr, {
+    label: trans.__('Halve the Learning Rate (LR ×0.5)'),
+    caption: () =>
+      captionOf(
+        ctx,
+        'scaleLr',
+        trans.__(
+          'Halve the learning rate of %1 from its next step',
+          target()?.name ?? trans.__('the optimizer')
+        )
+      ),
+    isEnabled: () => can(ctx, 'scaleLr').enabled,
+    execute: () => {
+      // no target: a kernel before protocol 2.3 scales every optimizer
+      const t = target();
+      return control(
+        'scale_lr',
+        t ? { factor: 0.5, optimizer: t.key } : { factor: 0.5 },
+        trans.__('lr ×0.5: it applies at the next step.')
+      );
+    }
+  });
+  app.commands.addCommand(CommandIDs.setLr, {
+    label: trans.__('Set the Learning Rate…'),
+    caption: () =>
+      captionOf(
+        ctx,
+        'setLr',
+        trans.__(
+          'Set the learning rate of %1 from its next step',
+          target()?.name ?? trans.__('the optimizer')
+        )
+      ),
+    isEnabled: () => can(ctx, 'setLr').enabled,
+    execute: async () => {
+      const t = target();
+      if (!t) {
+        return;
+      }
+      const choice = await askLearningRate(t, trans);
+      if (!choice) {
+        return;
+      }
+      await control(
+        'set_lr',
+        choice.group === null
+          ? { lr: choice.lr, optimizer: t.key }
+          : { lr: choice.lr, optimizer: t.key, group: choice.group },
+        trans.__('lr %1 set: it applies at the next step.', formatLr(choice.lr))
+      );
+    }
+  });
+  app.commands.addCommand(CommandIDs.resetLr, {
+    label: trans.__('Reset the Learning Rate (Reset LR)'),
+    caption: () => {
+      const changed = target()?.groups.filter(g => g.changed) ?? [];
+      return captionOf(
+        ctx,
+        'resetLr',
+        trans.__(
+          'Restore the learning rate from before the panel’s first change: %1',
+          changed.map(g => formatLr(wireNumber(g.initial_lr))).join(', ')
+        )
+      );
+    },
+    isEnabled: () => can(ctx, 'resetLr').enabled,
+    execute: () => {
+      const t = target();
+      return control(
+        'reset_lr',
+        t ? { optimizer: t.key } : {},
+        trans.__('The learning rate is reset.')
+      );
+    }
   });
 }

@@ -1,7 +1,7 @@
 import { Notification } from '@jupyterlab/apputils';
 
 import { IExceptionActions } from '../panels/exception';
-import { currentConnection, ICommandContext } from './context';
+import { can, currentConnection, ICommandContext } from './context';
 import { CommandIDs } from './ids';
 
 /** The last exception: go to its cell, `%debug` it, copy its report. */
@@ -15,7 +15,7 @@ export function addExceptionCommands(
 
   app.commands.addCommand(CommandIDs.goToFailingCell, {
     label: trans.__('Go to Failing Cell'),
-    isEnabled: () => lastException() !== null,
+    isEnabled: () => can(ctx, 'goToCell').enabled,
     execute: async () => {
       const exc = lastException();
       const m = currentConnection(ctx)?.model;
@@ -31,7 +31,7 @@ export function addExceptionCommands(
   });
   app.commands.addCommand(CommandIDs.debugException, {
     label: trans.__('Debug Last Exception (%debug)'),
-    isEnabled: () => lastException()?.debuggable ?? false,
+    isEnabled: () => can(ctx, 'debug').enabled,
     execute: async () => {
       const exc = lastException();
       const note = exc ? await actions.debug(exc) : '';
@@ -42,7 +42,7 @@ export function addExceptionCommands(
   });
   app.commands.addCommand(CommandIDs.copyReport, {
     label: trans.__('Copy Exception Report'),
-    isEnabled: () => lastException() !== null,
+    isEnabled: () => can(ctx, 'copyReport').enabled,
     execute: () => {
       const exc = lastException();
       return exc ? actions.copyReport(exc) : undefined;

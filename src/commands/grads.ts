@@ -1,21 +1,66 @@
 import { Notification } from '@jupyterlab/apputils';
 
 import { download, gradsCsv, gradsJson, skipping } from '../panels/grads';
-import { currentConnection, ICommandContext, notifyFailure } from './context';
+import { tidyCsv } from '../panels/series/export';
+import {
+  can,
+  captionOf,
+  currentConnection,
+  ICommandContext,
+  notifyFailure
+} from './context';
 import { CommandIDs } from './ids';
+import { saveBesideDocument } from './save';
 
 /**
- * Export the gradient norms the panel holds (CSV or JSON download); replay the
- * kept non-finite step under anomaly detection (its result is also an alert);
- * skip optimizer steps whose gradients are NaN/Inf (a toggle).
+ * Export what the panel holds: every run and every series as one tidy CSV
+ * table saved beside the notebook, or the gradient norms as CSV or JSON
+ * (downloads, as the Gradients section's buttons); replay the kept non-finite
+ * step under anomaly detection (its result is also an alert); skip optimizer
+ * steps whose gradients are NaN/Inf (a toggle).
  */
 export function addGradsCommands(ctx: ICommandContext): void {
   const { app, trans } = ctx;
   const model = () => currentConnection(ctx)?.model;
 
+  app.commands.addCommand(CommandIDs.exportAll, {
+    label: trans.__('Export All Runs and Series as CSV'),
+    caption: () =>
+      captionOf(
+        ctx,
+        'exportAll',
+        trans.__(
+          'One tidy table run,series,step,value of every run and series (logged, gradient and weight norms), saved beside the notebook'
+        )
+      ),
+    isEnabled: () => can(ctx, 'exportAll').enabled,
+    execute: async () => {
+      const m = model();
+      if (!m) {
+        return;
+      }
+      const doc = ctx.tracker.currentWidget?.sessionContext.path ?? '';
+      const label = ctx.tracker.currentLabel.replace(/\.ipynb$/, '');
+      await saveBesideDocument(
+        app,
+        doc,
+        `${label || 'torchdbg'}-torchdbg`,
+        'csv',
+        tidyCsv(m),
+        'text/csv',
+        trans
+      );
+    }
+  });
   app.commands.addCommand(CommandIDs.exportCsv, {
     label: trans.__('Export Gradient Norms as CSV'),
-    isEnabled: () => !!model()?.grads.status,
+    caption: () =>
+      captionOf(
+        ctx,
+        'exportGrads',
+        trans.__('Download run,step,layer,norm of every run held')
+      ),
+    isEnabled: () => can(ctx, 'exportGrads').enabled,
     execute: () => {
       const m = model();
       if (m) {
@@ -25,7 +70,13 @@ export function addGradsCommands(ctx: ICommandContext): void {
   });
   app.commands.addCommand(CommandIDs.exportJson, {
     label: trans.__('Export Gradient Norms as JSON'),
-    isEnabled: () => !!model()?.grads.status,
+    caption: () =>
+      captionOf(
+        ctx,
+        'exportGrads',
+        trans.__('Download the norms, layers, thresholds and alarms')
+      ),
+    isEnabled: () => can(ctx, 'exportGrads').enabled,
     execute: () => {
       const m = model();
       if (m) {
@@ -35,10 +86,15 @@ export function addGradsCommands(ctx: ICommandContext): void {
   });
   app.commands.addCommand(CommandIDs.skipNonfinite, {
     label: trans.__('Skip Non-finite Optimizer Steps'),
-    caption: trans.__(
-      'Skip optimizer steps whose gradients are NaN/Inf, so the weights stay finite (every step is checked)'
-    ),
-    isEnabled: () => !!model()?.grads.status,
+    caption: () =>
+      captionOf(
+        ctx,
+        'skipNonfinite',
+        trans.__(
+          'Skip optimizer steps whose gradients are NaN/Inf, so the weights stay finite (every step is checked)'
+        )
+      ),
+    isEnabled: () => can(ctx, 'skipNonfinite').enabled,
     isToggled: () => skipping(model()?.grads.status?.tracks),
     execute: async () => {
       const conn = currentConnection(ctx);
@@ -58,10 +114,15 @@ export function addGradsCommands(ctx: ICommandContext): void {
   });
   app.commands.addCommand(CommandIDs.replayStep, {
     label: trans.__('Replay the Bad Step with Anomaly Detection'),
-    caption: trans.__(
-      'Run the kept non-finite step once more under torch.autograd.detect_anomaly, on its pre-step weights'
-    ),
-    isEnabled: () => !!model()?.grads.status?.replayable,
+    caption: () =>
+      captionOf(
+        ctx,
+        'replay',
+        trans.__(
+          'Run the kept non-finite step once more under torch.autograd.detect_anomaly, on its pre-step weights'
+        )
+      ),
+    isEnabled: () => can(ctx, 'replay').enabled,
     execute: async () => {
       const conn = currentConnection(ctx);
       const kept = conn?.model.grads.status?.replayable;

@@ -1,11 +1,13 @@
 /** Command ids (all in the palette under "Torch Debugger"). */
 export namespace CommandIDs {
   export const open = 'torchdbg:open-panel';
+  export const toggle = 'torchdbg:toggle-panel';
   export const load = 'torchdbg:load';
   export const resync = 'torchdbg:resync';
   export const clearSeries = 'torchdbg:clear-series';
   export const exportCsv = 'torchdbg:export-grads-csv';
   export const exportJson = 'torchdbg:export-grads-json';
+  export const exportAll = 'torchdbg:export-all-csv';
   export const goToFailingCell = 'torchdbg:go-to-failing-cell';
   export const debugException = 'torchdbg:debug-exception';
   export const copyReport = 'torchdbg:copy-exception-report';
@@ -14,6 +16,9 @@ export namespace CommandIDs {
   export const pause = 'torchdbg:pause';
   export const resume = 'torchdbg:resume';
   export const step = 'torchdbg:step';
+  export const halveLr = 'torchdbg:halve-lr';
+  export const setLr = 'torchdbg:set-lr';
+  export const resetLr = 'torchdbg:reset-lr';
   export const emptyCache = 'torchdbg:empty-cache';
   export const releaseRefs = 'torchdbg:release-references';
   export const recordMemory = 'torchdbg:record-memory';

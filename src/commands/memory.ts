@@ -2,7 +2,7 @@ import { Notification } from '@jupyterlab/apputils';
 
 import { formatBytes } from '../panels/memory';
 import { ActionName, IActionArgs } from '../protocol/messages';
-import { currentConnection, ICommandContext, isConnected } from './context';
+import { can, captionOf, currentConnection, ICommandContext } from './context';
 import { CommandIDs } from './ids';
 
 /**
@@ -12,7 +12,6 @@ import { CommandIDs } from './ids';
 export function addMemoryCommands(ctx: ICommandContext): void {
   const { app, trans } = ctx;
   const current = () => currentConnection(ctx);
-  const connected = () => isConnected(ctx);
   const memoryAction = async <K extends ActionName>(
     action: K,
     args: IActionArgs[K],
@@ -36,7 +35,13 @@ export function addMemoryCommands(ctx: ICommandContext): void {
 
   app.commands.addCommand(CommandIDs.emptyCache, {
     label: trans.__('Empty CUDA Cache'),
-    isEnabled: connected,
+    caption: () =>
+      captionOf(
+        ctx,
+        'emptyCache',
+        trans.__('torch.cuda.empty_cache(): reserved before → after')
+      ),
+    isEnabled: () => can(ctx, 'emptyCache').enabled,
     execute: () =>
       memoryAction('empty_cache', {}, r =>
         trans.__(
@@ -47,7 +52,15 @@ export function addMemoryCommands(ctx: ICommandContext): void {
   });
   app.commands.addCommand(CommandIDs.releaseRefs, {
     label: trans.__('Release References (ends %debug on the last error)'),
-    isEnabled: connected,
+    caption: () =>
+      captionOf(
+        ctx,
+        'releaseRefs',
+        trans.__(
+          'Drop what keeps the last error alive, gc, empty the cache (ends %debug)'
+        )
+      ),
+    isEnabled: () => can(ctx, 'releaseRefs').enabled,
     execute: () =>
       memoryAction('release_refs', {}, r =>
         typeof r.note === 'string' ? r.note : trans.__('References released.')
@@ -59,7 +72,13 @@ export function addMemoryCommands(ctx: ICommandContext): void {
       !current()?.model.memory.status
         ? trans.__('Start Recording Memory History')
         : trans.__('Stop Recording Memory History'),
-    isEnabled: connected,
+    caption: () =>
+      captionOf(
+        ctx,
+        'recordMemory',
+        trans.__('The CUDA allocator history; stop writes a snapshot file')
+      ),
+    isEnabled: () => can(ctx, 'recordMemory').enabled,
     execute: () => {
       const on =
         (current()?.model.memory.status?.recording.state ?? 'off') !== 'off';
@@ -75,7 +94,13 @@ export function addMemoryCommands(ctx: ICommandContext): void {
   });
   app.commands.addCommand(CommandIDs.saveCheckpoint, {
     label: trans.__('Save Checkpoint of Model and Optimizer'),
-    isEnabled: connected,
+    caption: () =>
+      captionOf(
+        ctx,
+        'saveCheckpoint',
+        trans.__('torch.save of their state dicts in the kernel’s folder')
+      ),
+    isEnabled: () => can(ctx, 'saveCheckpoint').enabled,
     execute: () =>
       memoryAction('save_checkpoint', {}, r =>
         trans.__('Checkpoint saved: %1', String(r.file ?? r.filename ?? ''))

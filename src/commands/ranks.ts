@@ -2,7 +2,7 @@ import { InputDialog, Notification } from '@jupyterlab/apputils';
 
 import { RanksActionName, sendRanksAction } from '../panels/ranks';
 import { IActionArgs } from '../protocol/messages';
-import { currentConnection, ICommandContext, isConnected } from './context';
+import { can, captionOf, currentConnection, ICommandContext } from './context';
 import { CommandIDs } from './ids';
 
 /**
@@ -13,8 +13,6 @@ import { CommandIDs } from './ids';
 export function addRanksCommands(ctx: ICommandContext): void {
   const { app, trans } = ctx;
   const ranks = () => currentConnection(ctx)?.model.ranks ?? null;
-  // a job that has not ended: its ranks can still act
-  const live = () => isConnected(ctx) && !!ranks()?.job && !ranks()!.ended;
   const send = async <K extends RanksActionName>(
     action: K,
     args: IActionArgs[K]
@@ -34,10 +32,13 @@ export function addRanksCommands(ctx: ICommandContext): void {
 
   app.commands.addCommand(CommandIDs.ranksClip, {
     label: trans.__('Clip Gradients on All Ranks…'),
-    caption: trans.__(
-      'Clip gradients on every rank of the job from one agreed step'
-    ),
-    isEnabled: live,
+    caption: () =>
+      captionOf(
+        ctx,
+        'ranksClip',
+        trans.__('Clip gradients on every rank of the job from one agreed step')
+      ),
+    isEnabled: () => can(ctx, 'ranksClip').enabled,
     execute: async () => {
       const result = await InputDialog.getNumber({
         title: trans.__('Clip gradients on all ranks at max_norm'),
@@ -50,23 +51,44 @@ export function addRanksCommands(ctx: ICommandContext): void {
   });
   app.commands.addCommand(CommandIDs.ranksUnclip, {
     label: trans.__('Stop Clipping on All Ranks'),
-    isEnabled: () => live() && ranks()?.clip !== null,
+    caption: () =>
+      captionOf(
+        ctx,
+        'ranksUnclip',
+        trans.__('Stop clipping on every rank from one agreed step')
+      ),
+    isEnabled: () => can(ctx, 'ranksUnclip').enabled,
     execute: () => send('ranks_unclip', {})
   });
   app.commands.addCommand(CommandIDs.ranksPause, {
     label: trans.__('Pause All Ranks'),
-    caption: trans.__('Hold every rank before one agreed optimizer step'),
-    isEnabled: live,
+    caption: () =>
+      captionOf(
+        ctx,
+        'ranksPause',
+        trans.__('Hold every rank before one agreed optimizer step')
+      ),
+    isEnabled: () => can(ctx, 'ranksPause').enabled,
     execute: () => send('ranks_pause', {})
   });
   app.commands.addCommand(CommandIDs.ranksResume, {
     label: trans.__('Resume All Ranks'),
-    isEnabled: live,
+    caption: () =>
+      captionOf(ctx, 'ranksResume', trans.__('Release every paused rank')),
+    isEnabled: () => can(ctx, 'ranksResume').enabled,
     execute: () => send('ranks_resume', {})
   });
   app.commands.addCommand(CommandIDs.ranksHalveLr, {
     label: trans.__('Halve the Learning Rate on All Ranks'),
-    isEnabled: live,
+    caption: () =>
+      captionOf(
+        ctx,
+        'ranksScaleLr',
+        trans.__(
+          'Halve every param group’s learning rate on every rank at one agreed step'
+        )
+      ),
+    isEnabled: () => can(ctx, 'ranksScaleLr').enabled,
     execute: () => send('ranks_scale_lr', { factor: 0.5 })
   });
 }

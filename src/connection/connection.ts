@@ -113,6 +113,21 @@ export class TorchDbgConnection implements IDisposable {
   }
 
   /**
+   * The kernel side says it (re)loaded (`%load_ext` typed by hand after an
+   * `%unload_ext`, a `%reload_ext`, another tab's auto-load): open the comm
+   * again unless connected or connecting. Never loads anything itself.
+   */
+  reattach(): void {
+    if (this._disposed || this._connecting || this._hidden) {
+      return;
+    }
+    if (this.isConnected) {
+      return;
+    }
+    void this.connect();
+  }
+
+  /**
    * Run `%load_ext jupyterlab_torchdbg` silently. Returns false (and sets the
    * state) when the package is missing or the load failed.
    */

@@ -3,6 +3,7 @@ import type { Kernel } from '@jupyterlab/services';
 import { IDisposable } from '@lumino/disposable';
 import { ISignal, Signal } from '@lumino/signaling';
 
+import { CellOutcomes } from './cellOutcomes';
 import { TorchDbgConnection } from './connection';
 
 /** A widget with a session context (notebook panel, console panel). */
@@ -22,6 +23,9 @@ export interface ISessionWidget {
 export class KernelTracker implements IDisposable {
   constructor(options: KernelTracker.IOptions) {
     this._autoLoad = options.autoLoad ?? true;
+    this._outcomes.finished.connect((_, { kernelId, time }) => {
+      this._connections.get(kernelId)?.model.exception.cellFinishedOk(time);
+    });
   }
 
   get current(): TorchDbgConnection | null {
@@ -59,6 +63,17 @@ export class KernelTracker implements IDisposable {
   /** All live connections (the shown one; the last shown while none is). */
   get connections(): TorchDbgConnection[] {
     return [...this._connections.values()];
+  }
+
+  /**
+   * The kernel side of `kernelId` announced that it loaded (`announce.ts`):
+   * the connection to it, if the panel follows it, opens its comm again.
+   */
+  kernelLoaded(kernelId: string): void {
+    const conn = this._connections.get(kernelId);
+    if (conn && !conn.isDisposed) {
+      conn.reattach();
+    }
   }
 
   /** Point the tracker at a notebook/console widget (or none). */
@@ -133,6 +148,12 @@ export class KernelTracker implements IDisposable {
     if (!conn || conn.isDisposed) {
       conn = new TorchDbgConnection({ kernel, autoLoad: this._autoLoad });
       const created = conn;
+      // what ran since the last exception, also while another kernel was shown
+      this._outcomes.watch(kernel);
+      const lastOk = this._outcomes.lastOk(kernel.id);
+      if (lastOk !== null) {
+        created.model.exception.cellFinishedOk(lastOk);
+      }
       this._connections.set(kernel.id, created);
       // Connected once per kernel however often the user comes back to it.
       kernel.disposed.connect(this._onKernelDisposed, this);
@@ -142,6 +163,7 @@ export class KernelTracker implements IDisposable {
   }
 
   private _autoLoad: boolean;
+  private _outcomes = new CellOutcomes();
   private _current: TorchDbgConnection | null = null;
   private _widget: ISessionWidget | null = null;
   private _connections = new Map<string, TorchDbgConnection>();

@@ -178,6 +178,22 @@ export class TorchDbgModel {
     return out;
   }
 
+  /**
+   * The runs the browser knows of, oldest first (NO_RUN, points outside any
+   * run, first): those it holds points of, those the kernel lists, and the
+   * runs of the gradient tracks it was last told of. The exports walk these.
+   */
+  knownRuns(): number[] {
+    const runs = new Set<number>([NO_RUN, ...this._runs.keys()]);
+    for (const r of this.runs.runs) {
+      runs.add(r.id);
+    }
+    for (const t of this.grads.status?.tracks ?? []) {
+      runs.add(t.run ?? NO_RUN);
+    }
+    return [...runs].sort((a, b) => a - b);
+  }
+
   /** The stream's block id -> names table (PROTOCOL.md, "The name table"). */
   get names(): NameTable {
     return this._names;
@@ -283,7 +299,7 @@ export class TorchDbgModel {
     this._stats = null;
     this._messages = 0;
     this.grads.reset();
-    this.exception.dismiss();
+    this.exception.clear();
     this.control.reset();
     this.memory.reset();
     this.ranks.reset();
@@ -360,6 +376,11 @@ export class TorchDbgModel {
   }
 
   private _onRunsChanged(): void {
+    // a run that started after the last exception folds its view (issue #22)
+    const runs = this.runs.runs;
+    if (runs.length) {
+      this.exception.runStarted(Math.max(...runs.map(r => r.start)));
+    }
     this._view = null;
     this.grads.shownRun = this.runs.shown;
     if (this._pushing) {

@@ -22,9 +22,11 @@ import {
   ICommandContext,
   PALETTE_CATEGORY
 } from '../commands';
+import { listenForLoads } from '../connection/announce';
 import { TorchDbgConnection } from '../connection/connection';
 import { ISessionWidget, KernelTracker } from '../connection/tracker';
 import { IException } from '../protocol/messages';
+import { EXPORT_ALL_EVENT } from '../panels/series/export';
 import { TorchDbgStatus } from '../statusbar';
 import { torchDbgIcon } from '../icon';
 import { exceptionActions } from './exceptionActions';
@@ -97,6 +99,14 @@ export const mainPlugin: JupyterFrontEndPlugin<ITorchDebugger> = {
     };
     notebooks?.widgetAdded.connect((_, w) => followIfNone(w));
     consoles?.widgetAdded.connect((_, w) => followIfNone(w));
+    // The kernel side announces each load: the panel reattaches after an
+    // %unload_ext / %load_ext typed by hand (issue #22).
+    const hearLoads = (w: ISessionWidget) =>
+      listenForLoads(w.sessionContext, id => tracker.kernelLoaded(id));
+    notebooks?.widgetAdded.connect((_, w) => hearLoads(w));
+    consoles?.widgetAdded.connect((_, w) => hearLoads(w));
+    notebooks?.forEach(hearLoads);
+    consoles?.forEach(hearLoads);
     void app.restored.then(() => {
       follow(
         notebooks?.currentWidget ??
@@ -136,12 +146,20 @@ export const mainPlugin: JupyterFrontEndPlugin<ITorchDebugger> = {
     });
 
     const commands: ICommandContext = { app, tracker, trans };
-    addPanelCommands(commands, { sidebar, icon: torchDbgIcon });
+    addPanelCommands(commands, {
+      sidebar,
+      icon: torchDbgIcon,
+      collapseRight: labShell ? () => labShell.collapseRight() : undefined
+    });
     addGradsCommands(commands);
     addExceptionCommands(commands, actions);
     addControlCommands(commands);
     addMemoryCommands(commands);
     addRanksCommands(commands);
+    // the Logged series' CSV button: the same command as the palette's
+    sidebar.node.addEventListener(EXPORT_ALL_EVENT, () => {
+      void app.commands.execute(CommandIDs.exportAll);
+    });
     if (palette) {
       for (const command of Object.values(CommandIDs)) {
         palette.addItem({ command, category: PALETTE_CATEGORY });

@@ -27,7 +27,8 @@ export type KernelMessage =
   | IOom
   | IControl
   | IRuns
-  | IRanks;
+  | IRanks
+  | ILoaded;
 export type ProtocolVersion = string;
 /**
  * A block in a snapshot: always with its names (the snapshot carries the whole name table).
@@ -1280,7 +1281,7 @@ export interface IControlGroup {
    */
   initial_lr: FiniteOrSpecial | null;
   /**
-   * The panel changed this group's lr in this run.
+   * The panel changed this group's lr (in this run, or in the last run of this optimizer and the lr is still as that run left it).
    */
   changed: boolean;
 }
@@ -1560,6 +1561,17 @@ export interface IRankAlarm {
   stack_user?: number;
 }
 /**
+ * Kernel -> every frontend of the kernel, when the kernel side loads (%load_ext, %reload_ext, the panel's auto-load): the data of a comm_open that the kernel initiates on the target `jupyterlab_torchdbg.loaded` and closes at once. A panel whose kernel side was not loaded opens its own comm then.
+ */
+export interface ILoaded {
+  method: 'loaded';
+  protocol_version: ProtocolVersion;
+  /**
+   * The `session_id` its `hello` will carry.
+   */
+  session_id: string;
+}
+/**
  * The data of the panel's comm_open.
  */
 export interface IOpen {
@@ -1757,7 +1769,7 @@ export interface IActionScaleLr {
   [k: string]: unknown;
 }
 /**
- * Restore every param group's lr from before the panel's first change in this run. Refused when nothing was changed.
+ * Restore every changed param group's lr from before the panel's first change: at the target's next step while a run steps, at once while idle (after the run). Refused when nothing was changed.
  */
 export interface IActionResetLr {
   action?: 'reset_lr';

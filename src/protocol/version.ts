@@ -4,6 +4,8 @@
  */
 export const PROTOCOL_VERSION = '2.4';
 export const COMM_TARGET = 'jupyterlab_torchdbg';
+/** The comm the kernel side opens (and closes at once) each time it loads. */
+export const LOADED_TARGET = 'jupyterlab_torchdbg.loaded';
 
 /**
  * The major part of a `MAJOR.MINOR` version string, or null.

@@ -6,7 +6,7 @@
  */
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
 
-import { notebookWithPanel, PANEL, setSource } from './helpers';
+import { notebookWithPanel, openPanel, PANEL, setSource } from './helpers';
 
 // Galata's kernel mock stands in the way of a real kernel's comms: use the real API.
 test.use({ autoGoto: true, kernels: null });
@@ -22,7 +22,7 @@ async function reloadAndReattach(page: IJupyterLabPageFixture): Promise<void> {
   // for a launcher tab, and with Galata's in-page helpers hooked up again
   await page.reload({ waitForIsReady: false });
   await page.waitForSelector('.jp-Notebook', { timeout: 60000 });
-  await page.keyboard.press('Control+Shift+Y');
+  await openPanel(page);
   await expect(page.locator(`${PANEL} .jp-TorchDbg-body`)).toHaveAttribute(
     'data-state',
     'connected',
@@ -76,7 +76,7 @@ test('R46: page reloads leave exactly one live comm for the tab', async ({
   // its own workspace, opening the same notebook (same session, same kernel)
   await other.goto(`lab/workspaces/r46-other-tab/tree/${path}`);
   await other.waitForSelector('.jp-Notebook', { timeout: 60000 });
-  await other.keyboard.press('Control+Shift+Y');
+  await openPanel(other);
   await expect(other.locator(`${PANEL} .jp-TorchDbg-body`)).toHaveAttribute(
     'data-state',
     'connected',

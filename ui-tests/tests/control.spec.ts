@@ -162,7 +162,7 @@ test('an idle kernel disables Pause, Step and the LR controls', async ({
   await page.theme.setLightTheme();
 });
 
-test('the LR sequence from #14 ends with the panel showing the optimizer’s lr', async ({
+test('the LR sequence from #14 ends with the panel showing the optimizer’s lr; Reset LR after the run', async ({
   page
 }) => {
   test.setTimeout(240000);
@@ -202,17 +202,21 @@ test('the LR sequence from #14 ends with the panel showing the optimizer’s lr'
     await expect(reset).toBeEnabled();
     await run;
     await expect.poll(() => cellOutput(page, 1)).toContain('lr 0.25');
-    // idle: Reset LR is off (an idle optimizer is never changed), the lr shown stays true
+    // idle: the lr shown stays true; Reset LR still works after the run (#22)
     await expect(state).toContainText('Idle: nothing is training', {
       timeout: 20000
     });
-    await expect(reset).toBeDisabled();
+    await expect(halve).toBeDisabled();
     const printed = /lr ([\d.e-]+)/.exec(await cellOutput(page, 1))![1];
     await expect(lrInput(page)).toHaveAttribute(
       'data-lr',
       String(Number(printed))
     );
     expect(printed).toBe(round > 0 ? '0.25' : '');
+    await expect(reset).toBeEnabled();
+    await reset.click();
+    await expect(lrInput(page)).toHaveAttribute('data-lr', '0.5');
+    await expect(reset).toBeDisabled();
   }
 });
 

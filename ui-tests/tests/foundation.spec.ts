@@ -9,7 +9,7 @@ import {
   test
 } from '@jupyterlab/galata';
 
-import { PANEL, setSource } from './helpers';
+import { openPanel, PANEL, setSource } from './helpers';
 
 async function openPanelFromPalette(page: IJupyterLabPageFixture) {
   await page.keyboard.press('Control+Shift+C');
@@ -136,7 +136,7 @@ test.describe('foundation', () => {
     // (a plain browser reload: Galata's page.reload waits for a launcher tab)
     await page.evaluate(() => window.location.reload());
     await page.waitForSelector('.jp-Notebook', { timeout: 60000 });
-    await page.keyboard.press('Control+Shift+Y');
+    await openPanel(page);
     await expect(page.locator(`${PANEL} .jp-TorchDbg-body`)).toHaveAttribute(
       'data-state',
       'connected',

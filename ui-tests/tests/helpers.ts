@@ -25,6 +25,16 @@ export async function setSource(
   );
 }
 
+/**
+ * Show the panel, whatever its state (Ctrl+Shift+Y toggles it: after a reload
+ * that restored it open, the key would hide it).
+ */
+export async function openPanel(page: IJupyterLabPageFixture): Promise<void> {
+  await page.evaluate(() =>
+    (window as any).jupyterapp.commands.execute('torchdbg:open-panel')
+  );
+}
+
 /** A new notebook with the panel open and connected to its kernel. */
 export async function notebookWithPanel(
   page: IJupyterLabPageFixture,
@@ -32,7 +42,7 @@ export async function notebookWithPanel(
 ): Promise<void> {
   await page.notebook.createNew(name);
   await page.notebook.setCell(0, 'code', '1');
-  await page.keyboard.press('Control+Shift+Y');
+  await openPanel(page);
   await expect(page.locator(`${PANEL} .jp-TorchDbg-body`)).toHaveAttribute(
     'data-state',
     'connected',
@@ -148,4 +158,29 @@ export async function setSectionOpen(
     await section.locator('.jp-TorchDbg-sectionHeader').first().click();
   }
   await expect(section).toHaveAttribute('data-open', String(open));
+}
+
+/** Make the right sidebar `width` px wide (the width these tests look at). */
+export async function sidebarWidth(
+  page: IJupyterLabPageFixture,
+  width: number
+): Promise<void> {
+  await page.evaluate(w => {
+    const shell = (window as any).jupyterapp.shell;
+    const split = shell._hsplitPanel;
+    const total = split.node.clientWidth;
+    const sizes = split.relativeSizes();
+    const left = sizes[0] * total;
+    split.setRelativeSizes([left, total - left - w, w].map(v => v / total));
+  }, width);
+  // the panel's own width: the sidebar's less its border and scrollbar
+  await expect
+    .poll(
+      async () =>
+        Math.abs(
+          width - (await page.locator(PANEL).evaluate(el => el.offsetWidth))
+        ),
+      { timeout: 5000 }
+    )
+    .toBeLessThanOrEqual(2);
 }

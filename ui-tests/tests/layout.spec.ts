@@ -12,6 +12,7 @@ import * as fs from 'fs';
 import {
   explodingRnnCell,
   notebookWithPanel,
+  openPanel,
   PANEL,
   setSectionOpen,
   setSource,
@@ -241,7 +242,7 @@ test('layout at the default sidebar width, light and dark', async ({
   await setSectionOpen(page, 'series', true);
   await page.evaluate(() => window.location.reload());
   await page.waitForSelector('.jp-Notebook', { timeout: 60000 });
-  await page.keyboard.press('Control+Shift+Y');
+  await openPanel(page);
   await expect(page.locator(`${PANEL} .jp-TorchDbg-body`)).toHaveAttribute(
     'data-state',
     'connected',

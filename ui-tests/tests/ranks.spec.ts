@@ -15,6 +15,7 @@ import {
   PANEL,
   setSectionOpen,
   setSource,
+  sidebarWidth,
   sidewaysScroll
 } from './helpers';
 
@@ -136,6 +137,29 @@ test('a 2-rank DDP job from the notebook: the rank grid live, pause and resume a
   await expect(section.locator('.jp-TorchDbg-rankLegend li')).toHaveCount(2, {
     timeout: 20000
   });
+  // Training control (the kernel's own loop is idle): says a rank job runs,
+  // not "Idle", and leads to the all-rank controls (#22)
+  await setSectionOpen(page, 'control', true);
+  const control = page.locator(`${PANEL} [data-section="control"]`);
+  await expect(control.locator('.jp-TorchDbg-controlStateText')).toHaveText(
+    'A 2-rank job is running: use the all-rank controls in Ranks.'
+  );
+  await expect(control.getByRole('button', { name: 'Pause' })).toHaveAttribute(
+    'title',
+    'A 2-rank job is running: use the all-rank controls in Ranks.'
+  );
+  await sidebarWidth(page, 250);
+  await control.screenshot({
+    path: testInfo.outputPath('control-rank-job-light.png')
+  });
+  await page.theme.setDarkTheme();
+  await control.screenshot({
+    path: testInfo.outputPath('control-rank-job-dark.png')
+  });
+  await page.theme.setLightTheme();
+  await control.getByRole('button', { name: 'Go to Ranks' }).click();
+  await expect(section).toBeInViewport();
+  await setSectionOpen(page, 'control', false);
 
   // Pause all: both ranks held at the same step, the ack names it. A rank that
   // does not answer within 2 s (a loaded machine) is a refusal with the reason:

@@ -115,6 +115,7 @@ class Control:
         if event == "end":
             with self._lock:
                 self.lr.drop_pending()
+                self.lr.run_ended()
         self.broadcast()
 
     # --- actions (any thread) --------------------------------------------------------
@@ -171,9 +172,10 @@ class Control:
         self._wake.set()
         return {"step": "one optimizer step"}
 
-    def _lr_target(self, args: dict[str, Any]) -> Target:
-        """The target an LR action is for (under the lock); refused or invalid."""
-        if self.idle():
+    def _lr_target(self, args: dict[str, Any], *, idle_ok: bool = False) -> Target:
+        """The target an LR action is for (under the lock); refused or invalid. Only
+        Reset (``idle_ok``) acts on the last run's targets while nothing trains."""
+        if self.idle() and not idle_ok:
             raise ActionError(IDLE_LR, "refused")
         t = self.lr.resolve(args.get("optimizer"))
         if t is None:
@@ -207,20 +209,32 @@ class Control:
         return {**out, "lr_scale": scale}
 
     def act_reset_lr(self, args: dict[str, Any]) -> dict[str, object]:
+        """Back to the lr from before the panel's first change. While a run steps, at
+        its next step; while idle (the run ended), at once: the user asked for it and
+        nothing steps, so nothing waits for a boundary that may never come (issue #22)."""
+        applies = "at the next optimizer step"
         with self._lock:
-            t = self._lr_target(args)
+            t = self._lr_target(args, idle_ok=True)
+            opt = t.ref()
             if not t.changed:
                 if not t.pending:
                     raise ActionError(
-                        "nothing to reset: the learning rate was not changed "
-                        "from the panel in this run",
+                        "nothing to reset: the learning rate was not changed from the panel",
                         "refused",
                     )
                 t.pending.clear()  # the changes not applied yet are simply dropped
+            elif self.idle():
+                if opt is None:
+                    raise ActionError(f"{t.name} no longer exists", "refused")
+                t.pending.clear()
+                self.lr.apply(t, opt, [("reset", 0.0, None)])
+                applies = "now (nothing is training)"
             else:
                 t.pending.append(("reset", 0.0, None))
             key = t.key
-        return {"optimizer": key, "lr_scale": None, "applies": "at the next optimizer step"}
+        if applies.startswith("now"):
+            self.broadcast()
+        return {"optimizer": key, "lr_scale": None, "applies": applies}
 
     # --- the step boundary (training thread) ------------------------------------------
 

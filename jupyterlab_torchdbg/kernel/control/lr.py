@@ -7,7 +7,16 @@ pending changes (``apply``): ``set`` (an absolute value for one group, or for al
 keeping their ratios), ``scale`` (a factor) and ``reset`` (back to the values before the
 panel's first change in this run, ``initial``). The panel's actions only queue changes
 (``Control`` holds the lock); a new run starts with no targets (``new_run``) and a run
-that ends drops what is pending (``drop_pending``): an idle optimizer is never changed.
+that ends drops what is pending (``drop_pending``): an idle optimizer is never changed
+behind the user's back. The one exception is Reset, which the user asks for: while idle
+``Control`` applies it at once (nothing steps then), so a halved LR can be restored after
+the run (issue #22).
+
+The panel's change outlives its run, per optimizer (held weakly): when the same optimizer
+steps in a later run with each changed group's lr still at the value the last run left it
+at, the new run's target starts with the old ``initial`` and ``changed``, so Reset still
+restores the value from before the panel's first change. A group whose lr the user's code
+set in between is the user's value: nothing to reset (``_Carry``).
 """
 
 from __future__ import annotations
@@ -67,6 +76,16 @@ class Target:
         return lr / first
 
 
+@dataclass
+class _Carry:
+    """What a run's target hands to the same optimizer's target in the next run."""
+
+    initial: list[float | None]
+    changed: set[int]
+    #: Each group's lr as the run left it.
+    lrs: list[float | None]
+
+
 def read_lr(value: object) -> float | None:
     """A group's lr as a float; None when not a number (or a tensor off the CPU: reading
     it would synchronise the device)."""
@@ -99,10 +118,39 @@ class LrTargets:
         self.targets: dict[str, Target] = {}
         #: The target that stepped most recently (the default of the actions).
         self.last_key: str | None = None
+        #: optimizer -> the panel's change it carries into its next run (weakly held).
+        self._carry: weakref.WeakKeyDictionary[Any, _Carry] = weakref.WeakKeyDictionary()
+
+    def run_ended(self) -> None:
+        """The run ended: read each group's lr as it is left (after the last
+        ``scheduler.step()``, which comes after the last boundary)."""
+        for t in self.targets.values():
+            opt = t.ref()
+            if opt is not None and not t.by_hand:
+                t.lrs = [read_lr(g.get("lr")) for g in opt.param_groups]
 
     def new_run(self) -> None:
+        for t in self.targets.values():
+            opt = t.ref()
+            if opt is not None and t.changed and t.initial is not None:
+                self._carry[opt] = _Carry(list(t.initial), set(t.changed), list(t.lrs))
         self.targets = {}
         self.last_key = None
+
+    def _take_carry(self, t: Target, opt: Any) -> None:
+        """A target new in this run: the panel's change of the last run, for the groups
+        whose lr is still what that run left (see the module docstring)."""
+        carry = self._carry.pop(opt, None)
+        if carry is None or t.by_hand:
+            return
+        now = [read_lr(g.get("lr")) for g in opt.param_groups]
+        kept = {
+            i
+            for i in carry.changed
+            if i < len(now) and i < len(carry.lrs) and now[i] is not None and now[i] == carry.lrs[i]
+        }
+        if kept:
+            t.initial, t.changed = carry.initial, kept
 
     def drop_pending(self) -> bool:
         dropped = False
@@ -123,6 +171,7 @@ class LrTargets:
             t = self.targets[key] = Target(
                 key, shown, weakref.ref(opt), isinstance(opt, ModelSource)
             )
+            self._take_carry(t, opt)
         self.last_key = key
         return t
 

@@ -1,7 +1,13 @@
 import type { TranslationBundle } from '@jupyterlab/translation';
-import React, { useState } from 'react';
+import React, { useEffect, useRef, useState } from 'react';
 
 import { TorchDbgConnection } from '../../connection/connection';
+import {
+  availability,
+  rankJobRunning,
+  rankJobWhy
+} from '../../model/availability';
+import { openSection } from '../../sidebar/section';
 import type { IControlTarget } from '../../protocol/generated';
 import { ActionName, IActionArgs, wireNumber } from '../../protocol/messages';
 import { useSignalRender } from '../../ui/useSignalRender';
@@ -15,10 +21,33 @@ export function formatLr(v: number): string {
   return String(Number(v.toPrecision(6)));
 }
 
-/** A typed learning rate, or null when it is not a finite number > 0. */
+/** The largest learning rate the kernel accepts (`set_lr` in the schema). */
+export const MAX_LR = 1e6;
+
+/** A typed learning rate, or null unless a finite number > 0 and ≤ MAX_LR. */
 export function parseLr(text: string): number | null {
   const v = Number(text.trim());
-  return text.trim() !== '' && Number.isFinite(v) && v > 0 ? v : null;
+  return text.trim() !== '' && Number.isFinite(v) && v > 0 && v <= MAX_LR
+    ? v
+    : null;
+}
+
+/**
+ * Whether a multi-process job is running on this kernel; re-renders only when
+ * that changes (the ranks model changes up to 10 times a second).
+ */
+function useRankJob(conn: TorchDbgConnection): boolean {
+  const ranks = conn.model.ranks;
+  const [running, setRunning] = useState(() => rankJobRunning(conn.model));
+  useEffect(() => {
+    const update = () => setRunning(rankJobRunning(conn.model));
+    update();
+    ranks.changed.connect(update);
+    return () => {
+      ranks.changed.disconnect(update);
+    };
+  }, [conn, ranks]);
+  return running;
 }
 
 /** `drafts` less one key. */
@@ -43,19 +72,22 @@ export function ControlPanel(props: {
   const { conn, trans } = props;
   const control = conn.model.control;
   useSignalRender(control.changed);
+  const rankJob = useRankJob(conn);
+  const root = useRef<HTMLDivElement>(null);
   const [maxNorm, setMaxNorm] = useState('1.0');
   const [note, setNote] = useState('');
   // what the user is typing per `key/group`; the kernel's value otherwise
   const [drafts, setDrafts] = useState<Record<string, string>>({});
   const [, rerender] = useState(0);
   const state = control.state;
-  const live = conn.model.hello?.capabilities.subshells ?? false;
   const truthful = state?.targets !== undefined;
   // no state yet (torch not imported, or before the first message): nothing to act on
   const idle = control.idle || state === null;
   const running = control.running;
   const target = control.target;
   const byHand = target?.by_hand ?? false;
+  // what can run now: the same answer the palette's commands get
+  const can = availability(conn.model, trans);
   const act = <K extends ActionName>(
     action: K,
     args: IActionArgs[K],
@@ -69,17 +101,17 @@ export function ControlPanel(props: {
   };
   const clipValue = Number(maxNorm);
   const clipValid = Number.isFinite(clipValue) && clipValue > 0;
-  const idleWhy = trans.__(
-    'Idle: nothing is training. Set the learning rate in your cell.'
-  );
   const byHandWhy = trans.__(
     'A loop without torch.optim: the learning rate is in your code.'
   );
-  const lrBlocked = idle ? idleWhy : byHand ? byHandWhy : '';
+  const lrBlocked = can.setLr.why;
   const changed = target?.groups.filter(g => g.changed) ?? [];
 
   let stateText: string;
-  if (state?.paused) {
+  const rankJobIdle = rankJob && !state?.paused && (!state || idle || !running);
+  if (rankJobIdle) {
+    stateText = rankJobWhy(conn.model, trans);
+  } else if (state?.paused) {
     const at = String(state.paused_at ?? state.step);
     stateText =
       state.run !== null && state.run !== undefined
@@ -116,12 +148,32 @@ export function ControlPanel(props: {
       className="jp-TorchDbg-control"
       data-idle={idle ? 'true' : 'false'}
       data-running={running ? 'true' : 'false'}
+      data-rank-job={rankJob ? 'true' : 'false'}
+      ref={root}
     >
       <div
         className="jp-TorchDbg-controlState"
         data-paused={state?.paused ? 'true' : 'false'}
       >
         <span className="jp-TorchDbg-controlStateText">{stateText}</span>
+        {rankJobIdle && (
+          <button
+            className="jp-TorchDbg-link jp-TorchDbg-toRanks"
+            onClick={() =>
+              openSection(
+                root.current?.closest('.jp-TorchDbg-body') ?? null,
+                'ranks',
+                () =>
+                  root.current
+                    ?.closest('.jp-TorchDbg-body')
+                    ?.querySelector('[data-section="ranks"]')
+                    ?.scrollIntoView({ block: 'start', behavior: 'smooth' })
+              )
+            }
+          >
+            {trans.__('Go to Ranks')}
+          </button>
+        )}
         {state?.clip !== null && state?.clip !== undefined && (
           <span className="jp-TorchDbg-chip jp-mod-ok jp-TorchDbg-clipChip">
             {trans.__('clip %1', String(state.clip))}
@@ -167,14 +219,16 @@ export function ControlPanel(props: {
         </label>
         <button
           className="jp-Button jp-mod-styled jp-mod-accept jp-TorchDbg-small"
-          disabled={!clipValid}
+          disabled={!clipValid || !can.clip.enabled}
+          title={can.clip.why || undefined}
           onClick={() => act('clip', { max_norm: clipValue })}
         >
           {trans.__('Clip')}
         </button>
         <button
           className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
-          disabled={state?.clip === null || state?.clip === undefined}
+          disabled={!can.unclip.enabled}
+          title={can.unclip.why || undefined}
           onClick={() => act('unclip', {})}
         >
           {trans.__('Stop clipping')}
@@ -185,14 +239,16 @@ export function ControlPanel(props: {
           <>
             <button
               className="jp-Button jp-mod-styled jp-mod-accept jp-TorchDbg-small"
+              disabled={!can.resume.enabled}
+              title={can.resume.why || undefined}
               onClick={() => act('resume', {})}
             >
               {trans.__('Resume')}
             </button>
             <button
               className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
-              disabled={idle}
-              title={idle ? trans.__('Idle: nothing is training') : undefined}
+              disabled={!can.step.enabled}
+              title={can.step.why || undefined}
               onClick={() => act('step', {})}
             >
               {trans.__('Step')}
@@ -201,13 +257,10 @@ export function ControlPanel(props: {
         ) : (
           <button
             className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small jp-TorchDbg-pause"
-            disabled={!live || idle}
+            disabled={!can.pause.enabled}
             title={
-              idle
-                ? trans.__('Idle: nothing is training')
-                : live
-                  ? trans.__('Hold the loop before the next optimizer step')
-                  : trans.__('Pausing needs kernel subshells (ipykernel ≥ 7)')
+              can.pause.why ||
+              trans.__('Hold the loop before the next optimizer step')
             }
             onClick={() => act('pause', {})}
           >
@@ -218,18 +271,21 @@ export function ControlPanel(props: {
           <>
             <button
               className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
+              disabled={!can.scaleLr.enabled}
               onClick={() => act('scale_lr', { factor: 0.5 })}
-              title={trans.__(
-                'Halve the learning rate of the optimizers from the next step'
-              )}
+              title={
+                can.scaleLr.why ||
+                trans.__(
+                  'Halve the learning rate of the optimizers from the next step'
+                )
+              }
             >
               {trans.__('LR ×0.5')}
             </button>
             <button
               className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
-              disabled={
-                state?.lr_scale === null || state?.lr_scale === undefined
-              }
+              disabled={!can.resetLr.enabled}
+              title={can.resetLr.why || undefined}
               onClick={() => act('reset_lr', {})}
             >
               {trans.__('Reset LR')}
@@ -324,9 +380,9 @@ export function ControlPanel(props: {
           <div className="jp-TorchDbg-controls">
             <button
               className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small jp-TorchDbg-lrHalve"
-              disabled={!target || !!lrBlocked}
+              disabled={!target || !can.scaleLr.enabled}
               title={
-                lrBlocked ||
+                can.scaleLr.why ||
                 trans.__(
                   'Halve the learning rate of %1 from its next step',
                   target?.name ?? ''
@@ -341,18 +397,22 @@ export function ControlPanel(props: {
             </button>
             <button
               className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small jp-TorchDbg-lrReset"
-              disabled={!target || changed.length === 0 || !!lrBlocked}
+              disabled={!target || !can.resetLr.enabled}
               title={
-                lrBlocked
-                  ? lrBlocked
-                  : changed.length
-                    ? trans.__(
-                        'Restore the learning rate from before this run’s first change: %1',
-                        changed
-                          .map(g => formatLr(wireNumber(g.initial_lr)))
-                          .join(', ')
-                      )
-                    : trans.__('The learning rate was not changed in this run')
+                can.resetLr.why ||
+                (idle
+                  ? trans.__(
+                      'Restore the learning rate from before the panel’s first change, now (nothing is training): %1',
+                      changed
+                        .map(g => formatLr(wireNumber(g.initial_lr)))
+                        .join(', ')
+                    )
+                  : trans.__(
+                      'Restore the learning rate from before the panel’s first change: %1',
+                      changed
+                        .map(g => formatLr(wireNumber(g.initial_lr)))
+                        .join(', ')
+                    ))
               }
               onClick={() =>
                 target && act('reset_lr', { optimizer: target.key })

@@ -8,6 +8,59 @@ import { useSignalRender } from '../../ui/useSignalRender';
 import { IExceptionActions } from './actions';
 import { Frames } from './frames';
 import { LocalsTable } from './localsTable';
+import type { Superseded } from './model';
+
+/**
+ * An exception that something ran after (a later cell finished without error,
+ * or a run started): one line, so it no longer holds the top of the panel
+ * through later training, with Show (the full view again) and Dismiss.
+ */
+function EarlierException(props: {
+  model: TorchDbgModel;
+  superseded: Superseded;
+  trans: TranslationBundle;
+}): JSX.Element {
+  const { model, superseded, trans } = props;
+  const exc = model.exception.current!;
+  const where =
+    exc.execution_count !== null
+      ? trans.__('Earlier error, In [%1]', String(exc.execution_count))
+      : trans.__('Earlier error');
+  const since =
+    superseded === 'run'
+      ? trans.__('a run started after it')
+      : trans.__('a later cell ran without error');
+  const message = exc.exception.message.split('\n')[0];
+  return (
+    <div
+      className="jp-TorchDbg-exception jp-TorchDbg-excEarlier"
+      data-category={exc.diagnosis.category}
+      data-exception-id={exc.id}
+      data-superseded={superseded ?? ''}
+    >
+      <div className="jp-TorchDbg-excEarlierLine" title={exc.diagnosis.title}>
+        {exc.exception.type}: {message}
+      </div>
+      <div className="jp-TorchDbg-excEarlierWhere">
+        {trans.__('%1 · %2', where, since)}
+      </div>
+      <div className="jp-TorchDbg-controls">
+        <button
+          className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
+          onClick={() => model.exception.expand()}
+        >
+          {trans.__('Show')}
+        </button>
+        <button
+          className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
+          onClick={() => model.exception.dismiss()}
+        >
+          {trans.__('Dismiss')}
+        </button>
+      </div>
+    </div>
+  );
+}
 
 /** The exception view: diagnosis first, then the stack with each frame's locals. */
 export function ExceptionPanel(props: {
@@ -24,6 +77,12 @@ export function ExceptionPanel(props: {
   };
   if (!exc) {
     return null;
+  }
+  const superseded = model.exception.superseded;
+  if (superseded) {
+    return (
+      <EarlierException model={model} superseded={superseded} trans={trans} />
+    );
   }
   const d = exc.diagnosis;
   const selected = model.exception.frame;

@@ -1,5 +1,8 @@
+import { csvFloat32, csvNumber, csvText } from '../../model/csv';
 import { TorchDbgModel } from '../../model/model';
+import { SeriesRing } from '../../model/ringbuffer';
 import { IGradTrack } from '../../protocol/messages';
+import { NO_RUN } from '../runs/model';
 
 /** The series of one optimizer: total first, then each layer. */
 export function trackSeries(
@@ -13,97 +16,107 @@ export function trackSeries(
   ];
 }
 
-function csvCell(v: string): string {
-  // Quote every text cell; a leading =,+,-,@ is neutralised (CSV injection).
-  const safe = /^[=+\-@]/.test(v) ? `'${v}` : v;
-  return `"${safe.replace(/"/g, '""')}"`;
-}
-
-function num(v: number): string {
-  return Number.isNaN(v)
-    ? 'nan'
-    : v === Infinity
-      ? 'inf'
-      : v === -Infinity
-        ? '-inf'
-        : String(v);
-}
-
-/** A float32 norm in its shortest round-tripping form (9 significant digits at most). */
-function f32(v: number): string {
-  if (!Number.isFinite(v)) {
-    return num(v);
-  }
-  const f = Math.fround(v);
-  for (let p = 6; p < 9; p++) {
-    const s = Number(v.toPrecision(p));
-    if (Math.fround(s) === f) {
-      return String(s);
-    }
-  }
-  return String(Number(v.toPrecision(9)));
-}
-
 /** The CSV's one header row. */
 export const CSV_HEADER = 'run,step,layer,norm';
 
+/** One optimizer's track in one run, with the rings of its series. */
+interface ITrackRings {
+  run: number;
+  track: IGradTrack;
+  series: { label: string; ring: SeriesRing }[];
+}
+
 /**
- * Gradient-norm history as one tidy CSV table, `run,step,layer,norm`, one row per
- * (series, sampled step): the total norm as layer `total`, `run` blank when the
- * kernel gives none (protocol < 2.3). `pandas.read_csv` reads it as it is; NaN
- * and ±Inf are written `nan`, `inf`, `-inf`. With several optimizers the layer is
- * prefixed with the optimizer (`opt_d/total`, `opt_d/model.fc`), so no two series
- * share a name.
+ * Every gradient track of every run the browser holds, oldest run first, with
+ * the rings of its total and layers. A ring missing from its run (a kernel that
+ * sends blocks without `run`) is taken from the points outside any run, once.
+ */
+function allTracks(model: TorchDbgModel): ITrackRings[] {
+  const out: ITrackRings[] = [];
+  const used = new Set<SeriesRing>();
+  const outside = model.seriesOfRun(NO_RUN);
+  for (const run of model.knownRuns()) {
+    const tracks = model.grads.tracksOf(run);
+    const rings = model.seriesOfRun(run);
+    for (const track of tracks) {
+      const series: ITrackRings['series'] = [];
+      for (const col of trackSeries(model, track)) {
+        let ring = rings.get(col.name);
+        if (!ring) {
+          const spare = outside.get(col.name);
+          ring = spare && !used.has(spare) ? spare : undefined;
+        }
+        if (ring && !used.has(ring)) {
+          used.add(ring);
+          series.push({ label: col.label, ring });
+        }
+      }
+      out.push({ run: track.run ?? run, track, series });
+    }
+  }
+  return out;
+}
+
+/** `run` as a CSV cell: blank for points outside any run (a kernel before 2.3). */
+function runCell(run: number | null | undefined): string {
+  return run === undefined || run === null || run === NO_RUN ? '' : String(run);
+}
+
+/**
+ * Gradient-norm history of every run the browser holds (the last five) as one
+ * tidy CSV table, `run,step,layer,norm`, one row per (series, sampled step):
+ * the total norm as layer `total`, `run` blank when the kernel gives none
+ * (protocol < 2.3). `pandas.read_csv` reads it as it is; NaN and ±Inf are
+ * written `nan`, `inf`, `-inf`. When more than one optimizer appears, the layer
+ * is prefixed with the optimizer (`opt_d/total`, `opt_d/model.fc`), so no two
+ * series share a name.
  */
 export function gradsCsv(model: TorchDbgModel): string {
-  const tracks = model.grads.status?.tracks ?? [];
-  const prefix = tracks.length > 1;
+  const tracks = allTracks(model);
+  const prefix = new Set(tracks.map(t => t.track.name)).size > 1;
   const lines: string[] = [CSV_HEADER];
-  for (const track of tracks) {
-    const run =
-      track.run === undefined || track.run === null ? '' : String(track.run);
-    for (const col of trackSeries(model, track)) {
-      const ring = model.series.get(col.name);
-      if (!ring) {
-        continue;
-      }
+  for (const { run, track, series } of tracks) {
+    const r = runCell(run);
+    for (const { label, ring } of series) {
       const { x, y } = ring.toArrays();
-      const layer = csvCell(prefix ? `${track.name}/${col.label}` : col.label);
+      const layer = csvText(prefix ? `${track.name}/${label}` : label);
       for (let i = 0; i < x.length; i++) {
-        lines.push(`${run},${num(x[i])},${layer},${f32(y[i])}`);
+        lines.push(`${r},${csvNumber(x[i])},${layer},${csvFloat32(y[i])}`);
       }
     }
   }
   return lines.join('\n') + '\n';
 }
 
-/** Gradient-norm history, status and alarms as JSON (NaN/Inf as strings). */
+/**
+ * Gradient-norm history of every run held, with each track's status, layers
+ * and the alarms, as JSON (NaN/Inf as strings).
+ */
 export function gradsJson(model: TorchDbgModel): string {
   const status = model.grads.status;
-  const tracks = (status?.tracks ?? []).map(track => ({
+  const tracks = allTracks(model).map(({ run, track, series }) => ({
+    run: run === NO_RUN ? null : run,
     name: track.name,
     step: track.step,
     stride: track.stride,
     layers: model.grads.layers(track),
     series: Object.fromEntries(
-      trackSeries(model, track)
-        .filter(c => model.series.has(c.name))
-        .map(c => {
-          const { x, y } = model.series.get(c.name)!.toArrays();
-          return [
-            c.label,
-            {
-              step: Array.from(x),
-              norm: Array.from(y, v => (Number.isFinite(v) ? v : num(v)))
-            }
-          ];
-        })
+      series.map(({ label, ring }) => {
+        const { x, y } = ring.toArrays();
+        return [
+          label,
+          {
+            step: Array.from(x),
+            norm: Array.from(y, v => (Number.isFinite(v) ? v : csvNumber(v)))
+          }
+        ];
+      })
     )
   }));
   return JSON.stringify(
     {
       thresholds: status?.thresholds ?? null,
-      alerts: model.grads.alerts,
+      alerts: model.grads.allAlerts,
       tracks
     },
     null,

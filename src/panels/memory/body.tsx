@@ -2,6 +2,7 @@ import type { TranslationBundle } from '@jupyterlab/translation';
 import React, { useState } from 'react';
 
 import { TorchDbgConnection } from '../../connection/connection';
+import { availability } from '../../model/availability';
 import { TorchDbgModel } from '../../model/model';
 import { ActionName, IActionArgs } from '../../protocol/messages';
 import { useLiveTick } from '../../charts/live';
@@ -49,8 +50,9 @@ export function MemoryPanel(props: {
       </div>
     );
   }
-  const cuda = status.state === 'active' || status.state === 'corrupted';
   const recording = status.recording.state !== 'off';
+  // what can run now: the same answer the palette's commands get
+  const can = availability(model, trans);
   // no device card to show: the process RSS gets the timeline instead
   const cpuOnly = status.devices.length === 0;
   return (
@@ -72,8 +74,8 @@ export function MemoryPanel(props: {
       <div className="jp-TorchDbg-controls">
         <button
           className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
-          disabled={!cuda}
-          title={cuda ? '' : trans.__('Needs CUDA in use by this kernel')}
+          disabled={!can.emptyCache.enabled}
+          title={can.emptyCache.why}
           onClick={() =>
             act('empty_cache', {}, r =>
               trans.__('Cache emptied: %1', JSON.stringify(r))
@@ -84,9 +86,13 @@ export function MemoryPanel(props: {
         </button>
         <button
           className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
-          title={trans.__(
-            'Drop what keeps the last error alive, gc, empty the cache (ends %debug)'
-          )}
+          disabled={!can.releaseRefs.enabled}
+          title={
+            can.releaseRefs.why ||
+            trans.__(
+              'Drop what keeps the last error alive, gc, empty the cache (ends %debug)'
+            )
+          }
           onClick={() =>
             act('release_refs', {}, r =>
               typeof r?.note === 'string'
@@ -99,7 +105,8 @@ export function MemoryPanel(props: {
         </button>
         <button
           className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
-          disabled={!cuda && !recording}
+          disabled={!can.recordMemory.enabled}
+          title={can.recordMemory.why || undefined}
           onClick={() =>
             act(
               'record_memory',
@@ -119,6 +126,8 @@ export function MemoryPanel(props: {
         </button>
         <button
           className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
+          disabled={!can.saveCheckpoint.enabled}
+          title={can.saveCheckpoint.why || undefined}
           onClick={() =>
             act('save_checkpoint', {}, r =>
               trans.__(

@@ -2,6 +2,7 @@ import type { TranslationBundle } from '@jupyterlab/translation';
 import React, { useState } from 'react';
 
 import { TorchDbgConnection } from '../../connection/connection';
+import { availability } from '../../model/availability';
 import { IActionArgs } from '../../protocol/messages';
 import { useSignalRender } from '../../ui/useSignalRender';
 import { RankAlarms } from './alarms';
@@ -129,28 +130,17 @@ export function RanksActions(props: {
   const { conn, trans } = props;
   const model = conn.model.ranks;
   const [maxNorm, setMaxNorm] = useState('1.0');
-  const job = model.job;
   const note = model.note;
   const clipValue = Number(maxNorm);
   const clipValid =
     maxNorm.trim() !== '' && Number.isFinite(clipValue) && clipValue > 0;
   const endedWhy = trans.__('The job has ended: no rank is left to act on.');
-  const busyWhy = trans.__('Waiting for the ranks to answer the last action.');
-  const blocked = model.ended
-    ? endedWhy
-    : note?.kind === 'sending'
-      ? busyWhy
-      : '';
-  const paused =
-    model.pausedRanks.length > 0 || (job?.paused_at ?? null) !== null;
-  const pausePending = job?.pending?.action.replace(/^ranks_/, '') === 'pause';
-  const allPaused =
-    model.liveRanks.length > 0 &&
-    model.liveRanks.every(r => model.pausedRanks.includes(r));
+  // what can run now: the same answer the palette's commands get
+  const can = availability(conn.model, trans);
   const act = <K extends RanksActionName>(action: K, args: IActionArgs[K]) => {
     void sendRanksAction(conn, action, args, trans);
   };
-  const title = (why: string, what: string) => blocked || why || what;
+  const title = (why: string, what: string) => why || what;
   return (
     <div className="jp-TorchDbg-ranksActions">
       <div className="jp-TorchDbg-controls">
@@ -169,9 +159,10 @@ export function RanksActions(props: {
         </label>
         <button
           className="jp-Button jp-mod-styled jp-mod-accept jp-TorchDbg-small"
-          disabled={!!blocked || !clipValid}
+          disabled={!can.ranksClip.enabled || !clipValid}
           title={title(
-            clipValid ? '' : trans.__('Enter a max norm above 0'),
+            can.ranksClip.why ||
+              (clipValid ? '' : trans.__('Enter a max norm above 0')),
             trans.__(
               'Clip gradients on every rank from one agreed step (after the all-reduce: replicas stay identical)'
             )
@@ -184,9 +175,9 @@ export function RanksActions(props: {
       <div className="jp-TorchDbg-controls">
         <button
           className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
-          disabled={!!blocked || model.clip === null}
+          disabled={!can.ranksUnclip.enabled}
           title={title(
-            model.clip === null ? trans.__('No rank is clipping') : '',
+            can.ranksUnclip.why,
             trans.__('Stop clipping on every rank from one agreed step')
           )}
           onClick={() => act('ranks_unclip', {})}
@@ -195,13 +186,9 @@ export function RanksActions(props: {
         </button>
         <button
           className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
-          disabled={!!blocked || allPaused || pausePending}
+          disabled={!can.ranksPause.enabled}
           title={title(
-            allPaused
-              ? trans.__('Every rank is paused')
-              : pausePending
-                ? trans.__('A pause is already agreed')
-                : '',
+            can.ranksPause.why,
             trans.__('Hold every rank before one agreed optimizer step')
           )}
           onClick={() => act('ranks_pause', {})}
@@ -210,9 +197,9 @@ export function RanksActions(props: {
         </button>
         <button
           className="jp-Button jp-mod-styled jp-mod-accept jp-TorchDbg-small"
-          disabled={!!blocked || !(paused || pausePending)}
+          disabled={!can.ranksResume.enabled}
           title={title(
-            paused || pausePending ? '' : trans.__('No rank is paused'),
+            can.ranksResume.why,
             trans.__('Release every paused rank')
           )}
           onClick={() => act('ranks_resume', {})}
@@ -221,9 +208,9 @@ export function RanksActions(props: {
         </button>
         <button
           className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
-          disabled={!!blocked}
+          disabled={!can.ranksScaleLr.enabled}
           title={title(
-            '',
+            can.ranksScaleLr.why,
             trans.__(
               'Halve every param group’s learning rate on every rank at one agreed step'
             )

@@ -6,6 +6,7 @@ import { SeriesRing } from '../../model/ringbuffer';
 import type { IOverlay } from '../../charts/lineChart';
 import { useLiveTick } from '../../charts/live';
 import { useSignalRender } from '../../ui/useSignalRender';
+import { EXPORT_ALL_EVENT } from './export';
 import { SeriesCard } from './seriesCard';
 import { spacerHeight, useListWindow } from './window';
 
@@ -201,8 +202,8 @@ export function SeriesPanel(props: {
   const below = shown.length - win.last;
   return (
     <div className="jp-TorchDbg-seriesList" ref={setList}>
-      {(all.length > 1 || query) && (
-        <div className="jp-TorchDbg-seriesTools">
+      <div className="jp-TorchDbg-seriesTools">
+        {(all.length > 1 || query) && (
           <input
             type="search"
             className="jp-TorchDbg-seriesFilter"
@@ -214,6 +215,8 @@ export function SeriesPanel(props: {
             value={query}
             onChange={e => setQuery(e.currentTarget.value)}
           />
+        )}
+        {(all.length > 1 || query) && (
           <span className="jp-TorchDbg-seriesCount">
             {trans.__(
               '%1 of %2 series',
@@ -221,8 +224,22 @@ export function SeriesPanel(props: {
               String(all.length)
             )}
           </span>
-        </div>
-      )}
+        )}
+        <button
+          type="button"
+          className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small jp-TorchDbg-exportAll"
+          onClick={e =>
+            e.currentTarget.dispatchEvent(
+              new CustomEvent(EXPORT_ALL_EVENT, { bubbles: true })
+            )
+          }
+          title={trans.__(
+            'Every run and every series (logged, gradient and weight norms) as one table run,series,step,value, saved beside the notebook'
+          )}
+        >
+          {trans.__('CSV')}
+        </button>
+      </div>
       {above > 0 && (
         <div
           key="spacer-above"
