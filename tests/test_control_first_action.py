@@ -7,7 +7,7 @@ on it: the hello and snapshot were published in reply to the open (main shell), 
 first action sent while a cell trains was routed to the busy main shell and waited for
 the cell to end. Later actions were live, because the first reply, once sent, moved the
 route to the subshell. This test opens the comm as JupyterLab does and fails without the
-fix in ``CommHub._keep_route``.
+fix in ``kernel/subshell_routes.py``.
 """
 
 from __future__ import annotations

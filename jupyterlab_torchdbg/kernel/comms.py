@@ -28,6 +28,7 @@ from typing import Any
 from ..package_version import __version__
 from ..protocol import COMM_TARGET, LOADED_TARGET, PROTOCOL_VERSION, jsonable, major, wire_safe
 from .action_registry import echoable_request_id
+from .subshell_routes import SubshellRoutes
 
 Message = dict[str, Any]
 Buffers = list[memoryview]
@@ -35,15 +36,6 @@ Buffers = list[memoryview]
 Deliver = Callable[[Message, Buffers], None]
 #: The ``client_id`` of an ``open`` (the schema's pattern and length).
 _CLIENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
-
-
-def _header_subshell(data: object, subshell_id: str | None) -> str | None:
-    """A comm's reply route (ipykernel's ``_reply_subshell_for``): the message's own."""
-    return subshell_id
-
-
-def _routes_as_sent(comm: Any) -> bool:
-    return comm.__dict__.get("_reply_subshell_for") is _header_subshell
 
 
 class CommHub:
@@ -75,7 +67,8 @@ class CommHub:
         self._lock = threading.Lock()
         self._registered = False
         self._local = threading.local()
-        self._routes: dict[str, str | None] = {}
+        #: Which subshell each comm's panel talks to us on (subshell_routes.py).
+        self._routes = SubshellRoutes()
         #: client_id -> comm_id of the live comm opened with it (R46).
         self._clients: dict[str, str] = {}
         self._snapshot_parts: list[Callable[[], list[dict[str, Any]]]] = []
@@ -141,7 +134,7 @@ class CommHub:
             self._on_error("send")
             if getattr(comm, "_closed", False):
                 self._forget(comm)
-        self._keep_route(comm)
+        self._routes.keep(comm)
         return sent
 
     def broadcast(self, data: dict[str, Any], buffers: list[memoryview] | None = None) -> None:
@@ -152,54 +145,12 @@ class CommHub:
             self._send(c, data, buffers)
 
     def _forget(self, comm: Any) -> None:
-        self._routes.pop(getattr(comm, "comm_id", ""), None)
+        self._routes.forget(getattr(comm, "comm_id", ""))
         with self._lock:
             # id(comm): a key no comm has (every comm joins under its comm_id).
             self._comms.pop(getattr(comm, "comm_id", id(comm)), None)  # type: ignore[arg-type]
 
     # --- handlers (may run on a subshell thread) -------------------------------------
-
-    def _note_route(self, comm: Any, msg: dict[str, Any]) -> None:
-        """Remember the subshell this comm's panel talks to us on (None: main shell)."""
-        header = msg.get("header") or {}
-        self._routes[getattr(comm, "comm_id", "")] = header.get("subshell_id")
-
-    def _keep_route(self, comm: Any) -> None:
-        """Undo ipykernel's reply routing after a send from another thread (ipykernel
-        releases without ``_reply_subshell_for``; see ``_route_as_sent`` for the rest).
-
-        Those releases route a comm's *incoming* messages to the subshell that last
-        *published* on it. A broadcast from the training thread (main shell) would then
-        send the panel's next action (e.g. Resume) to the busy main shell, which cannot
-        handle it until the cell ends: a paused loop could never be resumed. Restore the
-        route the panel itself chose.
-        """
-        comm_id = getattr(comm, "comm_id", "")
-        lock = getattr(comm, "_reply_subshell_lock", None)
-        if lock is None or _routes_as_sent(comm):
-            return
-        with lock:
-            if comm_id in self._routes:
-                comm._reply_subshell_id = self._routes[comm_id]
-
-    @staticmethod
-    def _route_as_sent(comm: Any) -> None:
-        """Let every message the panel sends go to the subshell its header names.
-
-        ipykernel >= 7.2 asks the comm where an incoming message goes
-        (``comm._reply_subshell_for(data, subshell_id)``) and answers "to the subshell
-        that last published on this comm". Our broadcasts come from the training thread
-        (the main shell), so the panel's next action would wait for the cell to end. The
-        panel chooses its subshell itself (JupyterLab opens the comm on the main shell
-        before its subshell exists, then sends every action over the subshell), so the
-        comm's answer is the header's own subshell. This is the one write to ipykernel's
-        private comm attributes, made once per comm at open: there is no public way to
-        choose the routing (tests/test_control_first_action.py fails if ipykernel's
-        routing changes under us; an earlier per-send repair left a window in which an
-        action went to the busy main shell).
-        """
-        if callable(getattr(type(comm), "_reply_subshell_for", None)):
-            comm._reply_subshell_for = _header_subshell
 
     def _on_open(self, comm: Any, msg: dict[str, Any]) -> None:
         try:
@@ -214,8 +165,8 @@ class CommHub:
             self._on_error("after_request")
 
     def _open(self, comm: Any, msg: dict[str, Any]) -> None:
-        self._route_as_sent(comm)
-        self._note_route(comm, msg)
+        self._routes.route_as_sent(comm)
+        self._routes.note(comm, msg)
         data = (msg.get("content") or {}).get("data") or {}
         client_version = data.get("protocol_version") if isinstance(data, dict) else None
         accepted = isinstance(client_version, str) and major(client_version) == major(
@@ -272,7 +223,7 @@ class CommHub:
                 old = self._comms.pop(old_id, None)
         if old is None:
             return
-        self._routes.pop(old.comm_id, None)
+        self._routes.forget(old.comm_id)
         try:
             old.close()
         except Exception:
@@ -360,7 +311,7 @@ class CommHub:
         error with the same request id goes instead. Request ids are de-duplicated per
         comm (the registry keys its reply cache by this comm's id).
         """
-        self._note_route(comm, msg)
+        self._routes.note(comm, msg)
         data: object = None
         try:
             data = (msg.get("content") or {}).get("data")
