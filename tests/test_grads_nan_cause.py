@@ -389,7 +389,9 @@ def test_r01_r24_unload_removes_every_hook_and_keeps_no_model_or_batch() -> None
             opt.zero_grad()
             crit(model(x), torch.zeros(16, 3)).backward()
             opt.step()
-        assert hooked(model) == 1 and hooked(crit) == 1  # a pre-hook; a forward hook
+        # the model: a pre-hook (its batch) and a forward hook (backward's root); the
+        # loss module: a forward hook
+        assert hooked(model) == 2 and hooked(crit) == 1
         assert len(model._forward_pre_hooks) == 1 and len(crit._forward_hooks) == 1
         s.shell.user_ns.clear()
     assert hooked(model, crit) == 0
