@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from .backward_root import root_of
 from .finding import Finding
-from .loss_check import LossFacts, after_forward
+from .loss_check import LossFacts, after_forward, scalar_of, spell
 from .probe import ForwardProbe, dropout_active, eager_root
 
 if TYPE_CHECKING:
@@ -178,6 +178,9 @@ def diagnose(
         where = " on this step's batch with the pre-step weights"
         if probe.origin is not None:
             name, weights_ok = probe.origin
+            own = _own_loss_only(name, runnable, probe.outputs, loss)
+            if own is not None:
+                return own
             if weights_ok:
                 msg = f"{name}'s forward turns finite inputs into NaN/Inf (re-run{where})"
                 return Finding("forward", name, msg)
@@ -193,6 +196,46 @@ def diagnose(
         return after_forward(forward, probe.ran, loss, grad_layer, probe.outputs)
     finally:
         probe.remove()
+
+
+def _own_loss_only(
+    name: str, runnable: list[tuple[str, Any]], outputs: list[Any], loss: LossFacts
+) -> Finding | None:
+    """The root named by the probe computes its own loss (``outputs.loss``), and that
+    loss is the only non-finite part of its output on the re-run: the loss, not the
+    model's other outputs, made it (both checked on the re-run)."""
+    import torch
+
+    from .loss_sources import model_loss
+    from .probe import finite
+
+    if name not in {n for n, _ in runnable}:
+        return None
+    for out in outputs:
+        own = model_loss(out, torch.Tensor)
+        if own is None or finite(own):
+            continue
+        rest = [t for t in _tensors_of(out) if t is not own]
+        if rest and all(finite(t) for t in rest):
+            said = f"the loss {loss.name()}" if loss.root is not None else f"{name}'s own loss"
+            v = scalar_of(own)
+            msg = (
+                f"{said} is {spell(v if v is not None else math.nan)} on this step's batch "
+                f"(re-run with the pre-step weights), while {name}'s other outputs are finite"
+            )
+            return Finding("loss", name, msg)
+    return None
+
+
+def _tensors_of(out: Any) -> list[Any]:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out]
+    values = out.values() if isinstance(out, dict) else out
+    if isinstance(values, (tuple, list)) or isinstance(out, dict):
+        return [v for v in list(values)[:256] if isinstance(v, torch.Tensor)]
+    return []
 
 
 def _forward_fact(probe: ForwardProbe, modules: list[Any]) -> str:

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from . import hook_guard
 from .backward_root import RootWatch
 from .bad_step import KeptCall, KeptLoss, KeptRoot
-from .loss_sources import is_torch_loss, output_node, scalar_with_grad
+from .loss_sources import is_torch_loss, output_nodes, scalar_with_grad
 from .norm_stats import NormShadow
 
 if TYPE_CHECKING:
@@ -255,11 +255,11 @@ class InputKeeper:
             if self._paused or compiling():
                 return
             try:
-                node, loss = output_node(output, Tensor)
+                tensors, loss = output_nodes(output, Tensor)
                 if loss is not None:
                     watch.mark(loss, "model", slot.name)
-                if node is not None:
-                    watch.arm(node)
+                for t in tensors:
+                    watch.arm(t)
             except Exception:
                 self._on_error("grads:inputs")
 

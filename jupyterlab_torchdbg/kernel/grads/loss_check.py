@@ -66,31 +66,31 @@ def after_forward(
     root = loss.root
     if root is not None and loss.state == "non_finite":
         v = loss.value if loss.value is not None else math.nan
-        msg = f"{forward}, but the loss {loss.name()} is {_spell(v)} at this step"
+        msg = f"{forward}, but the loss {loss.name()} is {spell(v)} at this step"
         # A term of it whose own output (kept at this batch) is non-finite: named.
         for kept in loss.current:
-            tv = _scalar(kept.output)
+            tv = scalar_of(kept.output)
             if kept.name in root.terms and tv is not None and not math.isfinite(tv):
                 if not (root.exact and kept.name == root.source):
-                    msg += f": its term {kept.name}(...) is {_spell(tv)}"
+                    msg += f": its term {kept.name}(...) is {spell(tv)}"
                 return Finding("loss", kept.name, msg)
         return Finding("loss", root.source, msg)
     if root is None:
         # What backward() was called on was not seen: a non-finite loss module output
         # of this batch, or the logged loss, is still a checked fact.
         for kept in loss.current:
-            kv = _scalar(kept.output)
+            kv = scalar_of(kept.output)
             if kv is not None and not math.isfinite(kv):
-                msg = f"{forward}, but the loss {kept.name} is {_spell(kv)}"
+                msg = f"{forward}, but the loss {kept.name} is {spell(kv)}"
                 return Finding("loss", kept.name, msg)
         if not any(k.output is not None for k in loss.current):
             for kept in loss.losses:
                 rv = _reevaluate(kept, outputs)
                 if rv is not None and not math.isfinite(rv):
-                    msg = f"{forward}, but the loss {kept.name} on them is {_spell(rv)}"
+                    msg = f"{forward}, but the loss {kept.name} on them is {spell(rv)}"
                     return Finding("loss", kept.name, msg)
         if loss.logged is not None and not math.isfinite(loss.logged):
-            msg = f"{forward}, but the loss logged with log() is {_spell(loss.logged)}"
+            msg = f"{forward}, but the loss logged with log() is {spell(loss.logged)}"
             return Finding("loss", None, msg)
     if loss.state == "finite" and ran:
         value = f" ({loss.value:.4g})" if loss.value is not None else ""
@@ -125,13 +125,15 @@ def _reevaluate(kept: KeptLoss, outputs: list[Any]) -> float | None:
         if isinstance(out, torch.Tensor) and out.numel() == numel and out.is_floating_point():
             try:
                 with torch.no_grad():
-                    return _scalar(module(out.reshape(kept.input_shape), *kept.rest, **kept.kwargs))
+                    return scalar_of(
+                        module(out.reshape(kept.input_shape), *kept.rest, **kept.kwargs)
+                    )
             except Exception:
                 continue
     return None
 
 
-def _scalar(value: Any) -> float | None:
+def scalar_of(value: Any) -> float | None:
     import torch
 
     if isinstance(value, torch.Tensor) and value.numel() >= 1 and value.is_floating_point():
@@ -145,7 +147,7 @@ def _scalar(value: Any) -> float | None:
     return None
 
 
-def _spell(v: float) -> str:
+def spell(v: float) -> str:
     return "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf")
 
 
@@ -161,7 +163,7 @@ def logged_loss(stream: Any) -> float | None:
         return None
     for v in found:
         if isinstance(v, torch.Tensor):
-            v = _scalar(v.detach())
+            v = scalar_of(v.detach())
         if isinstance(v, (int, float)) and not math.isfinite(v):
             return float(v)
     return next((float(v) for v in found if isinstance(v, (int, float))), None)

@@ -74,26 +74,29 @@ def scalar_with_grad(value: Any, tensor: type[Any]) -> bool:
     )
 
 
-def output_node(output: Any, tensor: type[Any]) -> tuple[Any, Any]:
-    """(a tensor of ``output`` with an autograd node to arm, the model's own loss or
-    None): the loss first (``.loss``, ``["loss"]``, a scalar output, a leading scalar of
-    a tuple), else the first tensor with a node, two levels deep."""
+def output_nodes(output: Any, tensor: type[Any]) -> tuple[list[Any], Any]:
+    """(the tensors of ``output`` whose autograd nodes to arm, the model's own loss or
+    None): the loss (``.loss``, ``["loss"]``, a scalar output, a leading scalar of a
+    tuple) and the first other tensor with a node, two levels deep — a backward from
+    the model's loss passes the loss's node, one from the user's own loss on the logits
+    passes the other's."""
     loss = model_loss(output, tensor)
-    if loss is not None and loss.grad_fn is not None:
-        return loss, loss
+    if loss is not None and loss.grad_fn is None:
+        loss = None
+    armed = [] if loss is None else [loss]
     stack: list[tuple[Any, int]] = [(output, 0)]
     looked = 0
     while stack and looked < MAX_ITEMS:
         value, depth = stack.pop(0)
         looked += 1
         if isinstance(value, tensor):
-            if value.grad_fn is not None:
-                return value, None
+            if value.grad_fn is not None and value is not loss:
+                return [*armed, value], loss
         elif depth < MAX_DEPTH and type(value) in (tuple, list):
             stack.extend((v, depth + 1) for v in value[:MAX_ITEMS])
         elif depth < MAX_DEPTH and isinstance(value, dict):
             stack.extend((v, depth + 1) for v in list(value.values())[:MAX_ITEMS])
-    return None, None
+    return armed, loss
 
 
 def model_loss(result: Any, tensor: type[Any]) -> Any:

@@ -22,6 +22,18 @@ if TYPE_CHECKING:
     from .bad_step import KeptLoss, KeptRoot
 
 
+def relation(root: KeptRoot | None, name: str, losses: list[KeptLoss]) -> str:
+    """How a replay of root ``name`` can relate to the user's loss before it runs."""
+    if root is None:
+        return "unseen"
+    how = "same" if root.exact else "part"
+    if root.kind == "model" and root.source == name:
+        return how
+    if root.kind == "loss_module" and any(kl.name == root.source for kl in losses):
+        return how
+    return "not_rerun"
+
+
 def loss_root(
     result: object,
     outputs: list[Tensor],

@@ -73,7 +73,10 @@ def report(res: dict[str, object], root: KeptRoot | None = None) -> dict[str, ob
     if cause == "input":
         msg = f"The kept batch of step {step} already holds NaN/Inf in {output}: the data."
     elif cause == "weights":
-        msg = f"{done}: they already hold NaN/Inf in {output} (an earlier update made them)."
+        msg = (
+            f"{done}: they already hold NaN/Inf in {output}, before this step's update (an "
+            "earlier update, or code that set them)."
+        )
     elif cause == "forward":
         op = res.get("forward_op")
         made = f"; first made by {op}{at}" if op else at
@@ -91,8 +94,8 @@ def report(res: dict[str, object], root: KeptRoot | None = None) -> dict[str, ob
     elif res.get("no_graph"):
         msg = f"{done}: the outputs are finite and no gradient flows to the weights."
     elif user_loss == "same":
-        msg = f"{done} with your loss: every output and gradient is finite, so the NaN/Inf "
-        msg += f"does not reproduce. {_not_repeated(res)}"
+        msg = f"{done} with your loss: every output and gradient is finite, so the "
+        msg += f"non-finite gradient does not reproduce. {_not_repeated(res)}"
     else:
         msg = f"{done}: every output and gradient of this replay is finite."
     msg += _loss_note(res, root)
@@ -141,7 +144,7 @@ def _loss_note(res: dict[str, object], root: KeptRoot | None) -> str:
                 "on outputs this replay finds finite: the NaN/Inf starts in the loss."
             )
     if finite and user_loss != "same":
-        tail = " Whether the NaN/Inf reproduces with your loss was not checked." + tail
+        tail = " Whether the non-finite gradient reproduces with your loss was not checked." + tail
     if user_loss == "not_rerun":
         what = source_of(root) if root is not None else "your loss"
         how = (

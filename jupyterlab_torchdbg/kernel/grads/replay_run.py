@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..action_registry import ActionError
 from .probe import dropout_active
-from .replay_loss import loss_root
+from .replay_loss import loss_root, relation
 from .replay_report import Frame, report, user_frames
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ def _replay_root(
     out: dict[str, object] = {
         "weights": weights,
         "loss_root": None,
-        "user_loss": "unseen" if root is None else "not_rerun",
+        "user_loss": relation(root, name, losses),
         "backward_op": None,
         "anomaly_op": None,
         "output": None,
