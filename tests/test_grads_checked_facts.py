@@ -127,9 +127,7 @@ async def test_r47_a_loss_written_as_an_expression_is_read_at_the_step_not_repla
     was called on; the replay cannot re-run it and says so, with the value it read."""
     comm_id = await loaded.open_comm()
     await loaded.run(cell(MODEL))
-    expr = (
-        "loss = -torch.log(model(x).softmax(-1).gather(1, y[:, None]).squeeze(1) * keep).mean()"
-    )
+    expr = "loss = -torch.log(model(x).softmax(-1).gather(1, y[:, None]).squeeze(1) * keep).mean()"
     await loaded.run(cell(LOOP, loss=expr))
     a = await cause_of(loaded, comm_id)
     assert a["step"] == BAD and a["cause"] == "loss" and a["layer"] is None, a
@@ -249,7 +247,8 @@ async def test_r48_a_skipped_nan_batch_leaves_batchnorm_statistics_as_before(
             print(json.dumps({
                 'same': same,
                 'eval_finite': bool(torch.isfinite(model(torch.randn(8, 4))).all()),
-                'stats_finite': all(bool(torch.isfinite(v.float()).all()) for v in stats().values()),
+                'stats_finite': all(bool(torch.isfinite(v.float()).all())
+                                    for v in stats().values()),
             }))
             """
         ).replace("print(json", "import json\nprint(json")
