@@ -53,8 +53,8 @@ REMEDY = {
 #: tool saw, or every one before it skipped): the learning rate did not make these
 #: gradients, so none of them says to lower it.
 REMEDY_FRESH = {
-    "overflow": "The gradients are this large before this optimizer applied any update "
-    "(so not because of its learning rate): clip gradients "
+    "overflow": "The gradients are this large before this optimizer applied any update: "
+    "clip gradients "
     "(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)), and check the loss's "
     "scale (a sum instead of a mean, unnormalised inputs or targets) and the "
     "initialisation.",
