@@ -157,6 +157,9 @@ class InputKeeper:
         self._is_compiling = is_compiling
         #: What the last ``backward()`` was called on (backward_root.py).
         self.backward = RootWatch(lambda: next(self._counter), on_error)
+        #: Learn the loss of CUDA models too: only while some track skips non-finite
+        #: steps (else no step is checked at the step on CUDA, R26, and nobody reads it).
+        self.roots_on_cuda = False
 
     @property
     def paused(self) -> bool:
@@ -256,6 +259,8 @@ class InputKeeper:
                 return
             try:
                 tensors, loss = output_nodes(output, Tensor)
+                if tensors and tensors[0].is_cuda and not self.roots_on_cuda:
+                    return
                 if loss is not None:
                     watch.mark(loss, "model", slot.name)
                 for t in tensors:

@@ -157,11 +157,18 @@ class NonFiniteGuard:
 
     def _sync(self, tracks: list[Track], ns: dict[str, Any]) -> None:
         if self.keeper is not None:
+            self.keeper.roots_on_cuda = (
+                self.skip_all
+                or any(t.skip_nonfinite for t in tracks)
+                or any(w.skip_nonfinite for w in watches()[1])
+            )
             wrappers = hookup.sync(self.keeper, tracks, self._candidates, ns, self.skip_all)
             self._wrappers = {k: weakref.ref(v) for k, v in wrappers.items()}
 
     def set_skip(self, on: bool, tracks: Iterable[Track]) -> None:
         self.skip_all = on
+        if self.keeper is not None and on:
+            self.keeper.roots_on_cuda = True
         for track in tracks:
             self._set_skip(track)
         self.on_change()  # the status carries the setting itself too
