@@ -680,7 +680,7 @@ def test_r47_an_overflow_at_the_first_step_gives_no_learning_rate_advice() -> No
         s.end_cell()
         (a,) = causes(s)
         assert a["cause"] == "overflow" and a["step"] == 1, a
-        assert "No update of this optimizer was applied" in a["message"]
+        assert "saw no update of this optimizer applied" in a["message"]
         assert "learning rate" not in a["remedy"] and "clip" in a["remedy"], a["remedy"]
 
 
@@ -719,3 +719,28 @@ def test_r48_a_skip_that_began_after_the_forward_names_the_statistics_it_left() 
         for k, v in before.items():
             assert torch.equal(model.state_dict()[k], v), k
         assert not s.ext.errors
+
+
+def test_r47_no_update_before_a_step_is_read_from_the_optimizers_state() -> None:
+    """ "No update was applied before this step" is said from the optimizer's own state
+    when it can tell, and as what the tool saw when it cannot (plain SGD keeps none)."""
+    from jupyterlab_torchdbg.kernel.grads.skip_facts import updates_before
+
+    def stepped(opt: torch.optim.Optimizer, model: nn.Module) -> torch.optim.Optimizer:
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+        return opt
+
+    for make, fresh in [
+        (lambda ps: torch.optim.Adam(ps), "none"),
+        (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9), "none"),
+        (lambda ps: torch.optim.Adagrad(ps), "none"),  # state made at init, step 0
+        (lambda ps: torch.optim.SGD(ps, lr=0.1), "none_seen"),  # keeps no state
+    ]:
+        model = nn.Linear(4, 2)
+        opt = make(model.parameters())
+        assert updates_before(opt, 0) == fresh, opt
+        stepped(opt, model)
+        # stepped before the tool saw it (loaded mid-run): its state says so
+        assert updates_before(opt, 0) == (None if fresh == "none" else "none_seen"), opt
+        assert updates_before(opt, 3) is None  # the tool saw updates

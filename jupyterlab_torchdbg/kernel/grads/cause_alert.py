@@ -53,18 +53,15 @@ REMEDY = {
 #: tool saw, or every one before it skipped): the learning rate did not make these
 #: gradients, so none of them says to lower it.
 REMEDY_FRESH = {
-    "overflow": "The gradients are this large before this optimizer applied any update: "
-    "clip gradients "
-    "(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)), and check the loss's "
-    "scale (a sum instead of a mean, unnormalised inputs or targets) and the "
-    "initialisation.",
-    "weights": "The weights were NaN/Inf before this optimizer applied any update: the "
-    "initialisation or a loaded checkpoint holds them. Re-initialise, or load another "
-    "checkpoint (torch.isfinite(p).all() for each parameter after loading).",
-    "backward": "Forward and loss are finite, so the backward pass made the NaN/Inf, before "
-    "any update by this optimizer: look for the gradient of sqrt or norm at 0, pow with a "
-    "negative exponent, a custom autograd Function or an fp16 overflow; click Replay to "
-    "run this step under anomaly detection and see the op and the forward line.",
+    "overflow": "Clip gradients (torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)), "
+    "and check the loss's scale (a sum instead of a mean, unnormalised inputs or targets) "
+    "and the initialisation.",
+    "weights": "Check the initialisation and any checkpoint loaded (torch.isfinite(p).all() "
+    "for each parameter after loading); re-initialise, or load another checkpoint.",
+    "backward": "Forward and loss are finite, so the backward pass made the NaN/Inf: look "
+    "for the gradient of sqrt or norm at 0, pow with a negative exponent, a custom autograd "
+    "Function or an fp16 overflow; click Replay to run this step under anomaly detection "
+    "and see the op and the forward line.",
 }
 
 #: Remedy when the model's forward never ran through its hooks.
@@ -96,12 +93,13 @@ def alert(
     skipped: bool,
     value: float | None,
     manual: bool = False,
-    fresh: bool = False,
+    fresh: str | None = None,
     skipped_facts: str | None = None,
 ) -> Alert:
     """The one alert of the bad step, naming the cause (``manual``: a loop without an
     optimizer, seen at the end of backward: nothing of ours can skip its update;
-    ``fresh``: this optimizer applied no update before this step; ``skipped_facts``:
+    ``fresh``: this optimizer applied no update before this step, "none" (its state
+    says so) or "none_seen" (none since the tool watches it); ``skipped_facts``:
     what the skipped step left as it was, nonfinite.SkipFacts)."""
     kept = (
         f" {skipped_facts}"
@@ -113,12 +111,18 @@ def alert(
         else " Found before the optimizer applied it (it is applied now; skip_nonfinite "
         "skips such steps and keeps the weights finite)."
     )
-    first = (
-        " No update of this optimizer was applied before this step, so its learning rate "
-        "did not make these gradients."
-        if fresh and finding.cause in REMEDY_FRESH
-        else ""
-    )
+    first = ""
+    if fresh == "none" and finding.cause in REMEDY_FRESH:
+        first = (
+            " No update of this optimizer was applied before this step (its state holds "
+            "none), so its learning rate did not make these gradients."
+        )
+    elif fresh == "none_seen" and finding.cause in REMEDY_FRESH:
+        first = (
+            " The tool saw no update of this optimizer applied before this step, so its "
+            "learning rate did not make these gradients (unless it stepped before the tool "
+            "was loaded)."
+        )
     msg = f"Non-finite gradient at step {step}: {finding.message}.{first}{kept}"
     severity = "warning" if finding.cause in ("backward", "unchecked") else "error"
     remedy = REMEDY_FRESH.get(finding.cause, "") if fresh else ""

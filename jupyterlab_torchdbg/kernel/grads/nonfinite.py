@@ -239,8 +239,7 @@ class NonFiniteGuard:
         kept = self._restore_norms(track) if skip else None
         if state.armed:
             try:
-                key = track.opt_ref()
-                fresh = (self._applied.get(key, 0) if key is not None else 0) == 0
+                fresh = skip_facts.updates_before(optimizer, self._applied.get(optimizer, 0))
                 wrappers = {k: m for k, r in self._wrappers.items() if (m := r()) is not None}
                 if self.keeper is not None:
                     self._diagnosis.run(

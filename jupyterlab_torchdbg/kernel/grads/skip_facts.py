@@ -111,3 +111,26 @@ def rearm(keeper: InputKeeper, shadows: Shadows, wrapper_of: Any) -> None:
             keeper.want_norms(module, wrapper_of(module))
         else:
             shadow.rearm()
+
+
+def updates_before(optimizer: Any, seen_applied: int) -> str | None:
+    """Whether this optimizer applied any update before this step, as far as checked:
+    "none" (its state holds no step: torch's stateful optimizers make state at their
+    first update), "none_seen" (the tool saw none, and its state cannot tell: SGD without
+    momentum, a custom optimizer, a loop without one), or None (it has updated)."""
+    if seen_applied:
+        return None
+    state = getattr(optimizer, "state", None)
+    cls = type(optimizer)
+    if not isinstance(state, dict) or not cls.__module__.startswith("torch.optim."):
+        return "none_seen"
+    entries = [st for st in list(state.values()) if isinstance(st, dict) and st]
+    if not entries:
+        stateless = cls.__name__ == "SGD" and all(
+            not g.get("momentum") for g in getattr(optimizer, "param_groups", [])
+        )
+        return "none_seen" if stateless else "none"
+    steps = [st["step"] for st in entries if "step" in st]
+    if steps and all(float(s) == 0 for s in steps):
+        return "none"  # Adagrad makes its state (step 0) before any update
+    return None

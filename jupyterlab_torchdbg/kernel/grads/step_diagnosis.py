@@ -71,7 +71,7 @@ class StepDiagnosis:
         skip: bool,
         state: AlarmState,
         kept: SkipFacts | None,
-        fresh: bool,
+        fresh: str | None,
     ) -> None:
         """Diagnose this bad step, raise its alert, capture it for the replay."""
         plan = track.plan
@@ -147,7 +147,7 @@ class StepDiagnosis:
         finding: Finding,
         skip: bool,
         norms: torch.Tensor,
-        fresh: bool,
+        fresh: str | None,
         kept: SkipFacts | None,
         state: AlarmState,
     ) -> Alert:
