@@ -744,3 +744,30 @@ def test_r47_no_update_before_a_step_is_read_from_the_optimizers_state() -> None
         # stepped before the tool saw it (loaded mid-run): its state says so
         assert updates_before(opt, 0) == (None if fresh == "none" else "none_seen"), opt
         assert updates_before(opt, 3) is None  # the tool saw updates
+
+
+def test_r47_remedies_never_advise_the_skip_or_clip_the_user_already_has() -> None:
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with session({"model": model, "opt": opt}) as s:
+        s.shell.events.trigger("pre_run_cell", None)
+        s.comm.action("skip_nonfinite", {"on": True})
+        train(model, opt, 4, batches(bad_at=(1, 1)))
+        s.end_cell()
+        (a,) = causes(s)
+        assert a["cause"] == "input" and "skip_nonfinite" not in a["remedy"], a["remedy"]
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8, bias=False), nn.Linear(8, 1, bias=False))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with session({"model": model, "opt": opt}) as s:
+        s.shell.events.trigger("pre_run_cell", None)
+        s.comm.action("clip", {"max_norm": 1.0})
+        for scale in (1.0, 1e20):  # a finite step, then finite gradients whose norm overflows
+            opt.zero_grad()
+            (model(torch.randn(16, 4)).mean() * scale).backward()
+            opt.step()
+        s.end_cell()
+        (a,) = causes(s)
+        assert a["cause"] == "overflow" and "clip_grad_norm_" not in a["remedy"], a["remedy"]
+        assert "skip_nonfinite" in a["remedy"] or "clip by value" in a["remedy"]

@@ -23,17 +23,15 @@ REMEDY = {
     "input": "The batch itself holds NaN/Inf, so the data pipeline is the source, not the "
     "model or its training settings: check how this tensor is built (missing values, a "
     "division by a zero std in normalisation, a corrupt sample), e.g. assert "
-    "torch.isfinite(batch).all() in the DataLoader's dataset, or drop such samples; "
-    "skip_nonfinite keeps the weights finite meanwhile.",
+    "torch.isfinite(batch).all() in the DataLoader's dataset, or drop such samples.",
     "forward": "Look at that module's forward for log/sqrt/division of values that can "
     "reach 0 or below, an exp or pow that overflows, or an fp16 overflow: clamp the input "
     "or add an epsilon there (torch.log(x.clamp_min(1e-12))).",
     "overflow": "The gradients exploded (no NaN source): clip gradients "
-    "(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)) or lower the learning rate; "
-    "the explosion alarm before it names the layer that carries the norm.",
-    "weights": "The weights were already NaN/Inf before this step (a non-finite update at "
-    "an unsampled step): restore a checkpoint, then clip gradients or lower the learning "
-    "rate; skip_nonfinite (every step checked) stops the next such update.",
+    "(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)) or lower the learning rate.",
+    "weights": "The weights were already NaN/Inf before this step (an earlier update, or "
+    "code that set them): restore a checkpoint, then clip gradients or lower the learning "
+    "rate.",
     "loss": "The model's outputs are finite but the loss is not: look for log(0) or a "
     "division by zero in the loss (use log_softmax / F.cross_entropy on logits instead of "
     "log(softmax), clamp probabilities), and check the targets of this batch.",
@@ -62,6 +60,19 @@ REMEDY_FRESH = {
     "for the gradient of sqrt or norm at 0, pow with a negative exponent, a custom autograd "
     "Function or an fp16 overflow; click Replay to run this step under anomaly detection "
     "and see the op and the forward line.",
+}
+
+#: Added when skipping is off (never advised to a user who already skips).
+SKIP_HINT = {
+    "input": " skip_nonfinite keeps the weights finite meanwhile.",
+    "weights": " skip_nonfinite (every step checked) stops the next such update.",
+}
+
+#: With the clip action on: clipping by norm cannot scale gradients whose norm overflows.
+REMEDY_CLIPPING = {
+    "overflow": "Clipping by norm is on, but this norm is beyond the float32 range, so it "
+    "cannot scale these gradients: lower the learning rate, clip by value "
+    "(torch.nn.utils.clip_grad_value_), or check the loss's scale.",
 }
 
 #: Remedy when the model's forward never ran through its hooks.
@@ -95,12 +106,14 @@ def alert(
     manual: bool = False,
     fresh: str | None = None,
     skipped_facts: str | None = None,
+    clipping: bool = False,
 ) -> Alert:
     """The one alert of the bad step, naming the cause (``manual``: a loop without an
     optimizer, seen at the end of backward: nothing of ours can skip its update;
     ``fresh``: this optimizer applied no update before this step, "none" (its state
     says so) or "none_seen" (none since the tool watches it); ``skipped_facts``:
-    what the skipped step left as it was, nonfinite.SkipFacts)."""
+    what the skipped step left as it was, nonfinite.SkipFacts; ``clipping``: the clip
+    action is on). A remedy never advises what the user already does."""
     kept = (
         f" {skipped_facts}"
         if skipped and skipped_facts
@@ -125,8 +138,11 @@ def alert(
         )
     msg = f"Non-finite gradient at step {step}: {finding.message}.{first}{kept}"
     severity = "warning" if finding.cause in ("backward", "unchecked") else "error"
-    remedy = REMEDY_FRESH.get(finding.cause, "") if fresh else ""
+    remedy = REMEDY_CLIPPING.get(finding.cause, "") if clipping else ""
+    remedy = remedy or (REMEDY_FRESH.get(finding.cause, "") if fresh else "")
     remedy = remedy or REMEDY[finding.cause]
+    if not skipped:
+        remedy += SKIP_HINT.get(finding.cause, "")
     if finding.cause == "unchecked" and "first seen at this step" in finding.message:
         remedy = REMEDY_UNKEPT
     elif finding.cause == "unchecked" and "batch was not kept" in finding.message:

@@ -68,6 +68,8 @@ class _HasTracks(Protocol):
     @property
     def tracks(self) -> Mapping[Any, Track]: ...
 
+    def clipping(self) -> bool: ...
+
 
 class NonFiniteGuard:
     """The at-step check, its diagnosis and the skipping of non-finite steps."""
@@ -93,7 +95,7 @@ class NonFiniteGuard:
         self.check_on_cpu = True
         self.keeper: InputKeeper | None = None
         self.skipper = StepSkipper()
-        self._diagnosis = StepDiagnosis(host, alerts, replayer, on_change)
+        self._diagnosis = StepDiagnosis(host, alerts, replayer, on_change, self._clipping)
         self._state: weakref.WeakKeyDictionary[Track, AlarmState] = weakref.WeakKeyDictionary()
         #: id(compiled module) -> its OptimizedModule wrapper (hooked in its place).
         self._wrappers: dict[int, weakref.ref[Module]] = {}
@@ -301,6 +303,12 @@ class NonFiniteGuard:
                 skip_facts.rearm(self.keeper, self._shadows(track), self._wrapper_of)
             except Exception:
                 self.host.count_error("grads:norms")
+
+    def _clipping(self) -> bool:
+        try:
+            return self._owner is not None and bool(self._owner.clipping())
+        except Exception:
+            return False
 
     def _wrapper_of(self, module: Module) -> Module | None:
         ref = self._wrappers.get(id(module))

@@ -54,9 +54,16 @@ class StepDiagnosis:
     """Diagnoses a bad step, raises its alert and hands it to the replayer."""
 
     def __init__(
-        self, host: Host, alerts: AlertLog, replayer: Replayer, on_change: Callable[[], None]
+        self,
+        host: Host,
+        alerts: AlertLog,
+        replayer: Replayer,
+        on_change: Callable[[], None],
+        clipping: Callable[[], bool] = lambda: False,
     ) -> None:
         self.host = host
+        #: Whether the clip action is on (a remedy does not advise it then).
+        self.clipping = clipping
         self.alerts = alerts
         self.replayer = replayer
         self.on_change = on_change
@@ -160,6 +167,7 @@ class StepDiagnosis:
             total,
             track.boundary == "end_of_backward",
             fresh=fresh,
+            clipping=self.clipping(),
             skipped_facts=None if kept is None else kept.text(),
         )
         if skip:
