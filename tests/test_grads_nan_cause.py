@@ -771,3 +771,30 @@ def test_r47_remedies_never_advise_the_skip_or_clip_the_user_already_has() -> No
         (a,) = causes(s)
         assert a["cause"] == "overflow" and "clip_grad_norm_" not in a["remedy"], a["remedy"]
         assert "skip_nonfinite" in a["remedy"] or "clip by value" in a["remedy"]
+
+
+def test_r47_an_expression_loss_whose_module_term_is_finite_names_no_module() -> None:
+    """``loss = criterion(out, y) + extra``, the +Inf in ``extra``: the loss is named
+    non-finite, its module term is said finite (checked), and no module is blamed."""
+    torch.manual_seed(0)
+    model = Net()
+    criterion = nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    data, y = batches(), torch.randint(0, 3, (16,))
+    with session({"model": model, "opt": opt, "criterion": criterion}) as s:
+        s.shell.events.trigger("pre_run_cell", None)
+        for i in range(1, 5):
+            out = model(data(i))
+            keep = torch.ones(16)
+            if i == BAD:
+                keep[2] = 0.0
+            p = out.softmax(-1).gather(1, y[:, None]).squeeze(1) * keep
+            loss = criterion(out, y) - torch.log(p).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        s.end_cell()
+        (a,) = causes(s)
+        assert a["cause"] == "loss" and a["layer"] is None and a["step"] == BAD, a
+        assert "(an expression of criterion(...)) is +Inf" in a["message"], a["message"]
+        assert "its term criterion(...) is finite" in a["message"]

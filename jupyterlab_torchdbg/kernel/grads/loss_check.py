@@ -67,14 +67,23 @@ def after_forward(
     if root is not None and loss.state == "non_finite":
         v = loss.value if loss.value is not None else math.nan
         msg = f"{forward}, but the loss {loss.name()} is {spell(v)} at this step"
-        # A term of it whose own output (kept at this batch) is non-finite: named.
+        # A term of it whose own output (kept at this batch) is non-finite: named; a
+        # root model's own loss is its own term.
+        finite: list[str] = []
         for kept in loss.current:
             tv = scalar_of(kept.output)
-            if kept.name in root.terms and tv is not None and not math.isfinite(tv):
+            if kept.name not in root.terms or tv is None:
+                continue
+            if not math.isfinite(tv):
                 if not (root.exact and kept.name == root.source):
                     msg += f": its term {kept.name}(...) is {spell(tv)}"
                 return Finding("loss", kept.name, msg)
-        return Finding("loss", root.source, msg)
+            finite.append(f"{kept.name}(...)")
+        if root.exact or root.kind == "model":
+            return Finding("loss", root.source, msg)
+        if finite:
+            msg += f"; its term {' and '.join(finite)} is finite: the rest of it made it"
+        return Finding("loss", None, msg)
     if root is None:
         # What backward() was called on was not seen: a non-finite loss module output
         # of this batch, or the logged loss, is still a checked fact.
