@@ -4,9 +4,11 @@ At each plan check (the training thread, inside a step boundary) the roots of ev
 track's plan; at a cell's start and at ``watch()`` (the kernel's thread, no other cell
 running) also *candidates*: the watched models and the namespace's models with trainable
 parameters, the largest first (one whose parameters a larger one holds adds nothing), at
-most ``MAX_CANDIDATES``. A candidate is hooked before its first step, so a training cell's
-first step has its batch and its loss kept; it stays hooked until the next scan. The
-namespace's loss modules are hooked alongside. Roots of tracks that skip non-finite steps
+most ``MAX_CANDIDATES``, and only while no thread is inside a module's forward (a user's
+training thread: torch iterates the hook dicts there without a lock). A candidate is
+hooked before its first step, so a training cell's first step has its batch and its loss
+kept; it stays hooked until the next scan. The namespace's loss modules are hooked
+alongside. Roots of tracks that skip non-finite steps
 (and candidates a ``watch(..., skip_nonfinite=True)`` or the skip action covers) copy
 their normalisation running statistics at each step's first forward (norm_stats.py).
 """
@@ -27,6 +29,18 @@ if TYPE_CHECKING:
 
 #: Models hooked before their first step at most (the largest of the namespace).
 MAX_CANDIDATES = 16
+
+
+def forward_running() -> bool:
+    """Some thread is inside a module's forward: torch iterates the hook dicts there
+    without a lock, so a scan adds no hook now (thread_stacks.py, as the end-of-backward
+    hooks do for backward)."""
+    nn_module = sys.modules.get("torch.nn.modules.module")
+    if nn_module is None:
+        return False
+    from ..thread_stacks import any_thread_inside
+
+    return any_thread_inside("_call_impl", nn_module.__file__ or "")
 
 
 def sync(

@@ -148,8 +148,8 @@ class NonFiniteGuard:
         """A cell's start or ``watch()`` (the kernel's thread, no other cell running):
         hook the namespace's models with trainable parameters (and the watched ones)
         before their first step, so that step's batch and loss are kept too."""
-        if self.keeper is None:
-            return
+        if self.keeper is None or hookup.forward_running():
+            return  # a thread inside a module's forward iterates its hook dicts: next time
         try:
             self._candidates = [(n, weakref.ref(m)) for n, m in hookup.candidate_models(ns)]
             tracks = self._owner.tracks if self._owner is not None else {}
