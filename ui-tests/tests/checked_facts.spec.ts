@@ -56,9 +56,7 @@ test('r47: a loss the replay cannot re-run is said so, never "does not reproduce
   await expect(replay).toContainText(/not your loss/);
   await expect(replay).not.toContainText(/does not reproduce/);
   await expect(replay).not.toContainText(/random/);
-  await page
-    .locator(PANEL)
-    .screenshot({
-      path: testInfo.outputPath('checked-facts-replay-light.png')
-    });
+  await page.locator(PANEL).screenshot({
+    path: testInfo.outputPath('checked-facts-replay-light.png')
+  });
 });
