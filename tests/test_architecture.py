@@ -129,15 +129,20 @@ def test_one_registration_site_for_torchs_step_hooks() -> None:
 
 def test_one_registration_site_for_the_end_of_backward_hooks() -> None:
     """The end of backward (loops without torch.optim) is hooked in backward_boundary.py
-    only, which the step boundary owns: it calls the features in the same ORDER."""
+    only, which the step boundary owns: it calls the features in the same ORDER. The one
+    other engine callback, grads/backward_root.py, is no step boundary: it only records
+    which tensor ``backward()`` was called on (the loss, R47) and calls no feature."""
     sites = set()
     for name, path in _modules().items():
         text = path.read_text(encoding="utf-8")
         for hook in ("register_post_accumulate_grad_hook(", "queue_callback", "_execution_engine"):
             if hook in text:
                 sites.add(name)
-    assert sorted(sites) == ["jupyterlab_torchdbg.kernel.backward_boundary"]
+    root = "jupyterlab_torchdbg.kernel.grads.backward_root"
+    assert sorted(sites) == ["jupyterlab_torchdbg.kernel.backward_boundary", root]
+    assert "register_post_accumulate_grad_hook(" not in _modules()[root].read_text("utf-8")
     graph = import_graph()
+    assert graph[root] <= {"jupyterlab_torchdbg.kernel.grads.bad_step"}, graph[root]
     users = sorted(
         m for m, deps in graph.items() if "jupyterlab_torchdbg.kernel.backward_boundary" in deps
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import nbformat
@@ -35,7 +36,24 @@ def test_demo_notebook_runs_and_logs() -> None:
             "print(rnn, bad, exceptions.current_monitor().last['diagnosis']['category'])"
         )
     )
+    # Right after the exploding-RNN cell, what its alarm's Replay button would run.
+    rnn_cell = next(i for i, c in enumerate(nb.cells) if "rnn_opt.step()" in c.source)
+    nb.cells.insert(
+        rnn_cell + 1,
+        nbformat.v4.new_code_cell(
+            "import json\n"
+            "from jupyterlab_torchdbg.kernel import grads\n"
+            "r = grads.current_monitor().replayer.run('rnn_opt')\n"
+            "print(json.dumps({k: r[k] for k in ('cause', 'reproduces', 'user_loss', 'message')}))"
+        ),
+    )
     NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+    # R47: the RNN alarm's replay runs the demo's own loss module and reproduces the
+    # overflow (with F.mse_loss it could not re-run the loss, fell back to the sum of the
+    # outputs, and said "does not reproduce: dropout or other randomness")
+    res = json.loads(nb.cells[rnn_cell + 1].outputs[0]["text"])
+    assert res["cause"] == "overflow" and res["reproduces"] is True, res
+    assert res["user_loss"] == "same" and "random" not in res["message"], res
     out = nb.cells[-2].outputs[0]["text"].strip()
     assert out == "['accuracy', 'loss', 'lr'] 1920 True True"  # the training cell's run
     # the exploding-RNN cell raised the gradient alarms (the explosion, then the overflow
@@ -44,7 +62,9 @@ def test_demo_notebook_runs_and_logs() -> None:
     # and skipped; the failing cell was diagnosed (its error is expected: tagged
     # raises-exception, as the demo means it to fail)
     out = nb.cells[-1].outputs[0]["text"].strip()
-    assert out == "['explosion', 'non_finite_cause'] [(121, 'input')] shape_mismatch", out
+    # (the replay this test ran after the RNN cell is in the RNN's alerts too)
+    expected = "['explosion', 'non_finite_cause', 'non_finite_replay'] [(121, 'input')]"
+    assert out == f"{expected} shape_mismatch", out
     skipped = [c for c in nb.cells if c.cell_type == "code" and "skip_nonfinite=True" in c.source]
     skipped = skipped[0]
     assert skipped.outputs[-1]["text"].strip() == "weights finite: True"

@@ -389,7 +389,9 @@ def test_r01_r24_unload_removes_every_hook_and_keeps_no_model_or_batch() -> None
             opt.zero_grad()
             crit(model(x), torch.zeros(16, 3)).backward()
             opt.step()
-        assert hooked(model) == 1 and hooked(crit) == 1  # a pre-hook; a forward hook
+        # the model: a pre-hook (its batch) and a forward hook (backward's root); the
+        # loss module: a forward hook
+        assert hooked(model) == 2 and hooked(crit) == 1
         assert len(model._forward_pre_hooks) == 1 and len(crit._forward_hooks) == 1
         s.shell.user_ns.clear()
     assert hooked(model, crit) == 0
@@ -526,3 +528,273 @@ def test_r28_a_compiled_model_is_diagnosed_through_its_wrapper_without_graph_bre
     breaks, found = run(True)
     assert breaks == run(False)[0]
     assert [(a["cause"], a["layer"], a["step"]) for a in found] == [("forward", "model.mid", BAD)]
+
+
+# --- R47: what backward() was called on; R48: a skip that names what it left -----------
+
+
+def test_r47_a_model_first_seen_at_its_bad_step_is_said_unchecked_then_diagnosed() -> None:
+    """A model made and trained in one cell is hooked at its first step, after that
+    step's forward: its batch was not kept. The alert says what was not checked (never
+    "the loss is finite"), the replay says why it has nothing, and the next non-finite
+    step is diagnosed in full."""
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    data = batches(bad_at=(0, 0))
+    with session({"model": model, "opt": opt}) as s:  # no cell-start scan: first seen
+        s.comm.action("skip_nonfinite", {"on": True})
+        x = data(1).clone()
+        x[0, 0] = float("nan")
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+        s.end_cell()
+        (first,) = causes(s)
+        assert first["cause"] == "unchecked" and first["step"] == 1, first
+        assert "first seen at this step" in first["message"]
+        assert "were not checked" in first["message"] and "is finite" not in first["message"]
+        assert "learning rate" not in first["remedy"] and "watch(model" in first["remedy"]
+        reply = s.comm.action("replay_step")
+        assert reply["code"] == "refused" and "step 1 of opt came before" in reply["message"]
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()  # the same bad batch: kept this time
+        opt.step()
+        s.end_cell()
+        second = causes(s)[-1]
+        assert second["cause"] == "input" and second["step"] == 2, second
+        assert s.status()["replayable"] == {"track": "opt", "step": 2}
+        kinds = [a["kind"] for a in s.comm.alerts()]
+        assert "non_finite" not in kinds, kinds  # step 1's flush-time alarm is covered
+        assert not s.ext.errors
+
+
+def test_r47_a_cell_start_keeps_the_first_steps_batch() -> None:
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x = batches()(1).clone()
+    x[2, 1] = float("inf")
+    with session({"model": model, "opt": opt}) as s:
+        s.shell.events.trigger("pre_run_cell", None)  # a cell starts: models hooked
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+        s.end_cell()
+        (a,) = causes(s)
+        assert a["cause"] == "input" and a["step"] == 1 and "[2, 1]" in a["message"], a
+
+
+def test_r47_a_gradient_penalty_by_autograd_grad_is_not_taken_for_the_loss() -> None:
+    """``torch.autograd.grad`` (a penalty, the replay's own) is not a backward() root."""
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x = torch.randn(16, 4, requires_grad=True)
+    with session({"model": model, "opt": opt}) as s:
+        s.shell.events.trigger("pre_run_cell", None)
+        for _ in range(2):
+            out = model(x)
+            (gx,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+            loss = out.pow(2).mean() + gx.pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            keeper = s.monitor.guard.keeper
+            assert keeper is not None and keeper.root is not None
+            assert keeper.root.node == "AddBackward0" and keeper.root.kind == "expression"
+            assert torch.equal(keeper.root.values[0], loss.detach())
+            opt.step()
+        assert not s.ext.errors
+
+
+def test_r24_the_backward_root_keeps_no_graph_model_or_batch_and_is_inert_after_unload() -> None:
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x = torch.randn(16, 4)
+    with session({"model": model, "opt": opt}) as s:
+        s.shell.events.trigger("pre_run_cell", None)
+        for _ in range(3):
+            opt.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+        keeper = s.monitor.guard.keeper
+        assert keeper is not None and keeper.root is not None
+        assert keeper.root.values[0].grad_fn is None  # a detached view: no graph
+        out = model(x)  # a graph armed while loaded, backward after unload
+        refs = [weakref.ref(loss), weakref.ref(model(x))]
+        del loss
+        s.shell.user_ns.clear()
+    out.pow(2).mean().backward()  # the armed node's hook does nothing now
+    assert keeper.root is None
+    gc.collect()
+    assert [r() for r in refs] == [None, None]
+    ref = weakref.ref(model)
+    del model, opt, out
+    gc.collect()
+    assert ref() is None
+
+
+def test_the_backward_root_costs_a_few_microseconds_per_step() -> None:
+    """The keeper's hooks with the backward-root watch, against the same hooks with the
+    watch off, interleaved (this thread's CPU time: a shared machine's other load does
+    not count)."""
+    import time
+
+    from jupyterlab_torchdbg.kernel.grads.inputs import InputKeeper
+
+    model = nn.Linear(4, 4)
+    x = torch.randn(8, 4)
+    n = 1000
+
+    def per_step() -> float:
+        t0 = time.thread_time()
+        for _ in range(n):
+            model(x).sum().backward()
+        return (time.thread_time() - t0) / n
+
+    keeper = InputKeeper(lambda where: None)
+    keeper.sync([("model", model)], [])
+    off, on = [], []
+    for _ in range(4):
+        keeper.backward.closed = True
+        off.append(per_step())
+        keeper.backward.closed = False
+        on.append(per_step())
+    root = keeper.root
+    keeper.clear()
+    assert root is not None and root.node == "SumBackward0"
+    assert min(on) - min(off) < 60e-6, (off, on)  # ~10-20 µs here; generous for a busy CI
+
+
+def test_r47_an_overflow_at_the_first_step_gives_no_learning_rate_advice() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8, bias=False), nn.Linear(8, 1, bias=False))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with session({"model": model, "opt": opt}) as s:
+        s.shell.events.trigger("pre_run_cell", None)
+        opt.zero_grad()
+        (model(torch.randn(16, 4)).mean() * 1e20).backward()  # finite grads, norm > fp32
+        opt.step()
+        s.end_cell()
+        (a,) = causes(s)
+        assert a["cause"] == "overflow" and a["step"] == 1, a
+        assert "saw no update of this optimizer applied" in a["message"]
+        assert "learning rate" not in a["remedy"] and "clip" in a["remedy"], a["remedy"]
+
+
+def test_r48_a_skip_that_began_after_the_forward_names_the_statistics_it_left() -> None:
+    """Skipping turned on between the forward and the step: no copy from before the
+    batch exists, so the alert names the running statistics it could not put back."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with session({"model": model, "opt": opt}) as s:
+        s.shell.events.trigger("pre_run_cell", None)
+        for i in range(1, 4):
+            x = torch.randn(16, 4)
+            if i == 3:
+                x[0, 0] = float("nan")
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            if i == 3:
+                s.comm.action("skip_nonfinite", {"on": True})
+            opt.step()
+        s.end_cell()
+        (a,) = causes(s)
+        assert a["cause"] == "input" and "The optimizer step was skipped" in a["message"]
+        assert "Not restored (no copy from before this batch's forward): " in a["message"]
+        assert "model.1.running_mean" in a["message"], a["message"]
+        assert "put back" not in a["message"]
+        # from now on the copy exists: the next NaN batch leaves no trace
+        model[1].reset_running_stats()
+        before = {k: v.clone() for k, v in model.state_dict().items() if "running" in k}
+        x = torch.randn(16, 4)
+        x[1, 1] = float("nan")
+        for _ in range(1):
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+        for k, v in before.items():
+            assert torch.equal(model.state_dict()[k], v), k
+        assert not s.ext.errors
+
+
+def test_r47_no_update_before_a_step_is_read_from_the_optimizers_state() -> None:
+    """ "No update was applied before this step" is said from the optimizer's own state
+    when it can tell, and as what the tool saw when it cannot (plain SGD keeps none)."""
+    from jupyterlab_torchdbg.kernel.grads.skip_facts import updates_before
+
+    def stepped(opt: torch.optim.Optimizer, model: nn.Module) -> torch.optim.Optimizer:
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+        return opt
+
+    for make, fresh in [
+        (lambda ps: torch.optim.Adam(ps), "none"),
+        (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9), "none"),
+        (lambda ps: torch.optim.Adagrad(ps), "none"),  # state made at init, step 0
+        (lambda ps: torch.optim.SGD(ps, lr=0.1), "none_seen"),  # keeps no state
+    ]:
+        model = nn.Linear(4, 2)
+        opt = make(model.parameters())
+        assert updates_before(opt, 0) == fresh, opt
+        stepped(opt, model)
+        # stepped before the tool saw it (loaded mid-run): its state says so
+        assert updates_before(opt, 0) == (None if fresh == "none" else "none_seen"), opt
+        assert updates_before(opt, 3) is None  # the tool saw updates
+
+
+def test_r47_remedies_never_advise_the_skip_or_clip_the_user_already_has() -> None:
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with session({"model": model, "opt": opt}) as s:
+        s.shell.events.trigger("pre_run_cell", None)
+        s.comm.action("skip_nonfinite", {"on": True})
+        train(model, opt, 4, batches(bad_at=(1, 1)))
+        s.end_cell()
+        (a,) = causes(s)
+        assert a["cause"] == "input" and "skip_nonfinite" not in a["remedy"], a["remedy"]
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8, bias=False), nn.Linear(8, 1, bias=False))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with session({"model": model, "opt": opt}) as s:
+        s.shell.events.trigger("pre_run_cell", None)
+        s.comm.action("clip", {"max_norm": 1.0})
+        for scale in (1.0, 1e20):  # a finite step, then finite gradients whose norm overflows
+            opt.zero_grad()
+            (model(torch.randn(16, 4)).mean() * scale).backward()
+            opt.step()
+        s.end_cell()
+        (a,) = causes(s)
+        assert a["cause"] == "overflow" and "clip_grad_norm_" not in a["remedy"], a["remedy"]
+        assert "skip_nonfinite" in a["remedy"] or "clip by value" in a["remedy"]
+
+
+def test_r47_an_expression_loss_whose_module_term_is_finite_names_no_module() -> None:
+    """``loss = criterion(out, y) + extra``, the +Inf in ``extra``: the loss is named
+    non-finite, its module term is said finite (checked), and no module is blamed."""
+    torch.manual_seed(0)
+    model = Net()
+    criterion = nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    data, y = batches(), torch.randint(0, 3, (16,))
+    with session({"model": model, "opt": opt, "criterion": criterion}) as s:
+        s.shell.events.trigger("pre_run_cell", None)
+        for i in range(1, 5):
+            out = model(data(i))
+            keep = torch.ones(16)
+            if i == BAD:
+                keep[2] = 0.0
+            p = out.softmax(-1).gather(1, y[:, None]).squeeze(1) * keep
+            loss = criterion(out, y) - torch.log(p).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        s.end_cell()
+        (a,) = causes(s)
+        assert a["cause"] == "loss" and a["layer"] is None and a["step"] == BAD, a
+        assert "(an expression of criterion(...)) is +Inf" in a["message"], a["message"]
+        assert "its term criterion(...) is finite" in a["message"]

@@ -30,8 +30,8 @@ class SqrtAtZero(nn.Module):
 
 
 def hooks_left(model: nn.Module, kept: int = 0) -> int:
-    """Hooks on ``model``'s modules beyond the ``kept`` ones of the input keeper (its one
-    pre-hook on the root while loaded, inputs.py)."""
+    """Hooks on ``model``'s modules beyond the ``kept`` ones of the input keeper (its
+    pre-hook and one forward hook on the root while loaded, inputs.py)."""
     return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules()) - kept
 
 
@@ -61,7 +61,7 @@ def nan_then_rerun(middle: nn.Module, x: torch.Tensor, restore: bool) -> dict:
         step(model, opt, x)
         s.end_cell()
         assert [a["kind"] for a in s.comm.alerts()] == ["non_finite"]
-        assert hooks_left(model, kept=1) > 0  # armed for the next forward pass
+        assert hooks_left(model, kept=2) > 0  # armed for the next forward pass
         if restore:
             model.load_state_dict(saved)
         step(model, opt, x)
@@ -70,7 +70,7 @@ def nan_then_rerun(middle: nn.Module, x: torch.Tensor, restore: bool) -> dict:
         assert len(found) == 1, s.comm.alerts()
         assert found[0]["step"] == 2
         assert "weights may already be updated" in found[0]["message"]
-        assert hooks_left(model, kept=1) == 0  # one forward pass, then the probe is gone
+        assert hooks_left(model, kept=2) == 0  # one forward pass, then the probe is gone
         assert not s.ext.errors
         return found[0]
 
@@ -114,7 +114,7 @@ def test_r01_r24_unload_removes_an_armed_probe_and_keeps_no_model_alive() -> Non
         s.comm.action("set_stride", {"stride": 1})
         step(model, opt, torch.randn(16, 4))
         s.end_cell()
-        assert hooks_left(model, kept=1) > 0
+        assert hooks_left(model, kept=2) > 0
         s.shell.user_ns.clear()
     assert hooks_left(model) == 0  # unload removed the armed probe's hooks
     ref = weakref.ref(model)

@@ -7,6 +7,7 @@ step boundary's capture and the ``replay_step`` action of the loaded extension.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import weakref
@@ -19,7 +20,7 @@ from torch import nn
 
 from jupyterlab_torchdbg.kernel.action_registry import ActionError
 from jupyterlab_torchdbg.kernel.grads import replay as replay_mod
-from jupyterlab_torchdbg.kernel.grads.bad_step import BadStep, KeptCall, KeptLoss
+from jupyterlab_torchdbg.kernel.grads.bad_step import BadStep, KeptCall, KeptLoss, KeptRoot
 from jupyterlab_torchdbg.kernel.grads.replay import Replayer
 from jupyterlab_torchdbg.kernel.grads.replay_report import user_frames
 from jupyterlab_torchdbg.kernel.grads.replay_run import eager
@@ -42,7 +43,11 @@ class Host:
 
 
 def bad_step(
-    model: nn.Module, *args: Any, losses: list[KeptLoss] | None = None, **kwargs: Any
+    model: nn.Module,
+    *args: Any,
+    losses: list[KeptLoss] | None = None,
+    root: KeptRoot | None = None,
+    **kwargs: Any,
 ) -> BadStep:
     return BadStep(
         track="opt",
@@ -51,7 +56,13 @@ def bad_step(
         roots=[("model", weakref.ref(model))],
         calls={"model": KeptCall(tuple(args), dict(kwargs), 1)},
         losses=losses or [],
+        root=root,
     )
+
+
+def backward_root(kind: str, source: str | None, value: float = 0.5) -> KeptRoot:
+    """What ``backward()`` was called on at the bad step, as the keeper records it."""
+    return KeptRoot((torch.tensor(value),), ((),), kind, source, True, "MeanBackward0", 2)
 
 
 def run(model: nn.Module, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -178,21 +189,51 @@ def test_kept_loss_module_is_the_backward_root() -> None:
     assert res["forward_stack"][-1]["line"] == line_of("# sqrt at 0 in the loss")
 
 
-def test_plain_model_with_mse_finite_step_says_it_does_not_reproduce() -> None:
+def test_r47_a_finite_replay_of_the_users_own_loss_says_it_does_not_reproduce() -> None:
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Dropout(0.1), nn.Linear(8, 1))
+    loss_fn = nn.MSELoss()
+    kept = KeptLoss(weakref.ref(loss_fn), "loss_fn", (5, 1), (torch.zeros(5, 1),))
+    root = backward_root("loss_module", "loss_fn")
+    res = run(model, torch.randn(5, 4), losses=[kept], root=root)
+    assert res["loss_root"] == "loss_module:loss_fn" and res["user_loss"] == "same"
+    assert res["finite"] and res["cause"] == "finite" and res["backward_op"] is None
+    assert res["reproduces"] is False and "does not reproduce" in res["message"]
+    # what the replay did not repeat, for this model: its dropout masks
+    assert "dropout masks" in res["message"]
+
+
+def test_r47_a_loss_module_not_known_to_be_the_users_loss_is_not_said_to_reproduce() -> None:
+    """What backward() was called on was not seen: the replay may still run a loss
+    module of the notebook, but whether that is the user's loss was not checked."""
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
     loss_fn = nn.MSELoss()
     kept = KeptLoss(weakref.ref(loss_fn), "loss_fn", (5, 1), (torch.zeros(5, 1),))
     res = run(model, torch.randn(5, 4), losses=[kept])
-    assert res["loss_root"] == "loss_module:loss_fn"
-    assert res["finite"] and res["cause"] == "finite" and res["backward_op"] is None
-    assert "does not reproduce" in res["message"]
+    assert res["loss_root"] == "loss_module:loss_fn" and res["user_loss"] == "unseen"
+    assert res["finite"] and res["reproduces"] is None
+    assert "does not reproduce" not in res["message"] and "randomness" not in res["message"]
+    assert "was not checked" in res["message"]
+
+
+def test_r47_an_expression_loss_is_not_rerun_and_never_blamed_on_randomness() -> None:
+    """``((out - y) ** 2).mean()`` cannot be re-run: the surrogate's finite result says
+    plainly that reproduction was not checked; the loss read at the step is reported."""
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    root = backward_root("expression", None, value=math.inf)
+    res = run(model, torch.randn(5, 4), root=root)
+    assert res["loss_root"] == "surrogate" and res["user_loss"] == "not_rerun"
+    assert res["finite"] and res["reproduces"] is None
+    msg = res["message"]
+    assert "cannot re-run your loss" in msg and "sum of the model's outputs" in msg
+    assert "was not checked" in msg and "+Inf (read at the step)" in msg
+    assert "does not reproduce" not in msg and "random" not in msg
 
 
 def test_surrogate_when_no_loss_is_known() -> None:
     res = run(Plain(), torch.randn(2, 4))
     assert res["loss_root"] == "surrogate"
-    assert res["backward_op"] == "SqrtBackward0"
-    assert "sum of its outputs" in res["message"]
+    assert res["backward_op"] == "SqrtBackward0" and res["reproduces"] is True
+    assert "sum of the model's outputs" in res["message"]
 
 
 def test_pre_step_weights_reproduce_after_the_user_changed_them() -> None:

@@ -171,9 +171,14 @@ class StepBoundary:
         self.control.at_step(source, read)
 
     def scan_models(self, ns: dict[str, Any]) -> None:
-        """The kernel's thread, at a cell start or ``watch()``: hook the models no
-        optimizer steps (backward_boundary.py says when that is safe)."""
-        if not self.attached or not self.backward.attached:
+        """The kernel's thread, at a cell start or ``watch()``: the gradient monitor
+        keeps the batches of the namespace's models from their first step on
+        (grads/nonfinite.py); hook the models no optimizer steps (backward_boundary.py
+        says when that is safe)."""
+        if not self.attached:
+            return
+        self.grads.guard.scan_models(ns)
+        if not self.backward.attached:
             return
         _, active = watches()
         watched: list[tuple[str | None, Any]] | None = None

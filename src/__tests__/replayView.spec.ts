@@ -193,7 +193,7 @@ describe('replay of a non-finite step', () => {
     );
   });
 
-  it('says so when the NaN does not reproduce, on the current weights', () => {
+  it('says so when the NaN does not reproduce with your loss, on the current weights', () => {
     const model = new TorchDbgModel();
     const finite: IReplayResult = {
       ...result,
@@ -202,7 +202,9 @@ describe('replay of a non-finite step', () => {
       backward_op: null,
       anomaly_op: null,
       weights: 'current',
-      loss_root: 'surrogate',
+      loss_root: 'loss_module:criterion',
+      user_loss: 'same',
+      reproduces: false,
       forward_stack: []
     };
     render(model, [alert({ kind: 'non_finite_replay', replay: finite })]);
@@ -210,9 +212,28 @@ describe('replay of a non-finite step', () => {
     expect(dom.host.textContent).toContain(
       'current weights (no pre-step copy)'
     );
-    expect(dom.host.textContent).toContain(
-      'backward from the sum of the outputs'
-    );
+    expect(dom.host.textContent).toContain('loss: criterion');
     expect(dom.host.querySelector('.jp-TorchDbg-replayStack')).toBeNull();
+  });
+
+  it('r47: a finite surrogate replay never says the NaN does not reproduce', () => {
+    const model = new TorchDbgModel();
+    const surrogate: IReplayResult = {
+      ...result,
+      cause: 'finite',
+      finite: true,
+      backward_op: null,
+      anomaly_op: null,
+      loss_root: 'surrogate',
+      user_loss: 'not_rerun',
+      reproduces: null,
+      forward_stack: []
+    };
+    render(model, [alert({ kind: 'non_finite_replay', replay: surrogate })]);
+    expect(dom.host.textContent).not.toContain('does not reproduce');
+    expect(dom.host.textContent).toContain('your loss was not re-run');
+    expect(dom.host.textContent).toContain(
+      'backward from the sum of the outputs, not your loss'
+    );
   });
 });

@@ -819,9 +819,16 @@ export interface IAlertItem {
     | 'non_finite_skipped'
     | 'divergence';
   /**
-   * non_finite_cause only: the batch holds NaN/Inf (`layer`: the root), a module's forward turns finite inputs into NaN/Inf (`layer`: that module), a module's weights were already non-finite, the loss is non-finite on finite outputs (`layer`: the loss module, or null for the logged loss), forward and loss are finite and backward made it (`layer`: the layer nearest the loss with a non-finite gradient), or the gradient values are finite but their float32 norm overflows (exploded gradients).
+   * non_finite_cause only: the batch holds NaN/Inf (`layer`: the root), a module's forward turns finite inputs into NaN/Inf (`layer`: that module), a module's weights were already non-finite, the loss (what `backward()` was called on, or a loss module's output, or the logged loss) is non-finite on finite outputs (`layer`: the loss module or the root model whose own loss it is, or null), forward and loss are both checked finite and backward made it (`layer`: the layer nearest the loss with a non-finite gradient), the gradient values are finite but their float32 norm overflows (exploded gradients), or unchecked: what made it was not established because something was not checked (the step's batch was not kept, or the loss was not seen); the message says what was and was not checked.
    */
-  cause?: 'input' | 'forward' | 'weights' | 'loss' | 'backward' | 'overflow';
+  cause?:
+    | 'input'
+    | 'forward'
+    | 'weights'
+    | 'loss'
+    | 'backward'
+    | 'overflow'
+    | 'unchecked';
   replay?: IReplayResult;
   severity: 'warning' | 'error';
   /**
@@ -863,6 +870,14 @@ export interface IReplayResult {
    * What backward started from: model (its own loss), loss_module:<name> (a loss module of the namespace on the output), surrogate (the sum of the outputs); null: no backward ran.
    */
   loss_root: string | null;
+  /**
+   * How `loss_root` relates to what `backward()` was called on at the bad step: same (that very loss), part (one term of it: the rest of the expression was not re-run), not_rerun (computed outside the model by code the replay cannot run), unseen (what backward() was called on was not seen).
+   */
+  user_loss?: 'same' | 'part' | 'not_rerun' | 'unseen';
+  /**
+   * true: the replay made NaN/Inf (or found it in the batch or weights); false: it ran the user's own loss and everything is finite; null: everything is finite but the user's loss was not re-run, so whether it reproduces was not checked.
+   */
+  reproduces?: boolean | null;
   cause: 'input' | 'weights' | 'forward' | 'backward' | 'overflow' | 'finite';
   /**
    * The autograd node, e.g. SqrtBackward0.

@@ -4,8 +4,10 @@ Shared by the at-step diagnosis (monitor.py, inputs.py, probe.py: which input, m
 or backward made the NaN) and the replay (replay.py: forward + backward of the kept batch
 under ``torch.autograd.detect_anomaly``). Only references the training loop holds anyway:
 the last forward call of each root module (positional and keyword arguments, detached
-views, never copies, R25) and, for each loss module of the namespace, its target and the
-shape of its input (the input itself, the model's output, is not held).
+views, never copies, R25); for each loss module of the namespace, its target and the
+shape of its input (the input itself, the model's output, is not held); and the tensor
+the last ``backward()`` was called on (backward_root.py: its value as a detached view of
+a few elements, never its graph).
 """
 
 from __future__ import annotations
@@ -51,6 +53,33 @@ class KeptLoss:
 
 
 @dataclass
+class KeptRoot:
+    """What the last ``backward()`` was called on (backward_root.py): the loss, as the
+    user computed it, whatever computed it."""
+
+    #: Detached views of the root tensors of at most ``MAX_VALUES`` elements (no graph).
+    values: tuple[Any, ...]
+    #: Shapes of all root tensors (``backward()`` may be given several).
+    shapes: tuple[tuple[int, ...], ...]
+    #: "model": a root model's own loss (``.loss``, a scalar output); "loss_module": a
+    #: loss module's output; "expression": computed by code the tool does not see.
+    kind: str
+    #: The root model's or the loss module's name (None for an expression).
+    source: str | None
+    #: True: the root is that very tensor; False: an expression of it (``loss / accum``,
+    #: ``ce + 0.1 * reg``) found in the root's graph.
+    exact: bool
+    #: The root's autograd node (``MeanBackward0``), None for a leaf.
+    node: str | None
+    #: The keeper's call counter at that backward (after the forward it belongs to).
+    call: int
+    #: A weak reference to the first root tensor (its name in the namespace, if bound).
+    ref: weakref.ref[Any] | None = None
+    #: Every marked loss found in the root's expression (``ce``, ``nll``), graph order.
+    terms: tuple[str, ...] = ()
+
+
+@dataclass
 class BadStep:
     """What is known about the first non-finite step of a track (one per alarm)."""
 
@@ -72,3 +101,5 @@ class BadStep:
     skipped: bool = False
     #: The diagnosis message (the alert's), for the replay's report.
     message: str | None = None
+    #: What ``backward()`` was called on at that step (None: not seen).
+    root: KeptRoot | None = None

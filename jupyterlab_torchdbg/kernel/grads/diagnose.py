@@ -13,73 +13,40 @@ of an alarm the monitor asks, in this order:
 2. **The forward pass**, run once more on that batch with the pre-step weights (probe.py):
    the module that turns finite inputs into NaN/Inf, or the first module whose own weights
    are already non-finite (an earlier, unsampled step applied a NaN).
-3. **The loss**, when every output was finite: the kept output of a loss module called
-   after the forward (inputs.py), else a loss module re-evaluated on the probed output
-   (when its kept input shape fits), else the loss logged with ``log()`` at this step.
-4. Otherwise **backward** made it: the Replay action runs the step under anomaly detection.
+3. **The loss**, when every output was finite: what ``backward()`` was called on at this
+   step (backward_root.py: a loss module's output, a model's ``.loss``, any expression),
+   read at the step; when that was not seen, a non-finite output of a loss module called
+   after the forward (inputs.py), a loss module re-evaluated on the probed output, or the
+   loss logged with ``log()``.
+4. **Backward** made it, when the forward re-run is finite *and* the loss was read finite:
+   the Replay action runs the step under anomaly detection. When the loss was not read,
+   the cause is ``unchecked`` and the message says which of the two was not checked.
 
-The remedy fits the cause: a bad batch is a data pipeline problem, never "lower the
-learning rate". Runs once per alarm on the training thread; its cost (a forward pass and
-a few reductions, syncs on CUDA) is paid only then.
+Each message states a fact only when it was checked (R47): "every module output is
+finite" is said of the re-run (same batch, pre-step weights), and says when dropout masks
+differ or not every module was looked at; "the loss is finite" only of the tensor
+``backward()`` was called on (loss_check.py). The remedy fits the cause (cause_alert.py):
+a bad batch is a data pipeline problem, never "lower the learning rate"; nor is a step
+before which this optimizer applied no update. Runs once per alarm on the training
+thread; its cost (a forward pass and a few reductions, syncs on CUDA) is paid only then.
 """
 
 from __future__ import annotations
 
 import inspect
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .alerts import Alert
-from .probe import ForwardProbe, eager_root
+from .backward_root import root_of
+from .finding import Finding
+from .loss_check import LossFacts, after_forward, scalar_of, spell
+from .probe import ForwardProbe, dropout_active, eager_root
 
 if TYPE_CHECKING:
     from torch import Tensor
     from torch.nn import Module
 
-    from .bad_step import KeptCall, KeptLoss
-
-KIND = "non_finite_cause"
-
-REMEDY = {
-    "input": "The batch itself holds NaN/Inf, so the data pipeline is the source, not the "
-    "model or its training settings: check how this tensor is built (missing values, a "
-    "division by a zero std in normalisation, a corrupt sample), e.g. assert "
-    "torch.isfinite(batch).all() in the DataLoader's dataset, or drop such samples; "
-    "skip_nonfinite keeps the weights finite meanwhile.",
-    "forward": "Look at that module's forward for log/sqrt/division of values that can "
-    "reach 0 or below, an exp or pow that overflows, or an fp16 overflow: clamp the input "
-    "or add an epsilon there (torch.log(x.clamp_min(1e-12))).",
-    "overflow": "The gradients exploded (no NaN source): clip gradients "
-    "(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)) or lower the learning rate; "
-    "the explosion alarm before it names the layer that carries the norm.",
-    "weights": "The weights were already NaN/Inf before this step (a non-finite update at "
-    "an unsampled step): restore a checkpoint, then clip gradients or lower the learning "
-    "rate; skip_nonfinite (every step checked) stops the next such update.",
-    "loss": "The model's outputs are finite but the loss is not: look for log(0) or a "
-    "division by zero in the loss (use log_softmax / F.cross_entropy on logits instead of "
-    "log(softmax), clamp probabilities), and check the targets of this batch.",
-    "backward": "Forward and loss are finite, so the backward pass made the NaN/Inf. If "
-    "the gradient norm was climbing before (an explosion alarm), the gradients overflowed: "
-    "clip gradients (torch.nn.utils.clip_grad_norm_) or lower the learning rate. Otherwise "
-    "look for the gradient of sqrt or norm at 0, pow with a negative exponent, a custom "
-    "autograd Function or an fp16 overflow: click Replay to run this step under anomaly "
-    "detection and see the op and the forward line.",
-}
-
-
-@dataclass
-class CauseAlert(Alert):
-    """An alert that names the cause: input, forward, weights, loss or backward."""
-
-    cause: str | None = None
-
-
-@dataclass
-class Finding:
-    cause: str
-    layer: str | None
-    message: str
+    from .bad_step import KeptCall, KeptLoss, KeptRoot
 
 
 def _param_names(module: Module) -> list[str]:
@@ -189,6 +156,8 @@ def diagnose(
     grad_layer: str | None,
     track: str,
     step: int,
+    root: KeptRoot | None = None,
+    ns: dict[str, Any] | None = None,
 ) -> Finding:
     """Input, forward, weights, loss or backward (see the module docstring)."""
     found = check_inputs(roots)
@@ -201,13 +170,19 @@ def diagnose(
         if eager is not None and call is not None:
             runnable.append((name, eager))
             calls.append(call)
+    after = max((c.call for _, _, c in roots if c is not None), default=0)
+    loss = LossFacts(root_of(root, after), losses, logged_loss, after, ns)
     probe = ForwardProbe(track, step, runnable)
     try:
         probe.run(calls)
+        where = " on this step's batch with the pre-step weights"
         if probe.origin is not None:
             name, weights_ok = probe.origin
+            own = _own_loss_only(name, runnable, probe.outputs, loss)
+            if own is not None:
+                return own
             if weights_ok:
-                msg = f"{name}'s forward turns finite inputs into NaN/Inf"
+                msg = f"{name}'s forward turns finite inputs into NaN/Inf (re-run{where})"
                 return Finding("forward", name, msg)
             msg = (
                 f"{name}'s own weights are already NaN/Inf before this step's update (the "
@@ -215,130 +190,96 @@ def diagnose(
             )
             return Finding("weights", name, msg)
         if probe.last_bad is not None:
-            msg = f"the forward pass is non-finite from {probe.last_bad} on"
+            msg = f"the forward pass is non-finite from {probe.last_bad} on (re-run{where})"
             return Finding("forward", probe.last_bad, msg)
-        if not probe.ran:
-            return _after_forward(None, losses, logged_loss, grad_layer, roots, [])
-        return _after_forward(probe.out_max, losses, logged_loss, grad_layer, roots, probe.outputs)
+        forward = _forward_fact(probe, [m for _, m in runnable])
+        return after_forward(forward, probe.ran, loss, grad_layer, probe.outputs)
     finally:
         probe.remove()
 
 
-def _after_forward(
-    out_max: float | None,
-    losses: list[KeptLoss],
-    logged_loss: float | None,
-    grad_layer: str | None,
-    roots: list[tuple[str, Module, KeptCall | None]],
-    outputs: list[Any],
-) -> Finding:
-    """The forward pass was finite (or could not be re-run): the loss, or backward."""
-    ran = out_max is not None or bool(outputs)
-    size = f" (largest output {out_max:.3g})" if out_max is not None else ""
-    forward = f"every module output is finite{size}" if ran else "the forward was not re-run"
-    after = max((c.call for _, _, c in roots if c is not None), default=0)
-    current = [k for k in losses if k.call > after]
-    for kept in current:
-        v = _scalar(kept.output)
-        if v is not None and not math.isfinite(v):
-            msg = f"{forward}, but the loss {kept.name} is {_spell(v)}"
-            return Finding("loss", kept.name, msg)
-    if not any(k.output is not None for k in current):
-        for kept in losses:
-            v = _reevaluate(kept, outputs)
-            if v is not None and not math.isfinite(v):
-                msg = f"{forward}, but the loss {kept.name} on them is {_spell(v)}"
-                return Finding("loss", kept.name, msg)
-        if logged_loss is not None and not math.isfinite(logged_loss):
-            msg = f"{forward}, but the logged loss is {_spell(logged_loss)}"
-            return Finding("loss", None, msg)
-    where = f" (first in {grad_layer}, nearest the loss)" if grad_layer else ""
-    msg = f"{forward} and the loss is finite: backward made the non-finite gradient{where}"
-    return Finding("backward", grad_layer, msg)
-
-
-def _reevaluate(kept: KeptLoss, outputs: list[Any]) -> float | None:
-    """The loss module on a probed output of the kept input's size, with the kept target."""
+def _own_loss_only(
+    name: str, runnable: list[tuple[str, Any]], outputs: list[Any], loss: LossFacts
+) -> Finding | None:
+    """The root named by the probe computes its own loss (``outputs.loss``), and that
+    loss is the only non-finite part of its output on the re-run: the loss, not the
+    model's other outputs, made it (both checked on the re-run)."""
     import torch
 
-    module = kept.module()
-    if module is None or kept.input_shape is None:
+    from .loss_sources import model_loss
+    from .probe import finite
+
+    if name not in {n for n, _ in runnable}:
         return None
-    numel = math.prod(kept.input_shape)
     for out in outputs:
-        if isinstance(out, torch.Tensor) and out.numel() == numel and out.is_floating_point():
-            try:
-                with torch.no_grad():
-                    return _scalar(module(out.reshape(kept.input_shape), *kept.rest, **kept.kwargs))
-            except Exception:
-                continue
+        own = model_loss(out, torch.Tensor)
+        if own is None or finite(own):
+            continue
+        rest = [t for t in _tensors_of(out) if t is not own]
+        if rest and all(finite(t) for t in rest):
+            said = f"the loss {loss.name()}" if loss.root is not None else f"{name}'s own loss"
+            v = scalar_of(own)
+            msg = (
+                f"{said} is {spell(v if v is not None else math.nan)} on this step's batch "
+                f"(re-run with the pre-step weights), while {name}'s other outputs are finite"
+            )
+            return Finding("loss", name, msg)
     return None
 
 
-def _scalar(value: Any) -> float | None:
+def _tensors_of(out: Any) -> list[Any]:
     import torch
 
-    if isinstance(value, torch.Tensor) and value.numel() >= 1 and value.is_floating_point():
-        if bool(torch.isnan(value).any()):
-            return math.nan
-        if not bool(torch.isfinite(value).all()):
-            return math.inf
-        return float(value.reshape(-1)[0])
-    if isinstance(value, (int, float)):
-        return float(value)
-    return None
+    if isinstance(out, torch.Tensor):
+        return [out]
+    values = out.values() if isinstance(out, dict) else out
+    if isinstance(values, (tuple, list)) or isinstance(out, dict):
+        return [v for v in list(values)[:256] if isinstance(v, torch.Tensor)]
+    return []
 
 
-def _spell(v: float) -> str:
-    return "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf")
-
-
-def logged_loss(stream: Any) -> float | None:
-    """The newest value ``log()``ged under a name containing "loss" (not yet flushed
-    first, else the last flushed one), None without one; a device value is copied
-    here (once per alarm)."""
-    import torch
-
-    try:
-        found = stream.newest(lambda name: "loss" in name.lower())
-    except Exception:
-        return None
-    for v in found:
-        if isinstance(v, torch.Tensor):
-            v = _scalar(v.detach())
-        if isinstance(v, (int, float)) and not math.isfinite(v):
-            return float(v)
-    return next((float(v) for v in found if isinstance(v, (int, float))), None)
-
-
-def alert(
-    finding: Finding,
-    track: str,
-    step: int,
-    skipped: bool,
-    value: float | None,
-    manual: bool = False,
-) -> Alert:
-    """The one alert of the bad step, naming the cause (``manual``: a loop without an
-    optimizer, seen at the end of backward: nothing of ours can skip its update)."""
-    kept = (
-        " The optimizer step was skipped: the weights are unchanged."
-        if skipped
-        else " Found at the end of backward, before the loop's own update of the weights."
-        if manual
-        else " Found before the optimizer applied it (it is applied now; skip_nonfinite "
-        "skips such steps and keeps the weights finite)."
+def _forward_fact(probe: ForwardProbe, modules: list[Any]) -> str:
+    """What the forward re-run checked, in words (R47: of the re-run, as far as it went)."""
+    if not probe.ran:
+        return "the forward was not re-run (no root model could be run eagerly)"
+    notes = []
+    if probe.out_max is not None:
+        notes.append(f"largest output {probe.out_max:.3g}")
+    if dropout_active(modules):
+        notes.append("its dropout masks differ from the step's")
+    which = (
+        "every module output is finite"
+        if probe.complete
+        else f"the outputs of the first {probe.hooked} modules are finite (the rest were not "
+        "looked at)"
     )
-    msg = f"Non-finite gradient at step {step}: {finding.message}.{kept}"
-    severity = "warning" if finding.cause == "backward" else "error"
-    return CauseAlert(
-        KIND,
-        severity,
-        step,
-        finding.layer,
-        msg,
-        REMEDY[finding.cause],
-        track,
-        value,
-        cause=finding.cause,
+    note = f" ({'; '.join(notes)})" if notes else ""
+    return f"{which} when this step's forward is re-run on its batch{note}"
+
+
+def unkept(modules: list[Module], grad_layer: str | None, first: bool = True) -> Finding:
+    """A bad step whose batch was not kept: what could still be checked (the weights).
+    ``first``: the model was first seen at this step (else its forward bypassed the
+    hooks: ``model.forward(x)`` called directly)."""
+    from .probe import params_finite
+
+    where = f" (first in {grad_layer}, nearest the loss)" if grad_layer else ""
+    why = (
+        "the model was first seen at this step"
+        if first
+        else "the model's forward hooks did not run: a direct call of model.forward(...) "
+        "bypasses them"
     )
+    bad = [m for m in modules if not params_finite(m, recurse=True)]
+    if bad:
+        msg = (
+            "the weights are already NaN/Inf before this step's update; this step's batch "
+            f"was not kept ({why}), so the inputs and the forward were not checked"
+        )
+        return Finding("weights", grad_layer, msg)
+    nxt = "; the next non-finite step is diagnosed in full" if first else ""
+    msg = (
+        f"the weights are finite, but this step's batch was not kept ({why}), so the "
+        f"inputs, the forward and the loss were not checked{nxt}{where}"
+    )
+    return Finding("unchecked", grad_layer, msg)

@@ -7,30 +7,42 @@ keeps its last call as a ``KeptCall``; the next call replaces it, so nothing old
 one step is held. Tensors are ``.detach()``ed — views of the batch the training loop holds
 anyway, never copies (R25) — so an input that carries an autograd graph (a hidden state,
 another model's output) does not keep that graph alive. Containers are walked two levels
-deep. For each loss module of the namespace (``nn.modules.loss._Loss``: ``criterion``,
-``loss_fn``) a forward hook keeps the target (the remaining arguments), the *shape* of its
-input (the model's output is not held) and its output (the 0-d loss, detached): the
-at-step diagnosis reads whether this step's loss itself was finite without recomputing it.
+deep. A forward hook on each root arms the backward-root watch on its output
+(backward_root.py: what ``backward()`` is then called on, the loss however it was
+computed) and keeps a weak reference to the model's own loss (``.loss``, a scalar
+output). For each loss module of the namespace (``nn.modules.loss._Loss``: ``criterion``,
+``loss_fn``; and a parameter-free module of the user's own class, kept only when it
+returns a scalar) a forward hook keeps the target (the remaining arguments), the *shape*
+of its input (the model's output is not held) and its output (the 0-d loss, detached).
+
+Roots are hooked when a plan is built, and before any step: at a cell's start and at
+``watch()`` the namespace's models with trainable parameters (and the watched ones) are
+hooked as candidates (``sync``'s ``roots`` then include them), so the first step of a
+training cell has its batch kept too. While a root's track skips non-finite steps, its
+pre-hook also copies the normalisation running statistics at the first forward after
+each step (norm_stats.py), so a skipped step can put them back.
 
 Cost: a few µs per forward call of a root (one small object, one detach per tensor
-argument); nothing per submodule. Hooks are added when a plan is built or the namespace's
-loss modules change, and every one is removed on unload. Compiled models: the outer
-``OptimizedModule`` is hooked, never the module dynamo traces (R28), and a hook reached
-from inside a compiled region does nothing (``torch.compiler.is_compiling()`` folds to a
-constant when traced, so it adds no graph break). ScriptModules are skipped (R29).
-Modules are keys of weak dictionaries (R24): a deleted model drops its kept call.
+argument, one autograd-node pre-hook); nothing per submodule. Every hook is removed on
+unload. Compiled models: the outer ``OptimizedModule`` is hooked, never the module dynamo
+traces (R28), and a hook reached from inside a compiled region does nothing
+(``torch.compiler.is_compiling()`` folds to a constant when traced, so it adds no graph
+break). ScriptModules are skipped (R29). Modules are keys of weak dictionaries (R24): a
+deleted model drops its kept call.
 """
 
 from __future__ import annotations
 
 import itertools
-import sys
 import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from . import hook_guard
-from .bad_step import KeptCall, KeptLoss
+from .backward_root import RootWatch
+from .bad_step import KeptCall, KeptLoss, KeptRoot
+from .loss_sources import is_torch_loss, output_nodes, scalar_with_grad
+from .norm_stats import NormShadow
 
 if TYPE_CHECKING:
     from torch.nn import Module
@@ -75,16 +87,22 @@ def _plain(values: Iterable[Any], tensor: type[Any]) -> bool:
 
 
 class _Slot:
-    """What one hooked module keeps (referenced by its hook and by the keeper)."""
+    """What one hooked module keeps (referenced by its hooks and by the keeper)."""
 
-    __slots__ = ("call", "handle", "loss", "name", "ref")
+    __slots__ = ("call", "epoch", "handle", "loss", "name", "norms", "out_handle", "ref")
 
-    def __init__(self, name: str, module: Module) -> None:
+    def __init__(self, name: str, module: Module, epoch: int = -1) -> None:
         self.name = name
+        #: The keeper's step epoch it was hooked in (-1: before a step, at a scan).
+        self.epoch = epoch
         self.ref = weakref.ref(module)
         self.call: KeptCall | None = None
         self.loss: KeptLoss | None = None
         self.handle: RemovableHandle | None = None
+        #: A root's forward hook (the backward-root watch, the model's own loss).
+        self.out_handle: RemovableHandle | None = None
+        #: A root's normalisation statistics, copied while its track skips (R48).
+        self.norms: NormShadow | None = None
 
 
 def hook_target(module: Module, wrappers: dict[int, Module]) -> Module | None:
@@ -116,24 +134,9 @@ def compile_wrappers(ns: dict[str, Any]) -> dict[int, Module]:
     return out
 
 
-def loss_modules(ns: dict[str, Any]) -> list[tuple[str, Module]]:
-    """(name, module) for the loss modules bound in the namespace."""
-    loss_mod = sys.modules.get("torch.nn.modules.loss")
-    base = getattr(loss_mod, "_Loss", None)
-    if base is None:
-        return []
-    out: list[tuple[str, Module]] = []
-    seen: set[int] = set()
-    for k, v in list(ns.items()):
-        if isinstance(k, str) and not k.startswith("_") and isinstance(v, base):
-            if id(v) not in seen:
-                seen.add(id(v))
-                out.append((k, v))
-    return out
-
-
 class InputKeeper:
-    """Keeps the last forward call of the hooked roots and loss modules."""
+    """Keeps the last forward call of the hooked roots and loss modules, and what the
+    last ``backward()`` was called on."""
 
     def __init__(self, on_error: Callable[[str], None]) -> None:
         self._on_error = on_error
@@ -141,29 +144,61 @@ class InputKeeper:
         self._losses: weakref.WeakKeyDictionary[Module, _Slot] = weakref.WeakKeyDictionary()
         #: Orders calls: a loss called after the model's forward belongs to that batch.
         self._counter = itertools.count(1)
-        #: While set (the at-step probe re-runs a forward), calls are not kept.
-        self.paused = False
+        self._paused = False
+        #: Counts step boundaries (nonfinite.py); a root hooked in the current one was
+        #: first seen at this very step, after its forward.
+        self.epoch = 0
+        #: Set while ``sync`` runs inside a step boundary (a plan check).
+        self.in_step = False
         #: Modules handed to ``torch.jit.script``: never hooked again (hook_guard.py).
         self._scripted: weakref.WeakSet[Module] = weakref.WeakSet()
         from torch.compiler import is_compiling
 
         self._is_compiling = is_compiling
+        #: What the last ``backward()`` was called on (backward_root.py).
+        self.backward = RootWatch(lambda: next(self._counter), on_error)
+        #: Learn the loss of CUDA models too: only while some track skips non-finite
+        #: steps (else no step is checked at the step on CUDA, R26, and nobody reads it).
+        self.roots_on_cuda = False
 
-    # --- hook-up (training thread, at a plan check) -----------------------------------
+    @property
+    def paused(self) -> bool:
+        """While set (the at-step probe or the replay re-runs a forward), nothing is kept."""
+        return self._paused
+
+    @paused.setter
+    def paused(self, on: bool) -> None:
+        self._paused = on
+        self.backward.paused = on
+
+    # --- hook-up (training thread at a plan check; the kernel's at a cell start) ------
 
     def sync(
-        self, roots: Iterable[tuple[str, Module]], losses: Iterable[tuple[str, Module]]
+        self,
+        roots: Iterable[tuple[str, Module]],
+        losses: Iterable[tuple[str, Module]],
+        norms: Iterable[Module] = (),
     ) -> None:
         """Hook exactly these roots and loss modules (already hooked ones stay hooked and
-        keep their last call; the others are unhooked and forgotten)."""
+        keep their last call; the others are unhooked and forgotten); copy the
+        normalisation statistics of the roots in ``norms`` at each step's first forward."""
         self._sync(self._roots, list(roots), self._root_hook)
         self._sync(self._losses, list(losses), self._loss_hook)
+        wanted = {id(m) for m in norms}
+        for module, slot in list(self._roots.items()):
+            if id(module) not in wanted:
+                slot.norms = None
+            elif slot.norms is None:
+                try:
+                    slot.norms = NormShadow(module)
+                except Exception:
+                    self._on_error("grads:norms")
 
     def _sync(
         self,
         table: weakref.WeakKeyDictionary[Module, _Slot],
         wanted: list[tuple[str, Module]],
-        make: Callable[[Module, _Slot], RemovableHandle],
+        make: Callable[[Module, _Slot], list[RemovableHandle]],
     ) -> None:
         keep = {id(m) for _, m in wanted}
         for module, slot in list(table.items()):
@@ -177,11 +212,14 @@ class InputKeeper:
                 continue
             if module in self._scripted or not hook_guard.guardable(module):
                 continue
-            slot = _Slot(name, module)
+            slot = _Slot(name, module, self.epoch if self.in_step else -1)
             try:
-                slot.handle = make(module, slot)
+                handles = make(module, slot)
+                slot.handle = handles[0]
+                slot.out_handle = handles[1] if len(handles) > 1 else None
                 # Out of torch.save / deepcopy / torch.jit.script of the module (R29).
-                hook_guard.protect(module, slot.handle.id, self._on_script)
+                for h in handles:
+                    hook_guard.protect(module, h.id, self._on_script)
             except Exception:
                 _remove(slot)
                 self._on_error("grads:inputs")
@@ -196,15 +234,18 @@ class InputKeeper:
             if slot is not None:
                 _remove(slot)
 
-    def _root_hook(self, module: Module, slot: _Slot) -> RemovableHandle:
+    def _root_hook(self, module: Module, slot: _Slot) -> list[RemovableHandle]:
         from torch import Tensor
 
-        counter, compiling = self._counter, self._is_compiling
+        counter, compiling, watch = self._counter, self._is_compiling, self.backward
 
         def keep_call(mod: Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            if self.paused or compiling():
+            if self._paused or compiling():
                 return
             try:
+                norms = slot.norms
+                if norms is not None and norms.due:
+                    norms.take()  # before this forward updates them
                 if not _plain(args, Tensor):
                     args = _detach(args, 0, Tensor)
                 if kwargs and not _plain(kwargs.values(), Tensor):
@@ -213,33 +254,57 @@ class InputKeeper:
             except Exception:
                 self._on_error("grads:inputs")
 
-        return module.register_forward_pre_hook(keep_call, with_kwargs=True)
+        def keep_output(mod: Module, args: tuple[Any, ...], output: Any) -> None:
+            if self._paused or compiling():
+                return
+            try:
+                tensors, loss = output_nodes(output, Tensor)
+                if tensors and tensors[0].is_cuda and not self.roots_on_cuda:
+                    return
+                if loss is not None:
+                    watch.mark(loss, "model", slot.name)
+                for t in tensors:
+                    watch.arm(t)
+            except Exception:
+                self._on_error("grads:inputs")
 
-    def _loss_hook(self, module: Module, slot: _Slot) -> RemovableHandle:
+        return [
+            module.register_forward_pre_hook(keep_call, with_kwargs=True),
+            module.register_forward_hook(keep_output),
+        ]
+
+    def _loss_hook(self, module: Module, slot: _Slot) -> list[RemovableHandle]:
         counter, compiling = self._counter, self._is_compiling
         from torch import Tensor
+
+        torch_loss = is_torch_loss(module)
 
         def keep_loss(
             mod: Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
         ) -> None:
-            if compiling() or self.paused:
+            if compiling() or self._paused:
                 return
             try:
+                if not torch_loss and not scalar_with_grad(output, Tensor):
+                    return  # a module of the user's that returned no loss this time
                 first = args[0] if args else None
                 shape = tuple(first.shape) if isinstance(first, Tensor) else None
+                out = output if isinstance(output, Tensor) else None
                 slot.loss = KeptLoss(
                     slot.ref,
                     slot.name,
                     shape,
                     _detached(args[1:]),
                     _detached(kwargs),
-                    output=output.detach() if isinstance(output, Tensor) else None,
+                    output=None if out is None else out.detach(),
                     call=next(counter),
                 )
+                if out is not None and out.grad_fn is not None:
+                    self.backward.mark(out, "loss_module", slot.name)
             except Exception:
                 self._on_error("grads:inputs")
 
-        return module.register_forward_hook(keep_loss, with_kwargs=True)
+        return [module.register_forward_hook(keep_loss, with_kwargs=True)]
 
     # --- reading (training thread, at a bad step) --------------------------------------
 
@@ -252,12 +317,45 @@ class InputKeeper:
     def losses(self) -> list[KeptLoss]:
         return [s.loss for s in list(self._losses.values()) if s.loss is not None]
 
+    @property
+    def root(self) -> KeptRoot | None:
+        """What the last ``backward()`` was called on (None: not seen)."""
+        return self.backward.root
+
+    def norms_of(
+        self, module: Module, wrappers: dict[int, Module] | None = None
+    ) -> NormShadow | None:
+        """The running-statistics copies of root ``module`` (None: not copied)."""
+        target = (wrappers or {}).get(id(module), module)
+        slot = self._roots.get(target)
+        return None if slot is None else slot.norms
+
+    def seen_first(self, module: Module, wrappers: dict[int, Module] | None = None) -> str:
+        """Why root ``module`` has no kept call: "now" (hooked at this step, after its
+        forward), "bypassed" (hooked earlier, its hooks never ran: ``model.forward(x)``
+        called directly), "unhooked" (it cannot be: a ScriptModule ...)."""
+        target = (wrappers or {}).get(id(module), module)
+        slot = self._roots.get(target)
+        if slot is None:
+            return "unhooked"
+        return "now" if slot.epoch == self.epoch else "bypassed"
+
+    def want_norms(self, module: Module, wrapper: Module | None = None) -> None:
+        """Copy root ``module``'s running statistics from its next forward on (a track
+        that began skipping between two plan checks)."""
+        target = wrapper if wrapper is not None else module
+        slot = self._roots.get(target)
+        if slot is not None and slot.norms is None:
+            slot.norms = NormShadow(target)
+
     def hooked(self) -> list[Module]:
         """The modules hooked now (tests)."""
         return [m for table in (self._roots, self._losses) for m in list(table.keys())]
 
     def clear(self) -> None:
         """Remove every hook and forget every kept call (unload)."""
+        self.backward.closed = True
+        self.backward.clear()
         for table in (self._roots, self._losses):
             for slot in list(table.values()):
                 _remove(slot)
@@ -265,9 +363,13 @@ class InputKeeper:
 
 
 def _remove(slot: _Slot) -> None:
-    handle, slot.handle = slot.handle, None
+    handles = [slot.handle, slot.out_handle]
+    slot.handle = slot.out_handle = None
     slot.call = slot.loss = None
-    if handle is not None:
+    slot.norms = None
+    for handle in handles:
+        if handle is None:
+            continue
         try:
             handle.remove()
             module = slot.ref()

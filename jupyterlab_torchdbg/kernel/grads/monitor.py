@@ -92,7 +92,7 @@ class GradMonitor:
         #: The newest non-finite step's capture and the ``replay_step`` action (replay.py).
         self.replayer = Replayer(ext, self.alerts, self._dirty)
         #: Non-finite steps: diagnosed at the step, skipped on request (nonfinite.py).
-        self.guard = NonFiniteGuard(ext, self.alerts, self.replayer, self._dirty)
+        self.guard = NonFiniteGuard(ext, self.alerts, self.replayer, self._dirty, self)
         per_run.connect(self, ext)
 
     # --- lifecycle -------------------------------------------------------------------

@@ -6,12 +6,25 @@ norms is non-finite:
 
 - at the first such step of an alarm (re-armed after ``REARM_SAMPLES`` finite sampled
   steps, like the flush-time detector), the cause is diagnosed at once (diagnose.py: the
-  kept batch, a forward re-run with the pre-step weights, the loss, else backward) and
-  raised as one ``non_finite_cause`` alert; the replay (replay.py) captures the step.
-  The flush-time ``non_finite`` alarm of those steps is dropped (``covers``): it would
-  only say less, later.
+  kept batch, a forward re-run with the pre-step weights, the loss ``backward()`` was
+  called on, else backward) and raised as one ``non_finite_cause`` alert; the replay
+  (replay.py) captures the step. The flush-time ``non_finite`` alarm of those steps is
+  dropped (``covers``): it would only say less, later. A step whose batch was not kept
+  (the model was first seen at that very step) gets an alert saying what was and was not
+  checked, and the next non-finite step is diagnosed in full.
 - with ``skip_nonfinite`` on (the action, or ``watch(..., skip_nonfinite=True)``), the
-  optimizer step is skipped (skip.py) and counted; every step is then sampled.
+  optimizer step is skipped (skip.py) and counted; every step is then sampled. The
+  normalisation running statistics the batch updated are put back first (norm_stats.py),
+  so the model is as if the batch never ran (R48); the alert names what was restored and
+  what was not.
+
+Remedies fit what happened before: at a step before which this optimizer applied no
+update the tool saw (the first, or every one so far skipped), the learning rate has not
+acted on these gradients, and no remedy says to lower it.
+
+The roots are hooked before the first step too (``scan_models``: at a cell's start and at
+``watch()``, the namespace's models with trainable parameters), so a training cell's first
+step has its batch kept.
 
 When the check costs nothing it always runs: on CPU the norms are host values already.
 On CUDA reading the total is a host sync, so it runs only while ``skip_nonfinite`` is on
@@ -23,16 +36,16 @@ already be updated.
 from __future__ import annotations
 
 import weakref
-from collections import deque
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..watches import watches
-from . import diagnose
+from . import hookup, skip_facts
 from .alarms import REARM_SAMPLES
 from .alerts import Alert
-from .bad_step import BadStep
 from .skip import StepSkipper
+from .skip_facts import SkipFacts
+from .step_diagnosis import AlarmState, StepDiagnosis
 
 if TYPE_CHECKING:
     import torch
@@ -51,16 +64,11 @@ SKIP_REMEDY = (
 )
 
 
-class _State:
-    """At-step alarm state of one track."""
+class _HasTracks(Protocol):
+    @property
+    def tracks(self) -> Mapping[Any, Track]: ...
 
-    def __init__(self) -> None:
-        self.armed = True
-        self.calm = 0
-        self.told_skip = False
-        self.last_bad = 0
-        #: (first, last) steps of alarms diagnosed here (last None: still going).
-        self.episodes: deque[list[int | None]] = deque(maxlen=32)
+    def clipping(self) -> bool: ...
 
 
 class NonFiniteGuard:
@@ -72,8 +80,11 @@ class NonFiniteGuard:
         alerts: AlertLog,
         replayer: Replayer,
         on_change: Callable[[], None],
+        owner: _HasTracks | None = None,
     ) -> None:
         self.host = host
+        #: The monitor, whose tracks a cell start's scan reads.
+        self._owner = owner
         self.alerts = alerts
         self.replayer = replayer
         self.on_change = on_change
@@ -84,11 +95,16 @@ class NonFiniteGuard:
         self.check_on_cpu = True
         self.keeper: InputKeeper | None = None
         self.skipper = StepSkipper()
-        self._state: weakref.WeakKeyDictionary[Track, _State] = weakref.WeakKeyDictionary()
+        self._diagnosis = StepDiagnosis(host, alerts, replayer, on_change, self._clipping)
+        self._state: weakref.WeakKeyDictionary[Track, AlarmState] = weakref.WeakKeyDictionary()
         #: id(compiled module) -> its OptimizedModule wrapper (hooked in its place).
         self._wrappers: dict[int, weakref.ref[Module]] = {}
         #: Forward probes armed and not yet reported (their hooks are removed on unload).
         self._probes: list[ForwardProbe] = []
+        #: Models hooked before their first step (a cell's start, ``watch()``), weakly.
+        self._candidates: list[tuple[str, weakref.ref[Module]]] = []
+        #: Optimizer (or ModelSource) -> its steps the tool saw applied (not skipped).
+        self._applied: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
     def attach(self) -> None:
         from .inputs import InputKeeper
@@ -109,32 +125,52 @@ class NonFiniteGuard:
         self.skipper.clear()
         self._state = weakref.WeakKeyDictionary()
         self._wrappers = {}
+        self._candidates = []
+        self._applied = weakref.WeakKeyDictionary()
 
     # --- hook-up (at plan checks) ------------------------------------------------------
 
     def hook_up(self, tracks: Iterable[Track], ns: dict[str, Any]) -> None:
-        """Keep the last call of every track's roots and of the namespace's loss
-        modules; set each track's effective ``skip_nonfinite``."""
-        from .inputs import compile_wrappers, hook_target, loss_modules
-
-        keeper = self.keeper
-        if keeper is None:
-            return
-        wrappers = compile_wrappers(ns)
-        self._wrappers = {k: weakref.ref(v) for k, v in wrappers.items()}
-        roots: list[tuple[str, Module]] = []
+        """Keep the last call of every track's roots (and of the candidates) and of the
+        namespace's loss modules; set each track's effective ``skip_nonfinite``."""
+        tracks = list(tracks)
         for track in tracks:
-            plan = track.plan
-            for name, ref in [] if plan is None else plan.roots:
-                module = ref()
-                target = None if module is None else hook_target(module, wrappers)
-                if target is not None:
-                    roots.append((name, target))
             self._set_skip(track)
-        keeper.sync(roots, loss_modules(ns))
+        if self.keeper is not None:
+            self.keeper.in_step = True
+        try:
+            self._sync(tracks, ns)
+        finally:
+            if self.keeper is not None:
+                self.keeper.in_step = False
+
+    def scan_models(self, ns: dict[str, Any]) -> None:
+        """A cell's start or ``watch()`` (the kernel's thread, no other cell running):
+        hook the namespace's models with trainable parameters (and the watched ones)
+        before their first step, so that step's batch and loss are kept too."""
+        if self.keeper is None or hookup.forward_running():
+            return  # a thread inside a module's forward iterates its hook dicts: next time
+        try:
+            self._candidates = [(n, weakref.ref(m)) for n, m in hookup.candidate_models(ns)]
+            tracks = self._owner.tracks if self._owner is not None else {}
+            self._sync(list(tracks.values()), ns)
+        except Exception:
+            self.host.count_error("grads:scan")
+
+    def _sync(self, tracks: list[Track], ns: dict[str, Any]) -> None:
+        if self.keeper is not None:
+            self.keeper.roots_on_cuda = (
+                self.skip_all
+                or any(t.skip_nonfinite for t in tracks)
+                or any(w.skip_nonfinite for w in watches()[1])
+            )
+            wrappers = hookup.sync(self.keeper, tracks, self._candidates, ns, self.skip_all)
+            self._wrappers = {k: weakref.ref(v) for k, v in wrappers.items()}
 
     def set_skip(self, on: bool, tracks: Iterable[Track]) -> None:
         self.skip_all = on
+        if self.keeper is not None and on:
+            self.keeper.roots_on_cuda = True
         for track in tracks:
             self._set_skip(track)
         self.on_change()  # the status carries the setting itself too
@@ -159,9 +195,31 @@ class NonFiniteGuard:
         ``can_skip`` is False at the end-of-backward boundary of a loop without
         torch.optim: its update is the user's own code, which needs the gradients.
         """
+        self.skipper.forget(optimizer)
+        skipped = False
+        try:
+            skipped = self._check(track, optimizer, norms, can_skip)
+        finally:
+            if self.keeper is not None:
+                self.keeper.epoch += 1
+            if track.skip_nonfinite:
+                self._rearm_norms(track)  # the next forward copies the statistics again
+            if not skipped:
+                try:
+                    self._applied[optimizer] = self._applied.get(optimizer, 0) + 1
+                except TypeError:
+                    pass  # not weakly referenceable: every step counts as the first
+        return skipped
+
+    def _check(
+        self,
+        track: Track,
+        optimizer: torch.optim.Optimizer,
+        norms: torch.Tensor | None,
+        can_skip: bool,
+    ) -> bool:
         import torch
 
-        self.skipper.forget(optimizer)
         skip = track.skip_nonfinite and can_skip
         if norms is None or norms.numel() == 0:
             return False
@@ -169,20 +227,36 @@ class NonFiniteGuard:
             return False  # R26: no per-step sync on CUDA unless skipping
         state = self._state.get(track)
         if state is None:
-            state = self._state[track] = _State()
+            state = self._state[track] = AlarmState()
         if bool(torch.isfinite(norms.sum())):
             state.calm += 1
             if not state.armed and state.calm >= REARM_SAMPLES:
-                state.armed, state.told_skip = True, False
+                state.armed, state.told_skip, state.retried = True, False, False
                 if state.episodes and state.episodes[-1][1] is None:
                     state.episodes[-1][1] = state.last_bad
             return False
         state.calm, state.last_bad = 0, track.step
+        # Before the diagnosis: its forward re-run and the replay's copy then see the
+        # statistics of before this batch, as the skipped step leaves them.
+        kept = self._restore_norms(track) if skip else None
         if state.armed:
-            state.armed = False
             try:
-                self._diagnose(track, optimizer if can_skip else None, norms, skip, state)
+                fresh = skip_facts.updates_before(optimizer, self._applied.get(optimizer, 0))
+                wrappers = {k: m for k, r in self._wrappers.items() if (m := r()) is not None}
+                if self.keeper is not None:
+                    self._diagnosis.run(
+                        self.keeper,
+                        wrappers,
+                        track,
+                        optimizer if can_skip else None,
+                        norms,
+                        skip,
+                        state,
+                        kept,
+                        fresh,
+                    )
             except Exception:
+                state.armed = False
                 self.host.count_error("grads:diagnose")
         if skip:
             self.skipper.hide(optimizer)
@@ -190,7 +264,7 @@ class NonFiniteGuard:
             self.on_change()
             if not state.told_skip:
                 state.told_skip = True
-                self.alerts.add([self._skip_alert(track)])
+                self.alerts.add([self._skip_alert(track, optimizer, kept)])
         return skip
 
     def after_step(self, optimizer: torch.optim.Optimizer) -> None:
@@ -208,60 +282,45 @@ class NonFiniteGuard:
 
     # --- the diagnosis -----------------------------------------------------------------
 
-    def _diagnose(
-        self,
-        track: Track,
-        optimizer: torch.optim.Optimizer | None,
-        norms: torch.Tensor,
-        skip: bool,
-        state: _State,
-    ) -> None:
+    # --- normalisation statistics under skip (norm_stats.py) --------------------------
+
+    def _shadows(self, track: Track) -> list[tuple[str, Module, Any]]:
+        """(root name, root, its NormShadow or None) of the track's roots."""
         keeper, plan = self.keeper, track.plan
         if keeper is None or plan is None:
-            return
+            return []
         wrappers = {k: m for k, r in self._wrappers.items() if (m := r()) is not None}
-        roots: list[tuple[str, Module, Any]] = []
+        out = []
         for name, ref in plan.roots:
             module = ref()
             if module is not None:
-                roots.append((name, module, keeper.call_of(module, wrappers)))
-        if not any(call is not None for _, _, call in roots):
-            return  # no batch kept yet (the first step): the flush-time alarm speaks
-        state.episodes.append([track.step, None])
-        losses = keeper.losses()
-        keeper.paused = True
+                out.append((name, module, keeper.norms_of(module, wrappers)))
+        return out
+
+    def _rearm_norms(self, track: Track) -> None:
+        if self.keeper is not None:
+            try:
+                skip_facts.rearm(self.keeper, self._shadows(track), self._wrapper_of)
+            except Exception:
+                self.host.count_error("grads:norms")
+
+    def _clipping(self) -> bool:
         try:
-            finding = diagnose.overflow(plan.params, norms, _grad_layer(track, norms))
-            finding = finding or diagnose.diagnose(
-                roots,
-                losses,
-                diagnose.logged_loss(self.host.stream),
-                _grad_layer(track, norms),
-                track.name,
-                track.step,
-            )
-        finally:
-            keeper.paused = False
-        total = float(norms.sum())
-        alert = diagnose.alert(
-            finding, track.name, track.step, skip, total, track.boundary == "end_of_backward"
-        )
-        if skip:
-            state.told_skip = True
-        self.alerts.add([alert])
-        self.on_change()
-        bad = BadStep(
-            track=track.name,
-            step=track.step,
-            optimizer=None if optimizer is None else weakref.ref(optimizer),
-            roots=[(name, weakref.ref(m)) for name, m, _ in roots],
-            calls={name: call for name, _, call in roots if call is not None},
-            losses=losses,
-            cause=finding.cause,
-            skipped=skip,
-            message=alert.message,
-        )
-        self.replayer.capture(bad)
+            return self._owner is not None and bool(self._owner.clipping())
+        except Exception:
+            return False
+
+    def _wrapper_of(self, module: Module) -> Module | None:
+        ref = self._wrappers.get(id(module))
+        return None if ref is None else ref()
+
+    def _restore_norms(self, track: Track) -> SkipFacts | None:
+        """Put back the running statistics the skipped batch updated; what was done."""
+        try:
+            return skip_facts.restore(track.opt_ref(), self._shadows(track))
+        except Exception:
+            self.host.count_error("grads:norms")
+            return None
 
     # --- the fallback: a forward probe on the next forward pass (probe.py) -------------
 
@@ -292,27 +351,16 @@ class NonFiniteGuard:
             probe.remove()
             self.host.count_error("grads:probe")
 
-    def _skip_alert(self, track: Track) -> Alert:
+    def _skip_alert(self, track: Track, optimizer: Any, kept: SkipFacts | None) -> Alert:
+        facts = f" {kept.text()}" if kept is not None else ""
         msg = (
             f"Skipping non-finite steps: step {track.step} of {track.name} had a NaN/Inf "
-            "gradient and was skipped (weights and optimizer state unchanged); further "
-            "ones are skipped and counted in the gradients panel."
+            f"gradient and was skipped.{facts} Further ones are skipped and counted in the "
+            "gradients panel."
         )
         return Alert(
             "non_finite_skipped", "warning", track.step, None, msg, SKIP_REMEDY, track.name
         )
-
-
-def _grad_layer(track: Track, norms: torch.Tensor) -> str | None:
-    """The layer nearest the loss whose gradient norm is non-finite (one host copy)."""
-    import torch
-
-    plan = track.plan
-    if plan is None:
-        return None
-    bad = (~torch.isfinite(norms)).tolist()
-    layers = {plan.layer_of[i] for i, b in enumerate(bad) if b and i < len(plan.layer_of)}
-    return plan.layers[max(layers)].name if layers else None
 
 
 def _watched_skip(track: Track) -> bool:

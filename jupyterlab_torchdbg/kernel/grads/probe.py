@@ -112,6 +112,20 @@ def _abs_max(value: object) -> float | None:
     return out
 
 
+def dropout_active(modules: list[Any]) -> bool:
+    """Some dropout module under ``modules`` is in training mode with p > 0 (a re-run of
+    their forward draws other masks than the step did)."""
+    from torch.nn.modules.dropout import _DropoutNd
+
+    for root in modules:
+        for i, m in enumerate(root.modules()):
+            if i >= MAX_MODULES:
+                break
+            if isinstance(m, _DropoutNd) and m.training and m.p > 0:
+                return True
+    return False
+
+
 def params_finite(module: Module, recurse: bool = False) -> bool:
     try:
         return all(finite(p) for p in module.parameters(recurse=recurse))
@@ -192,11 +206,16 @@ class ForwardProbe:
         self.outputs: list[Any] = []
         self._keep_outputs = False
         self._roots: list[tuple[str, Any]] = roots
+        #: Modules whose outputs are checked; ``complete``: every module of the roots.
+        self.hooked = 0
+        self.complete = True
         for prefix, root in roots:
             self._handles.append(root.register_forward_pre_hook(self._pre(prefix)))
             for i, (name, mod) in enumerate(root.named_modules()):
                 if i >= MAX_MODULES:
+                    self.complete = False
                     break
+                self.hooked += 1
                 clean = clean_param_name(root, f"{name}.x").rpartition(".")[0] if name else ""
                 full = f"{prefix}.{clean}" if clean else prefix
                 hook = self._post(full, mod is root)

@@ -51,9 +51,15 @@ REMEDY = {
     "input": "The kept batch itself holds NaN/Inf: check the data pipeline.",
     "overflow": "Clip gradients (torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)) "
     "or lower the learning rate: the gradients grew past the float32 range.",
-    "finite": "Nothing non-finite on replay: the NaN depended on something the replay does "
-    "not repeat (dropout masks, a data race, nondeterministic kernels, autocast) or the "
-    "weights changed since.",
+    "finite": "Nothing non-finite on replay of your loss: the NaN depended on something the "
+    "replay does not repeat (see the result); if it recurs, run the loop with "
+    "torch.autograd.set_detect_anomaly(True) around that step.",
+    # The replay did not run the user's loss (an expression outside the model): it
+    # cannot say whether the NaN reproduces.
+    "unchecked": "The replay could not run your loss. Look at it for log(0) or a division "
+    "by zero (log_softmax / F.cross_entropy on logits instead of log(softmax), clamp "
+    "probabilities). To let the replay run it, compute it in a loss module "
+    "(criterion = MyLoss(); loss = criterion(out, y)) or return it from the model (.loss).",
 }
 
 
@@ -88,6 +94,8 @@ class Replayer:
         #: Turns the keeping of forward calls off (True) / on (False) around a replay, so
         #: the replay's own forward is not kept as the model's last call (nonfinite.py).
         self.pause_keeping: Callable[[bool], None] = lambda paused: None
+        #: (track, step) of the newest non-finite step whose batch was not kept.
+        self._not_kept: tuple[str, int, bool] | None = None
 
     # --- training thread --------------------------------------------------------------
 
@@ -100,7 +108,14 @@ class Replayer:
             snapshot = None
         with self._lock:
             self._bad, self._snapshot = bad, snapshot
+            self._not_kept = None
         self.on_change()
+
+    def not_kept(self, track: str, step: int, first: bool = True) -> None:
+        """A non-finite step was caught but its batch was not kept (nothing to replay);
+        ``first``: the model was first seen at that step (else its hooks never ran)."""
+        with self._lock:
+            self._not_kept = (track, step, first)
 
     def run_pending(self) -> None:
         """At a step boundary or the cell's end (training thread): a queued replay."""
@@ -118,6 +133,19 @@ class Replayer:
         """Replay the captured step (of ``track``, when given); the action's result."""
         with self._lock:
             bad, snapshot = self._bad, self._snapshot
+            if bad is None and self._not_kept is not None:
+                name, step, first = self._not_kept
+                why = (
+                    "came before its batch could be kept (the model was first seen at that "
+                    "step); the next non-finite step is kept"
+                    if first
+                    else "has no kept batch: the model's forward hooks did not run (call "
+                    "model(x), not model.forward(x))"
+                )
+                raise ActionError(
+                    f"nothing to replay: the non-finite step {step} of {name} {why}",
+                    "refused",
+                )
             if bad is None:
                 raise ActionError(
                     "nothing to replay: no non-finite gradient step was caught since the "
@@ -172,6 +200,8 @@ class Replayer:
             return
         try:
             cause = str(result.get("cause") or "finite")
+            if cause == "finite" and result.get("reproduces") is None:
+                cause = "unchecked"
             log.add(
                 [
                     ReplayAlert(
@@ -201,6 +231,7 @@ class Replayer:
         with self._lock:
             had = self._bad is not None
             self._bad, self._snapshot = None, None
+            self._not_kept = None
         if had:
             self.on_change()
 
@@ -208,6 +239,7 @@ class Replayer:
         """On unload: drop everything; a waiting replay is answered (refused) now."""
         with self._lock:
             self._bad, self._snapshot = None, None
+            self._not_kept = None
             self._closed = True
         self._jobs.run()  # each refuses at once: it touches no tensor
 

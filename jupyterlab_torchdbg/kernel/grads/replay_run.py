@@ -7,9 +7,18 @@ parameters' devices, or detached views of the current weights) and cloned buffer
 backward is ``torch.autograd.grad`` (never ``.backward()`` into ``.grad``); the RNG
 state is restored afterwards (``fork_rng``).
 
+Backward starts from the user's loss when the replay can run it: what ``backward()`` was
+called on at the bad step (``BadStep.root``, backward_root.py) when that is the model's own
+loss or a loss module's output (or an expression of one: then from that term, and the
+result says so). A loss computed outside the model by code the tool did not see
+(``((out - y) ** 2).mean()``, ``F.mse_loss(out, y)``) cannot be re-run: backward then
+starts from the sum of the model's outputs, and a finite result says plainly that
+whether the NaN reproduces was not checked (``reproduces`` None), never that it does not.
+
 What it finds, in order:
 
-1. the kept batch or the weights already hold NaN/Inf (the data / an earlier update);
+1. the kept batch or the weights (the parameters; buffers the batch's own forward
+   updated are no evidence of an earlier update) already hold NaN/Inf;
 2. the forward pass (or the loss) yields NaN/Inf: anomaly mode checks backward only, so a
    ``TorchFunctionMode`` checks each op's output during this one forward and names the
    first op that made NaN/Inf from finite arguments (a ``-inf`` mask passed as an
@@ -34,13 +43,15 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..action_registry import ActionError
+from .probe import dropout_active
+from .replay_loss import loss_root, relation
 from .replay_report import Frame, report, user_frames
 
 if TYPE_CHECKING:
     from torch import Tensor
     from torch.nn import Module
 
-    from .bad_step import BadStep, KeptCall, KeptLoss
+    from .bad_step import BadStep, KeptCall, KeptLoss, KeptRoot
 
 #: Graph nodes hooked at most (a bigger graph is watched on its first nodes only).
 MAX_NODES = 200_000
@@ -66,28 +77,53 @@ def eager(module: Module) -> Module:
 
 
 def replay(bad: BadStep, snapshot: dict[str, dict[str, Any]] | None) -> dict[str, object]:
-    """Replay each root's kept call; the first that reproduces a NaN/Inf is reported."""
-    first: dict[str, object] | None = None
+    """Replay each root's kept call; the first that reproduces a NaN/Inf is reported,
+    else the one that ran the user's loss (else the first)."""
+    done: list[dict[str, object]] = []
     for name, ref in bad.roots:
         root, call = ref(), bad.calls.get(name)
         if root is None or call is None:
             continue
         snap = snapshot.get(name) if snapshot is not None else None
-        res = _replay_root(eager(root), call, bad.losses, snap)
-        res = {"step": bad.step, "track": bad.track, "root": name, **res}
+        module = eager(root)
+        res = _replay_root(module, call, bad.losses, snap, name, bad.root)
+        res = {
+            "step": bad.step,
+            "track": bad.track,
+            "root": name,
+            **res,
+            "dropout": dropout_active([module]),
+        }
         if not res["finite"]:
-            return report(res)
-        first = first or res
-    if first is None:
+            return _finish(res, bad)
+        done.append(res)
+    if not done:
         raise ActionError(
             "nothing to replay: the model or its kept batch is gone (deleted or replaced)",
             "refused",
         )
-    return report(first)
+    best = next((r for r in done if r["user_loss"] in ("same", "part")), done[0])
+    return _finish(best, bad)
+
+
+def _finish(res: dict[str, object], bad: BadStep) -> dict[str, object]:
+    """Whether the NaN reproduces (None: not checked) and the words (replay_report.py)."""
+    if not res["finite"]:
+        res["reproduces"] = True
+    elif res["user_loss"] == "same":
+        res["reproduces"] = False
+    else:
+        res["reproduces"] = None
+    return report(res, bad.root)
 
 
 def _replay_root(
-    module: Module, call: KeptCall, losses: list[KeptLoss], snap: dict[str, Any] | None
+    module: Module,
+    call: KeptCall,
+    losses: list[KeptLoss],
+    snap: dict[str, Any] | None,
+    name: str = "model",
+    root: KeptRoot | None = None,
 ) -> dict[str, object]:
     import torch
 
@@ -95,6 +131,7 @@ def _replay_root(
     out: dict[str, object] = {
         "weights": weights,
         "loss_root": None,
+        "user_loss": relation(root, name, losses),
         "backward_op": None,
         "anomaly_op": None,
         "output": None,
@@ -104,9 +141,15 @@ def _replay_root(
     where = _first_nonfinite_in(call.args, "args") or _first_nonfinite_in(call.kwargs, "kwargs")
     if where is not None:
         return {**out, "cause": "input", "output": where}
-    where = _first_nonfinite_in(state, "weights")
+    params = {k: v for k, v in state.items() if k in dict(module.named_parameters())}
+    where = _first_nonfinite_in(params, "weights")
     if where is not None:
         return {**out, "cause": "weights", "output": where}
+    out["bad_buffers"] = [
+        k
+        for k, v in state.items()
+        if k not in params and isinstance(v, torch.Tensor) and not _finite(v)
+    ][:8]
     devices = sorted({t.device.index or 0 for t in leaves if t.device.type == "cuda"})
     with (
         warnings.catch_warnings(record=True) as caught,
@@ -118,7 +161,9 @@ def _replay_root(
         watch = forward_watch()
         with watch:
             result = torch.func.functional_call(module, state, tuple(call.args), dict(call.kwargs))
-            loss, out["loss_root"] = _loss_root(result, losses)
+            loss, out["loss_root"], out["user_loss"] = loss_root(
+                result, [t for _, t in _outputs(result, "out")], losses, name, root
+            )
         where = _first_nonfinite_in(result, "out")
         if where is None and loss is not None and not _finite(loss):
             where = "loss"
@@ -145,11 +190,11 @@ def _replay_root(
         finally:
             nodes.remove()
     if nodes.origin is not None:
-        name, lines = nodes.origin
+        op, lines = nodes.origin
         return {
             **out,
             "cause": "backward",
-            "backward_op": name,
+            "backward_op": op,
             "forward_stack": user_frames(lines),
         }
     if out["anomaly_op"] is not None:
@@ -197,52 +242,6 @@ def _state(module: Module, snap: dict[str, Any] | None) -> tuple[dict[str, Any],
         else:
             state[name] = src.to(b.device, copy=True)
     return state, leaves, "pre-step" if pre_step else "current"
-
-
-def _loss_root(result: object, losses: list[KeptLoss]) -> tuple[Tensor | None, str | None]:
-    """What backward starts from: the model's loss, a kept loss module's, or a surrogate."""
-    import torch
-
-    own = _model_loss(result)
-    if own is not None:
-        return own, "model"
-    outputs = [t for _, t in _outputs(result, "out") if t.is_floating_point()]
-    for kl in losses:
-        m = kl.module()
-        if m is None or kl.input_shape is None:
-            continue
-        n = math.prod(kl.input_shape)
-        for t in outputs:
-            if t.numel() == n:
-                loss = m(t.reshape(kl.input_shape), *kl.rest, **kl.kwargs)
-                if isinstance(loss, torch.Tensor) and loss.numel() == 1:
-                    return loss.reshape(()), f"loss_module:{kl.name}"
-    graph = [t for t in outputs if t.requires_grad]
-    if not graph:
-        return None, None
-    return torch.stack([t.float().sum() for t in graph]).sum(), "surrogate"
-
-
-def _model_loss(result: object) -> Tensor | None:
-    """A scalar output, an output's ``.loss`` (Hugging Face) or ``["loss"]``, or a tuple's
-    leading scalar (``return_dict=False`` with labels)."""
-    import torch
-
-    def scalar(v: object) -> Tensor | None:
-        if isinstance(v, torch.Tensor) and v.ndim == 0 and v.is_floating_point():
-            return v
-        return None
-
-    if isinstance(result, torch.Tensor):
-        return scalar(result)
-    if isinstance(result, dict) and "loss" in result:
-        return scalar(result["loss"])
-    own = scalar(getattr(result, "loss", None))
-    if own is not None:
-        return own
-    if isinstance(result, (tuple, list)) and result:
-        return scalar(result[0])
-    return None
 
 
 def _outputs(value: object, path: str, depth: int = 0) -> Iterator[tuple[str, Tensor]]:

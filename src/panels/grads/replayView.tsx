@@ -65,19 +65,37 @@ export function ReplayView(props: {
       </>
     );
   } else if (r.finite) {
-    head = <>{trans.__('finite on replay: the NaN does not reproduce')}</>;
+    // R47: "does not reproduce" only when the replay ran the user's own loss; a kernel
+    // without `reproduces` said so only with its own loss, never with the surrogate.
+    const checked =
+      r.reproduces === false ||
+      (r.reproduces === undefined && r.loss_root !== 'surrogate');
+    head = checked ? (
+      <>{trans.__('finite on replay: the NaN does not reproduce')}</>
+    ) : (
+      <>
+        {trans.__(
+          'finite on replay, but your loss was not re-run: not checked whether the NaN reproduces'
+        )}
+      </>
+    );
   }
+  const term =
+    r.user_loss === 'part' ? trans.__(' (one term of your loss)') : '';
   const facts = [
     r.weights === 'pre-step'
       ? trans.__('pre-step weights')
       : trans.__('current weights (no pre-step copy)'),
     r.loss_root === 'surrogate'
-      ? trans.__('backward from the sum of the outputs')
+      ? trans.__('backward from the sum of the outputs, not your loss')
       : r.loss_root?.startsWith('loss_module:')
-        ? trans.__('loss: %1', r.loss_root.slice('loss_module:'.length))
+        ? trans.__('loss: %1', r.loss_root.slice('loss_module:'.length)) + term
         : r.loss_root === 'model'
-          ? trans.__("the model's own loss")
-          : null
+          ? trans.__("the model's own loss") + term
+          : null,
+    r.user_loss === 'unseen'
+      ? trans.__('what backward() was called on was not seen')
+      : null
   ].filter(Boolean);
   return (
     <div className="jp-TorchDbg-replay" data-cause={r.cause} ref={box}>

@@ -1,0 +1,136 @@
+"""What a skipped step left as it was, and what it did not (R48).
+
+Skipping a non-finite step (skip.py) hides the gradients from the optimizer; the forward
+pass has already updated the normalisation running statistics, which the keeper copied
+before it (norm_stats.py, inputs.py) and ``restore`` puts back. ``SkipFacts`` is what the
+alert then says, each part only as far as it was checked: the optimizer's own behaviour
+(torch's optimizers leave parameters without gradients untouched; another's was not
+checked), the statistics put back, those that could not be (no copy from before the
+batch), and other buffers that hold NaN/Inf now (not snapshotted: read once per alert).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch.nn import Module
+
+    from .inputs import InputKeeper
+
+#: (root name, root module, its NormShadow or None)
+Shadows = list[tuple[str, "Module", Any]]
+
+
+class SkipFacts:
+    """What a skipped step left as it was, and what it did not (R48)."""
+
+    def __init__(self, optimizer: str) -> None:
+        self.optimizer = optimizer
+        #: The optimizer is one of torch's that leaves parameters without .grad alone.
+        self.torch_optimizer = False
+        self.layers = 0
+        self.restored = 0
+        #: Running statistics updated by the batch and not put back.
+        self.missed: list[str] = []
+        #: Other buffers of the roots that hold NaN/Inf now (not snapshotted).
+        self.bad_buffers: list[str] = []
+
+    def text(self) -> str:
+        if self.torch_optimizer:
+            out = (
+                f"The optimizer step was skipped: weights and optimizer state unchanged "
+                f"({self.optimizer} leaves parameters without gradients untouched)."
+            )
+        else:
+            out = (
+                f"The optimizer step was skipped: its gradients were hidden from "
+                f"{self.optimizer or 'the optimizer'}.step(); whether it leaves parameters "
+                "without gradients untouched was not checked."
+            )
+        if self.layers:
+            out += (
+                f" The running statistics of {self.layers} normalisation "
+                f"layer{'s' if self.layers != 1 else ''} were put back as before this batch."
+            )
+        if self.missed:
+            names = ", ".join(self.missed[:3]) + (" ..." if len(self.missed) > 3 else "")
+            out += f" Not restored (no copy from before this batch's forward): {names}."
+        if self.bad_buffers:
+            names = ", ".join(self.bad_buffers[:3]) + (" ..." if len(self.bad_buffers) > 3 else "")
+            out += f" Buffers holding NaN/Inf now (not snapshotted): {names}."
+        return out
+
+
+def skips_without_grad(optimizer: Any) -> bool:
+    """torch's own optimizers (not LBFGS, whose closure recomputes the gradients) skip
+    every parameter whose ``.grad`` is None."""
+    if optimizer is None:
+        return False
+    cls = type(optimizer)
+    return cls.__module__.startswith("torch.optim.") and cls.__name__ != "LBFGS"
+
+
+def nonfinite_buffers(name: str, module: Module) -> list[str]:
+    """The root's floating buffers that hold NaN/Inf (one reduction each, per skip alert)."""
+    import torch
+
+    out: list[str] = []
+    for i, (bname, b) in enumerate(module.named_buffers()):
+        if i >= 4096 or len(out) >= 8:
+            break
+        if b.is_floating_point() and b.layout == torch.strided and not b.is_meta:
+            if b.numel() and not bool(torch.isfinite(b).all()):
+                out.append(f"{name}.{bname}")
+    return out
+
+
+def restore(optimizer: Any, shadows: Shadows) -> SkipFacts:
+    """Put back the running statistics the skipped batch updated; what was done."""
+    from .norm_stats import norm_buffers
+
+    facts = SkipFacts(type(optimizer).__name__ if optimizer is not None else "")
+    facts.torch_optimizer = skips_without_grad(optimizer)
+    for name, module, shadow in shadows:
+        if shadow is not None:
+            done, missed = shadow.restore()
+            facts.layers += shadow.layers if done else 0
+            facts.restored += len(done)
+            facts.missed += [f"{name}.{n}" for n in missed]
+        else:
+            facts.missed += [f"{name}.{n}" for n, m, _, _ in norm_buffers(module) if m.training]
+        facts.bad_buffers += nonfinite_buffers(name, module)
+    return facts
+
+
+def rearm(keeper: InputKeeper, shadows: Shadows, wrapper_of: Any) -> None:
+    """Every step of a skipping track: the next forward copies the statistics (a track
+    that just began skipping gets its copies made here)."""
+    for _, module, shadow in shadows:
+        if shadow is None:
+            keeper.want_norms(module, wrapper_of(module))
+        else:
+            shadow.rearm()
+
+
+def updates_before(optimizer: Any, seen_applied: int) -> str | None:
+    """Whether this optimizer applied any update before this step, as far as checked:
+    "none" (its state holds no step: torch's stateful optimizers make state at their
+    first update), "none_seen" (the tool saw none, and its state cannot tell: SGD without
+    momentum, a custom optimizer, a loop without one), or None (it has updated)."""
+    if seen_applied:
+        return None
+    state = getattr(optimizer, "state", None)
+    cls = type(optimizer)
+    if not isinstance(state, dict) or not cls.__module__.startswith("torch.optim."):
+        return "none_seen"
+    entries = [st for st in list(state.values()) if isinstance(st, dict) and st]
+    if not entries:
+        stateless = cls.__name__ == "SGD" and all(
+            not g.get("momentum") for g in getattr(optimizer, "param_groups", [])
+        )
+        return "none_seen" if stateless else "none"
+    steps = [st["step"] for st in entries if "step" in st]
+    if steps and all(float(s) == 0 for s in steps):
+        return "none"  # Adagrad makes its state (step 0) before any update
+    return None
