@@ -333,7 +333,7 @@ def test_a_ranks_forward_that_makes_nan_is_named() -> None:
     x[7, 0] = -1.0  # finite, but the forward takes its square root
     _, finding = one_step(SqrtGate(), x)
     assert finding["cause"] == "forward" and finding["layer"] == "model"
-    assert finding["message"] == "model's forward turns finite inputs into NaN/Inf"
+    assert finding["message"].startswith("model's forward turns finite inputs into NaN/Inf")
 
 
 def test_r35_a_model_with_syncbatchnorm_is_not_rerun_and_says_why() -> None:

@@ -129,7 +129,8 @@ class RankSignals:
             root = self._root() if self._root is not None else None
             if root is inner:
                 return
-            from ..kernel.grads.inputs import InputKeeper, hook_target, loss_modules
+            from ..kernel.grads.inputs import InputKeeper, hook_target
+            from ..kernel.grads.loss_sources import loss_modules
 
             if self.keeper is None:
                 self.keeper = InputKeeper(self._on_error)
@@ -200,9 +201,16 @@ class RankSignals:
             return out
         roots: list[tuple[str, Any, KeptCall | None]] = [(self._name, root, call)]
         losses = keeper.losses()
-        # the loss is checked only when a loss module was called on this batch (its
-        # output kept): else "finite" is not known of it (R47)
-        out["loss_checked"] = any(k.output is not None and k.call > call.call for k in losses)
+        # what backward() was called on, read during this step's backward (the kernel's
+        # backward_root.py), when it came after this batch's forward call
+        backward_root = keeper.root
+        if backward_root is not None and backward_root.call <= call.call:
+            backward_root = None
+        # the loss is checked only when it was read on this batch: the backward's own
+        # root, or a loss module's output; else "finite" is not known of it (R47)
+        out["loss_checked"] = backward_root is not None or any(
+            k.output is not None and k.call > call.call for k in losses
+        )
         keeper.paused = True
         try:
             finding = diagnose.overflow(
@@ -212,7 +220,9 @@ class RankSignals:
             if finding is None:
                 why_not = needs_other_ranks(root)
                 if why_not is None:
-                    finding = diagnose.diagnose(roots, losses, None, grad_layer, "rank", step)
+                    finding = diagnose.diagnose(
+                        roots, losses, None, grad_layer, "rank", step, root=backward_root
+                    )
                 else:  # the batch only: the forward would wait for the other ranks
                     finding = diagnose.check_inputs(roots)
         finally:
