@@ -223,6 +223,36 @@ describe('live counters: the freshest count of the run', () => {
     expect(runStep(m, 1)).toBe(40);
   });
 
+  it('a run of log() only after a stepping run: not the stepping run’s count', () => {
+    const m = training();
+    flush(m, 2, range(13, 160));
+    // run 3 only logs: control names it but its step is still run 2's (160)
+    deliver(m, {
+      method: 'runs',
+      current: 3,
+      runs: [
+        runInfo(2, { end: 1718000060, steps: 160 }),
+        runInfo(3, { steps: 0, optimizers: [] })
+      ]
+    });
+    deliver(m, control({ step: 160, run: 3, idle: true }));
+    const loss = encodeBlock([1, 2, 3], [[3, 2, 1]]);
+    deliver(
+      m,
+      {
+        method: 'series',
+        seq: ++seq,
+        blocks: [{ id: 31, names: ['loss'], count: 3, run: 3 }]
+      },
+      [loss.x, loss.y]
+    );
+    expect(nowFigures(m).run).toBe(3);
+    expect(nowFigures(m).step).toBe(3);
+    expect(runStep(m, 3)).toBeNull();
+    // the ended run keeps its own count
+    expect(runStep(m, 2)).toBe(160);
+  });
+
   it('follows the current run while the user looks at an earlier one', () => {
     const m = training();
     flush(m, 1, range(1, 40)); // run 1's points (a snapshot, say)
@@ -233,6 +263,18 @@ describe('live counters: the freshest count of the run', () => {
     expect(f.run).toBe(2);
     expect(f.step).toBe(30);
     expect(f.loss!.value).toBeCloseTo(1 / 30, 6);
+    // run 2 ended: the strip stays on the newest run, not the one picked
+    deliver(m, {
+      method: 'runs',
+      current: null,
+      runs: [
+        runInfo(1, { end: 1718000030, steps: 40 }),
+        runInfo(2, { end: 1718000060, steps: 30 })
+      ]
+    });
+    expect(m.runs.shown).toBe(1);
+    expect(nowFigures(m).step).toBe(30);
+    expect(nowFigures(m).loss!.value).toBeCloseTo(1 / 30, 6);
   });
 
   it('counts alarms as the larger of those held and the kernel’s count', () => {

@@ -21,9 +21,12 @@ import type { IGradTrack } from '../protocol/messages';
  * `runs` (every alarm raised); the larger is the count.
  */
 
-/** The run the live counters are about: the current one, else the one shown. */
+/**
+ * The run the live counters are about: the current one, else the newest
+ * (whichever run the user picked to look at).
+ */
 export function liveRun(model: TorchDbgModel): number {
-  return model.runs.current ?? model.runs.shown;
+  return model.runs.latest;
 }
 
 /** The series of `run` (with those recorded outside any run when it is the shown run). */
@@ -58,11 +61,16 @@ export function runStep(model: TorchDbgModel, run: number): number | null {
     }
   };
   const c = model.control.state;
-  // control counts its own run (`run`; none from a kernel without runs, and
-  // the panel knows no run before the kernel's first `runs` message)
+  // control's `step` counts the run of its last step boundary while its `run`
+  // names the kernel's last run: the same run only while the loop steps (not
+  // idle). A kernel without runs sends no `run`; before the kernel's first
+  // `runs` message the panel knows no run (NO_RUN).
   if (
     c &&
-    (c.run === null || c.run === undefined || c.run === run || run === NO_RUN)
+    (c.run === null ||
+      c.run === undefined ||
+      run === NO_RUN ||
+      (c.run === run && c.idle !== true))
   ) {
     take(c.step);
   }

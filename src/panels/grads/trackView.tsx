@@ -8,6 +8,7 @@ import { TorchDbgModel } from '../../model/model';
 import { IGradTrack, wireNumber } from '../../protocol/messages';
 import { formatValue } from '../../ui/formatValue';
 import { useMounted } from '../../ui/useMounted';
+import { useShortNames } from '../../ui/useShortNames';
 import { AlertList } from './alertList';
 import { LayerTable } from './layerTable';
 
@@ -33,6 +34,12 @@ export function TrackView(props: {
   const status = model.grads.status!;
   const layers = model.grads.layers(track);
   const [hover, setHover] = useState<string>('');
+  // the legend's layer names, shortened to its width so that none look alike
+  const [legendName, setLegendName] = useState<HTMLElement | null>(null);
+  const legendNames = useShortNames(
+    layers.map(l => l.name),
+    legendName
+  );
   const [totalHost, total] = useMounted(
     () =>
       new LineChart({
@@ -64,8 +71,20 @@ export function TrackView(props: {
       }),
     [track.name]
   );
-  // the top-k layers by last norm (non-finite first: that is the news)
   const stats = track.stats;
+  // the step and the total norm as fresh as the stream (the status comes every 2 s)
+  const totalRing = model.series.get(track.total_series);
+  const liveStep = Math.max(
+    track.step,
+    totalRing && totalRing.length ? totalRing.lastX : 0
+  );
+  const liveTotal =
+    totalRing && totalRing.length
+      ? totalRing.last
+      : stats
+        ? wireNumber(stats.last[0])
+        : NaN;
+  // the top-k layers by last norm (non-finite first: that is the news)
   const order = layers
     .map((l, i) => ({ l, v: stats ? wireNumber(stats.last[i + 1]) : 0 }))
     .sort((a, b) =>
@@ -75,9 +94,10 @@ export function TrackView(props: {
 
   // earlier runs' total norm, faded (the same array while unchanged)
   const totalOverlays = model.overlayData(track.total_series);
+  const shownLabel = trans.__('run %1', String(model.runs.shown));
   useEffect(() => {
-    total.current?.setOverlays(totalOverlays);
-  }, [totalOverlays, track.name]);
+    total.current?.setOverlays(totalOverlays, shownLabel);
+  }, [totalOverlays, shownLabel, track.name]);
 
   // an alarm clicked (alertList.tsx): mark its step at once, data or not
   useEffect(() => {
@@ -86,7 +106,6 @@ export function TrackView(props: {
   }, [model.grads.focusStep, track.name]);
 
   useEffect(() => {
-    const totalRing = model.series.get(track.total_series);
     if (totalRing) {
       total.current?.setRing(totalRing); // read in place when drawn
     }
@@ -211,7 +230,7 @@ export function TrackView(props: {
         <span className="jp-TorchDbg-trackMeta" title={samplingTip}>
           {trans.__(
             'step %1 · sampled %2 · overhead %3',
-            String(track.step),
+            String(liveStep),
             stride,
             pct(track.overhead)
           )}
@@ -244,7 +263,7 @@ export function TrackView(props: {
       <div className="jp-TorchDbg-chartTitle">
         {trans.__('total gradient norm (log)')}
         <span className="jp-TorchDbg-seriesValue">
-          {formatValue(stats ? wireNumber(stats.last[0]) : NaN)}
+          {formatValue(liveTotal)}
         </span>
       </div>
       <div className="jp-TorchDbg-chartHost" ref={totalHost} />
@@ -267,8 +286,14 @@ export function TrackView(props: {
               className="jp-TorchDbg-swatch"
               style={{ background: seriesColor(i + 1) }}
             />
-            <span className="jp-TorchDbg-layerName">{o.l.name}</span>
-            <span>{formatValue(o.v)}</span>
+            <span
+              className="jp-TorchDbg-layerName"
+              ref={i === 0 ? setLegendName : undefined}
+              title={o.l.name}
+            >
+              {legendNames.labels.get(o.l.name) ?? o.l.name}
+            </span>
+            <span className="jp-TorchDbg-legendValue">{formatValue(o.v)}</span>
           </li>
         ))}
       </ul>
