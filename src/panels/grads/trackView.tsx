@@ -159,9 +159,13 @@ export function TrackView(props: {
       ? trans.__('off')
       : track.every_step
         ? why[track.every_step]
-        : track.mode === 'auto'
-          ? trans.__('every %1 (auto)', String(track.stride))
-          : trans.__('every %1', String(track.stride));
+        : track.stride === 1
+          ? track.mode === 'auto'
+            ? trans.__('every step (auto)')
+            : trans.__('every step')
+          : track.mode === 'auto'
+            ? trans.__('1 in %1 steps (auto)', String(track.stride))
+            : trans.__('1 in %1 steps', String(track.stride));
   // Why the stride is what it is (the kernel's words), with the periodic work's cost —
   // paid apart from the read, by flushing less often — in the tooltip.
   const samplingTip = [
