@@ -257,14 +257,20 @@ export class LineChart {
   /**
    * Earlier runs, drawn dashed under the current series (none: []), with a
    * legend under the chart naming them and `shown` (the solid line's label,
-   * e.g. "run 3").
+   * e.g. "run 3"); `faded` words the faded runs' entry (translated by the
+   * caller: "run 1, run 2 (faded)").
    */
-  setOverlays(overlays: ReadonlyArray<IOverlay>, shown?: string): void {
+  setOverlays(
+    overlays: ReadonlyArray<IOverlay>,
+    shown?: string,
+    faded: (runs: string) => string = runs => `${runs} (faded)`
+  ): void {
     this._overlays = overlays.map(o => {
       const d = decimateMinMax(o.x, o.y, OVERLAY_POINTS);
       return { label: o.label, x: d.x, y: d.y, compare: !!o.compare };
     });
     this._shownLabel = shown ?? this._options.series[0]?.label ?? '';
+    this._fadedText = faded;
     this._renderLegend();
     this._rebuild();
   }
@@ -310,7 +316,7 @@ export class LineChart {
     if (faded.length) {
       legend.append(
         this._legendItem(
-          `${faded.join(', ')} (faded)`,
+          this._fadedText(faded.join(', ')),
           themeVar('--jp-ui-font-color3', '#9e9e9e'),
           true,
           'faded'
@@ -704,6 +710,7 @@ export class LineChart {
     compare: boolean;
   }[] = [];
   private _shownLabel = '';
+  private _fadedText: (runs: string) => string = runs => runs;
   private _legend: HTMLDivElement = Object.assign(
     document.createElement('div'),
     { className: 'jp-TorchDbg-chartLegend' }

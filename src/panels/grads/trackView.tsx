@@ -96,7 +96,9 @@ export function TrackView(props: {
   const totalOverlays = model.overlayData(track.total_series);
   const shownLabel = trans.__('run %1', String(model.runs.shown));
   useEffect(() => {
-    total.current?.setOverlays(totalOverlays, shownLabel);
+    total.current?.setOverlays(totalOverlays, shownLabel, runs =>
+      trans.__('%1 (faded)', runs)
+    );
   }, [totalOverlays, shownLabel, track.name]);
 
   // an alarm clicked (alertList.tsx): mark its step at once, data or not

@@ -135,8 +135,10 @@ function SeriesCardImpl(props: ISeriesCardProps): JSX.Element {
     chart.current?.setSmoothing(view.smooth ? DEFAULT_SMOOTHING : null);
   }, [view, props.name, props.index]);
   useEffect(() => {
-    chart.current?.setOverlays(props.overlays ?? [], props.shownLabel);
-  }, [props.overlays, props.shownLabel, props.name, props.index]);
+    chart.current?.setOverlays(props.overlays ?? [], props.shownLabel, runs =>
+      props.trans.__('%1 (faded)', runs)
+    );
+  }, [props.overlays, props.shownLabel, props.trans, props.name, props.index]);
   useLayoutEffect(() => {
     // read in place at the next frame in view: no copy here
     chart.current?.setRing(props.ring);
