@@ -4,7 +4,8 @@ import React from 'react';
 
 import { KernelTracker } from './connection/tracker';
 import { describeState } from './sidebar/describeState';
-import { currentTrack } from './sidebar/nowStrip';
+import { useLiveTick } from './charts/live';
+import { statusLine } from './statusLine';
 import { useSignalRender } from './ui/useSignalRender';
 
 /** A short word for each non-connected state (the full sentence is the tooltip). */
@@ -45,6 +46,10 @@ function StatusText(props: {
   useSignalRender(conn ? conn.model.stateChanged : null);
   useSignalRender(conn ? conn.model.control.changed : null);
   useSignalRender(conn ? conn.model.grads.changed : null);
+  useSignalRender(conn ? conn.model.runs.changed : null);
+  useSignalRender(conn ? conn.model.ranks.changed : null);
+  // the step and the alarms follow the stream (on the panel's shared live clock)
+  useLiveTick(conn ? conn.model.dataChanged : null);
   if (!conn || conn.model.state.kind === 'no_kernel') {
     return null;
   }
@@ -61,29 +66,7 @@ function StatusText(props: {
     );
   }
   const c = conn.model.control.state;
-  const track = currentTrack(conn.model);
-  const step = c && c.step > 0 ? c.step : (track?.step ?? 0);
-  const idle = c?.idle ?? step === 0;
-  const parts: string[] = [];
-  if (c?.paused && c.paused_at !== null) {
-    parts.push(trans.__('paused at step %1', String(c.paused_at)));
-  } else if (idle) {
-    parts.push(trans.__('not training'));
-  } else {
-    parts.push(trans.__('step %1', String(step)));
-  }
-  if (c?.clip !== null && c?.clip !== undefined) {
-    parts.push(trans.__('clip %1', String(c.clip)));
-  }
-  if (c?.lr_scale !== null && c?.lr_scale !== undefined) {
-    parts.push(trans.__('LR ×%1', String(c.lr_scale)));
-  }
-  const alerts = conn.model.grads.alerts.length;
-  if (alerts) {
-    parts.push(
-      alerts === 1 ? trans.__('1 alarm') : trans.__('%1 alarms', String(alerts))
-    );
-  }
+  const { text, idle } = statusLine(conn.model, trans);
   return (
     <span
       className="jp-TorchDbg-status jp-StatusBar-TextItem"
@@ -97,7 +80,7 @@ function StatusText(props: {
           : trans.__('Torch Debugger: click to open the panel')
       }
     >
-      {trans.__('Torch: %1', parts.join(' · '))}
+      {text}
     </span>
   );
 }

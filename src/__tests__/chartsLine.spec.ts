@@ -184,6 +184,77 @@ describe('LineChart', () => {
     frame();
     expect(last().opts.scales.y.range).toBeUndefined();
   });
+
+  it('keeps the run picked to compare with whole in the y range (issue #22, item 9)', () => {
+    const { chart, frame } = setup();
+    const ring = new SeriesRing(100);
+    ring.push([0, 1, 2], [1, 2, 3]);
+    chart.setRing(ring);
+    // the compared run went to 1e6: its line is not cut off at the top
+    chart.setOverlays(
+      [{ label: 'run 1', x: [0, 1, 2], y: [1, 1e3, 1e6], compare: true }],
+      'run 2'
+    );
+    frame();
+    const u = last();
+    const [lo, hi] = u.opts.scales.y.range(u, 1, 3);
+    expect(lo).toBeLessThanOrEqual(1);
+    expect(hi).toBeGreaterThanOrEqual(1e6);
+    // and below the shown run too, on a log axis (positive values only)
+    chart.setLog(true);
+    chart.setOverlays(
+      [{ label: 'run 1', x: [0, 1, 2], y: [1e-9, 0, -5], compare: true }],
+      'run 2'
+    );
+    frame();
+    const v = last();
+    const [low] = v.opts.scales.y.range(v, 1, 3);
+    expect(low).toBeLessThanOrEqual(1e-9);
+    expect(low).toBeGreaterThan(0);
+  });
+
+  it('names the lines in a legend while earlier runs are drawn: shown, compared, faded', () => {
+    const { chart, frame } = setup();
+    document.body.appendChild(chart.node);
+    const ring = new SeriesRing(100);
+    ring.push([0, 1, 2], [1, 2, 3]);
+    chart.setRing(ring);
+    expect(chart.node.querySelector('.jp-TorchDbg-chartLegend')).toBeNull();
+    chart.setOverlays(
+      [
+        { label: 'run 1', x: [0, 1], y: [1, 2] },
+        { label: 'run 2', x: [0, 1], y: [1, 2] },
+        { label: 'run 3', x: [0, 1], y: [2, 4], compare: true }
+      ],
+      'run 4'
+    );
+    frame();
+    const legend = chart.node.querySelector('.jp-TorchDbg-chartLegend')!;
+    // under the plot
+    expect(chart.node.lastElementChild).toBe(legend);
+    const items = Array.from(
+      legend.querySelectorAll<HTMLElement>('.jp-TorchDbg-chartLegendItem')
+    ).map(el => [el.dataset.kind, el.textContent]);
+    expect(items).toEqual([
+      ['shown', 'run 4'],
+      ['compare', 'run 3'],
+      ['faded', 'run 1, run 2 (faded)']
+    ]);
+    const lines = legend.querySelectorAll<HTMLElement>(
+      '.jp-TorchDbg-chartLegendLine'
+    );
+    expect(lines[0].style.borderTopStyle).toBe('solid');
+    expect(lines[1].style.borderTopStyle).toBe('dashed');
+    // kernel text never becomes markup: labels are text nodes
+    chart.setOverlays(
+      [{ label: '<b>x</b>', x: [0], y: [1], compare: true }],
+      'run 4'
+    );
+    expect(legend.querySelector('b')).toBeNull();
+    chart.setOverlays([]);
+    expect(chart.node.querySelector('.jp-TorchDbg-chartLegend')).toBeNull();
+    chart.node.remove();
+  });
 });
 
 describe('seriesColor', () => {

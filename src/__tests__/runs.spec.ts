@@ -241,6 +241,7 @@ describe('runs: the picker and the overlays', () => {
     m.runs.faded = true;
     const faded = m.overlayData('loss');
     expect(faded.map(o => o.label)).toEqual(['run 1']);
+    expect(faded[0].compare).toBe(false);
     expect(Array.from(faded[0].x)).toEqual([1, 2]);
     expect(Array.from(faded[0].y)).toEqual([4, 3]);
     // the same array while nothing in it changed (a chart rebuilds only then)
@@ -251,6 +252,8 @@ describe('runs: the picker and the overlays', () => {
     m.runs.pick(1);
     m.runs.compare = 2;
     expect(m.overlayData('loss').map(o => o.label)).toEqual(['run 2']);
+    // (marked: the chart keeps it whole in its range and names it in its legend)
+    expect(m.overlayData('loss')[0].compare).toBe(true);
     // the compared run's new points make a new overlay
     const before = m.overlayData('loss');
     feed(m, [{ id: 2, xs: [2], ys: [[1]] }]);

@@ -57,6 +57,11 @@ export function seriesColor(i: number): string {
   return themeVar(name, fallback);
 }
 
+/** The line of the run compared with: the theme's strong text colour (reads on both). */
+export function compareColor(): string {
+  return themeVar('--jp-ui-font-color1', '#424242');
+}
+
 /** TensorBoard's default smoothing weight when smoothing is turned on. */
 export const DEFAULT_SMOOTHING = 0.6;
 
@@ -98,11 +103,17 @@ export function smoothEma(ys: ArrayLike<number>, weight: number): Float64Array {
   return out;
 }
 
-/** A finished run drawn faded and dashed under the current one. */
+/**
+ * An earlier run drawn dashed under the shown one: faded (every earlier run,
+ * the "earlier runs faded" toggle), or the one run picked to compare with
+ * (`compare`: drawn stronger, named in the legend, and always inside the y
+ * range).
+ */
 export interface IOverlay {
   label: string;
   x: ArrayLike<number>;
   y: ArrayLike<number>;
+  compare?: boolean;
 }
 
 /** uPlot draws a gap at null, not at NaN. */
@@ -243,13 +254,76 @@ export class LineChart {
     }
   }
 
-  /** Earlier runs, drawn faded and dashed under the current series (none: []). */
-  setOverlays(overlays: ReadonlyArray<IOverlay>): void {
+  /**
+   * Earlier runs, drawn dashed under the current series (none: []), with a
+   * legend under the chart naming them and `shown` (the solid line's label,
+   * e.g. "run 3"); `faded` words the faded runs' entry (translated by the
+   * caller: "run 1, run 2 (faded)").
+   */
+  setOverlays(
+    overlays: ReadonlyArray<IOverlay>,
+    shown?: string,
+    faded: (runs: string) => string = runs => `${runs} (faded)`
+  ): void {
     this._overlays = overlays.map(o => {
       const d = decimateMinMax(o.x, o.y, OVERLAY_POINTS);
-      return { label: o.label, x: d.x, y: d.y };
+      return { label: o.label, x: d.x, y: d.y, compare: !!o.compare };
     });
+    this._shownLabel = shown ?? this._options.series[0]?.label ?? '';
+    this._fadedText = faded;
+    this._renderLegend();
     this._rebuild();
+  }
+
+  /** The legend under the chart while overlays are drawn (text only). */
+  get legend(): HTMLElement {
+    return this._legend;
+  }
+
+  /** One legend entry: a line sample (solid or dashed) and its label. */
+  private _legendItem(
+    text: string,
+    color: string,
+    dashed: boolean,
+    kind: string
+  ): HTMLElement {
+    const item = document.createElement('span');
+    item.className = 'jp-TorchDbg-chartLegendItem';
+    item.dataset.kind = kind;
+    const swatch = document.createElement('span');
+    swatch.className = 'jp-TorchDbg-chartLegendLine';
+    swatch.style.borderTopColor = color;
+    swatch.style.borderTopStyle = dashed ? 'dashed' : 'solid';
+    const label = document.createElement('span');
+    label.textContent = text;
+    item.append(swatch, label);
+    return item;
+  }
+
+  private _renderLegend(): void {
+    const legend = this._legend;
+    legend.replaceChildren();
+    if (this._overlays.length === 0) {
+      legend.remove();
+      return;
+    }
+    const color = this._options.series[0]?.color ?? seriesColor(0);
+    legend.append(this._legendItem(this._shownLabel, color, false, 'shown'));
+    for (const o of this._overlays.filter(o => o.compare)) {
+      legend.append(this._legendItem(o.label, compareColor(), true, 'compare'));
+    }
+    const faded = this._overlays.filter(o => !o.compare).map(o => o.label);
+    if (faded.length) {
+      legend.append(
+        this._legendItem(
+          this._fadedText(faded.join(', ')),
+          themeVar('--jp-ui-font-color3', '#9e9e9e'),
+          true,
+          'faded'
+        )
+      );
+    }
+    this.node.appendChild(legend);
   }
 
   /** A horizontal reference line (e.g. the explosion threshold), or none. */
@@ -270,6 +344,7 @@ export class LineChart {
 
   /** Rebuild with the current theme colours (after a theme switch). */
   refreshTheme(): void {
+    this._renderLegend();
     this._rebuild();
   }
 
@@ -382,6 +457,9 @@ export class LineChart {
         data,
         this.node
       );
+      if (this._legend.parentNode === this.node) {
+        this.node.appendChild(this._legend); // under the new plot
+      }
     } else {
       this._plot.setData(data);
     }
@@ -389,9 +467,11 @@ export class LineChart {
   }
 
   /**
-   * y range over the data and the overlays (log: positive values only). An
-   * overlay widens the shown run's range by at most twice its span (x100 on a
-   * log axis): an earlier run that exploded must not squash this one flat.
+   * y range over the data and the overlays (log: positive values only). A
+   * faded overlay widens the shown run's range by at most twice its span (x100
+   * on a log axis): an earlier run that exploded must not squash this one
+   * flat. The run picked to compare with is always whole in the range: that
+   * is what the user asked to see.
    */
   private _yRange(u: uPlot, dmin: number, dmax: number): uPlot.Range.MinMax {
     let lo = dmin;
@@ -402,8 +482,8 @@ export class LineChart {
     const ceil = !own ? Infinity : this._log ? hi * 100 : hi + 2 * span;
     for (const o of this._overlays) {
       for (const raw of o.y) {
-        if (raw !== null && (!this._log || raw > 0)) {
-          const v = Math.min(ceil, Math.max(floor, raw));
+        if (raw !== null && Number.isFinite(raw) && (!this._log || raw > 0)) {
+          const v = o.compare ? raw : Math.min(ceil, Math.max(floor, raw));
           lo = lo === null || v < lo ? v : lo;
           hi = hi === null || v > hi ? v : hi;
         }
@@ -429,6 +509,7 @@ export class LineChart {
     const warn = themeVar('--jp-error-color1', '#d32f2f');
     const mark = themeVar('--jp-warn-color1', '#f57c00');
     const faint = themeVar('--jp-ui-font-color3', '#9e9e9e');
+    const compare = compareColor();
     const font = `10px ${themeVar('--jp-ui-font-family', 'sans-serif')}`;
     const axis: uPlot.Axis = {
       stroke: fg,
@@ -465,11 +546,12 @@ export class LineChart {
       ctx.beginPath();
       ctx.rect(left, top, w, h);
       ctx.clip();
-      ctx.strokeStyle = faint;
-      ctx.globalAlpha = 0.6;
-      ctx.lineWidth = 1 * dpr;
-      ctx.setLineDash([3 * dpr, 3 * dpr]);
       for (const o of this._overlays) {
+        // faded runs faint; the compared run in the theme's strong text colour
+        ctx.strokeStyle = o.compare ? compare : faint;
+        ctx.globalAlpha = o.compare ? 0.9 : 0.6;
+        ctx.lineWidth = (o.compare ? 1.5 : 1) * dpr;
+        ctx.setLineDash(o.compare ? [5 * dpr, 3 * dpr] : [3 * dpr, 3 * dpr]);
         ctx.beginPath();
         let pen = false;
         for (let i = 0; i < o.x.length; i++) {
@@ -621,8 +703,18 @@ export class LineChart {
     seen: number;
     ema: Ema;
   } | null = null;
-  private _overlays: { label: string; x: number[]; y: (number | null)[] }[] =
-    [];
+  private _overlays: {
+    label: string;
+    x: number[];
+    y: (number | null)[];
+    compare: boolean;
+  }[] = [];
+  private _shownLabel = '';
+  private _fadedText: (runs: string) => string = runs => runs;
+  private _legend: HTMLDivElement = Object.assign(
+    document.createElement('div'),
+    { className: 'jp-TorchDbg-chartLegend' }
+  );
   private _log: boolean;
   private _dataDirty = false;
   private _hline: number | null = null;

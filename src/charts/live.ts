@@ -228,15 +228,18 @@ export const live = new LiveClock({ interval: LIVE_INTERVAL_MS });
  * `LIVE_INTERVAL_MS`, in the same frame as the panel's other live views, and
  * not while `node` (the view; null: always in sight) is out of sight:
  * scrolled away, or its panel hidden. Returns a counter that changes at each
- * tick.
+ * tick. No signal (null): never ticks.
  */
 export function useLiveTick(
-  signal: ISignal<unknown, unknown>,
+  signal: ISignal<unknown, unknown> | null,
   node: Element | null = null,
   clock: LiveClock = live
 ): number {
   const [tick, setTick] = useState(0);
   useEffect(() => {
+    if (!signal) {
+      return;
+    }
     const sub = clock.subscribe(() => setTick(t => t + 1));
     const onSignal = () => sub.poke();
     signal.connect(onSignal);

@@ -152,14 +152,17 @@ export class TorchDbgModel {
    */
   overlayData(name: string): IOverlay[] {
     const runs = this.overlays(name);
-    const key = runs.map(r => `${r.run}:${r.ring.total}`).join(',');
+    const compare = this.runs.compare;
+    const key = runs
+      .map(r => `${r.run}:${r.ring.total}${r.run === compare ? 'c' : ''}`)
+      .join(',');
     const cached = this._overlayCache.get(name);
     if (cached && cached.key === key) {
       return cached.value;
     }
     const value = runs.map(({ run, ring }) => {
       const { x, y } = ring.toArrays();
-      return { label: `run ${run}`, x, y };
+      return { label: `run ${run}`, x, y, compare: run === compare };
     });
     this._overlayCache.set(name, { key, value });
     return value;

@@ -11,6 +11,7 @@ import { SeriesPanel } from '../panels/series';
 import { useSignalRender } from '../ui/useSignalRender';
 import { CapabilityChips } from './capabilityChips';
 import { describeState } from './describeState';
+import { runAlarms } from './liveCounts';
 import { Footer } from './footer';
 import { NowStrip } from './nowStrip';
 import { RanksSection } from './ranksSection';
@@ -48,6 +49,7 @@ export function SidebarBody(props: {
   useSignalRender(conn ? conn.model.stateChanged : null);
   useSignalRender(conn ? conn.model.exception.changed : null);
   useSignalRender(conn ? conn.model.grads.changed : null);
+  useSignalRender(conn ? conn.model.runs.changed : null);
   if (!conn) {
     return (
       <div className="jp-TorchDbg-body">
@@ -61,7 +63,8 @@ export function SidebarBody(props: {
   }
   const state = conn.model.state;
   const hello = conn.model.hello;
-  const alarms = conn.model.grads.alerts.length;
+  // the shown run's alarms: those held, or the kernel's count when larger
+  const alarms = runAlarms(conn.model, conn.model.runs.shown);
   return (
     <div className="jp-TorchDbg-body" data-state={state.kind} ref={body}>
       <div className="jp-TorchDbg-kernelLine">

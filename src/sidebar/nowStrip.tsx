@@ -8,6 +8,14 @@ import { IGradTrack, wireNumber } from '../protocol/messages';
 import { formatCompact } from '../ui/formatCompact';
 import { useLiveTick } from '../charts/live';
 import { useSignalRender } from '../ui/useSignalRender';
+import {
+  jobAlarms,
+  liveRun,
+  runAlarms,
+  runStep,
+  seriesOf,
+  tracksOf
+} from './liveCounts';
 
 /**
  * The logged series the strip shows as "the loss": one named `loss`, else the
@@ -23,11 +31,15 @@ export function pickLossSeries(names: readonly string[]): string | null {
   );
 }
 
-/** The track whose norm the strip shows: the control's target, else the first active one. */
-export function currentTrack(model: TorchDbgModel): IGradTrack | null {
-  const tracks = (model.grads.status?.tracks ?? []).filter(
-    t => t.state !== 'disabled'
-  );
+/**
+ * The track whose norm the strip shows: the control's target, else the first
+ * active one, among the tracks of `run` (default: the run the counters follow).
+ */
+export function currentTrack(
+  model: TorchDbgModel,
+  run: number = liveRun(model)
+): IGradTrack | null {
+  const tracks = tracksOf(model, run).filter(t => t.state !== 'disabled');
   const c = model.control.state;
   const targetName = c?.targets?.find(t => t.key === c.target)?.name;
   return tracks.find(t => t.name === targetName) ?? tracks[0] ?? null;
@@ -46,6 +58,7 @@ export interface INowFigures {
   loss: { name: string; value: number } | null;
   grad: { track: string; value: number } | null;
   memory: { kind: 'cuda' | 'rss'; bytes: number; where: string } | null;
+  /** Gradient alarms of the run the strip follows. */
   alarms: number;
   /**
    * A torch.distributed job streaming to the kernel (protocol 2.4), while it
@@ -54,20 +67,25 @@ export interface INowFigures {
   ranks: { size: number; step: number; alarms: number } | null;
 }
 
-/** The strip's figures from the model (pure: no DOM). */
+/**
+ * The strip's figures from the model (pure: no DOM). They follow the current
+ * run (else the run shown) whichever run the user picked to look at, and every
+ * count is the freshest the kernel sent (`liveCounts.ts`).
+ */
 export function nowFigures(model: TorchDbgModel): INowFigures {
   const c = model.control.state;
-  const track = currentTrack(model);
-  let step = c && c.step > 0 ? c.step : track ? track.step : null;
+  const current = model.runs.current;
+  const run = liveRun(model);
+  const series = seriesOf(model, run);
+  const track = currentTrack(model, run);
+  let step = runStep(model, run);
 
-  const lossName = pickLossSeries([...model.series.keys()]);
-  const lossRing = lossName !== null ? model.series.get(lossName) : undefined;
+  const lossName = pickLossSeries([...series.keys()]);
+  const lossRing = lossName !== null ? series.get(lossName) : undefined;
 
   // a current run without step boundaries (only log()): its step is the
   // newest logged x of the loss series shown
-  const current = model.runs.current;
-  const logOnly = c?.idle === true && current !== null;
-  if (logOnly && lossRing && lossRing.length > 0) {
+  if (step === null && current !== null && lossRing && lossRing.length > 0) {
     step = lossRing.lastX;
   }
   const loss =
@@ -77,7 +95,7 @@ export function nowFigures(model: TorchDbgModel): INowFigures {
 
   let grad: INowFigures['grad'] = null;
   if (track) {
-    const ring = model.series.get(track.total_series);
+    const ring = series.get(track.total_series);
     const value =
       ring && ring.length > 0
         ? ring.last
@@ -113,19 +131,19 @@ export function nowFigures(model: TorchDbgModel): INowFigures {
       ? {
           size: job.world_size,
           step: live.length ? Math.min(...live.map(r => r.step)) : 0,
-          alarms: model.ranks.alarms.length
+          alarms: jobAlarms(model)
         }
       : null;
 
   return {
     ranks,
     idle: c?.idle === true && current === null,
-    run: logOnly ? current : (c?.run ?? null),
+    run: current ?? c?.run ?? null,
     step,
     loss,
     grad,
     memory,
-    alarms: model.grads.alerts.length
+    alarms: runAlarms(model, run)
   };
 }
 
@@ -171,7 +189,25 @@ export function NowStrip(props: {
   const f = nowFigures(model);
   // the kernel itself idle while a distributed job it started runs: the job's figures
   const ranks = f.idle ? f.ranks : null;
-  const alarms = ranks ? ranks.alarms : f.alarms;
+  // the alarms of now: the kernel's run (unless only the job runs) and the job's
+  const runAlarmsNow = ranks ? 0 : f.alarms;
+  const jobAlarmsNow = f.ranks?.alarms ?? 0;
+  const alarms = runAlarmsNow + jobAlarmsNow;
+  const showRanks = runAlarmsNow === 0 && (jobAlarmsNow > 0 || ranks !== null);
+  const alarmsTitle =
+    alarms === 0
+      ? f.ranks
+        ? trans.__('No alarm in this run or in the rank job')
+        : trans.__('No gradient alarm in this run')
+      : jobAlarmsNow === 0
+        ? trans.__('Show the alarm list (first alarm first)')
+        : runAlarmsNow === 0
+          ? trans.__('Show the rank alarms (first alarm first)')
+          : trans.__(
+              'Show the alarm list: %1 gradient alarms in this run (the %2 alarms of the rank job are in the Ranks section)',
+              String(runAlarmsNow),
+              String(jobAlarmsNow)
+            );
 
   const stepText = f.step === null ? DASH : String(f.step);
   const stepTitle =
@@ -249,19 +285,13 @@ export function NowStrip(props: {
         <button
           className="jp-TorchDbg-nowAlarms"
           data-count={alarms}
-          data-of={ranks ? 'ranks' : 'grads'}
+          data-of={showRanks ? 'ranks' : 'grads'}
+          data-run={runAlarmsNow}
+          data-job={jobAlarmsNow}
           disabled={alarms === 0}
-          title={
-            ranks
-              ? alarms
-                ? trans.__('Show the rank alarms (first alarm first)')
-                : trans.__('No rank alarm in this job')
-              : alarms
-                ? trans.__('Show the alarm list (first alarm first)')
-                : trans.__('No gradient alarm in this run')
-          }
+          title={alarmsTitle}
           onClick={
-            ranks
+            showRanks
               ? (props.onShowRankAlarms ?? props.onShowAlarms)
               : props.onShowAlarms
           }

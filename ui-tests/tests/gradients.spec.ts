@@ -77,10 +77,11 @@ test('exploding gradients: live charts and an alarm naming the layer', async ({
     .screenshot({ path: testInfo.outputPath('grads-replay-light.png') });
   const nonFinite = cause;
   // clicking an alarm's step marks it (no error), the table lists the layers
+  // (one name cell each, on its own line at this width)
   await nonFinite.locator('.jp-TorchDbg-alertStep').click();
-  await expect(track.locator('.jp-TorchDbg-layerTable tbody tr')).toHaveCount(
-    2
-  );
+  await expect(
+    track.locator('.jp-TorchDbg-layerTable tbody td.jp-TorchDbg-layerName')
+  ).toHaveCount(2);
   // logged loss lives in its own section, grad series are not duplicated there
   await expect(
     page.locator(`${PANEL} [data-section="series"] .jp-TorchDbg-seriesCard`)

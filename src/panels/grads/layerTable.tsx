@@ -1,17 +1,44 @@
 import type { TranslationBundle } from '@jupyterlab/translation';
-import React, { useState } from 'react';
+import React, { useEffect, useState } from 'react';
 
 import { TorchDbgModel } from '../../model/model';
 import { IGradTrack, wireNumber } from '../../protocol/messages';
 import { formatCompact } from '../../ui/formatCompact';
 import { formatValue } from '../../ui/formatValue';
+import { useShortNames } from '../../ui/useShortNames';
 
 type SortKey = 'name' | 'last' | 'max' | 'min' | 'nonfinite';
 
 /**
+ * Below this width (px) each layer takes two lines, its name over its numbers:
+ * at a 250 px sidebar four number columns leave a name column of ~8 characters,
+ * too few to read a layer by.
+ */
+export const TWO_LINE_BELOW_PX = 360;
+
+/** The content width of `node`, kept current (0 until measured; jsdom: 0). */
+function useWidth(node: HTMLElement | null): number {
+  const [width, setWidth] = useState(0);
+  useEffect(() => {
+    if (!node || typeof ResizeObserver === 'undefined') {
+      return;
+    }
+    const observer = new ResizeObserver(() => setWidth(node.clientWidth));
+    observer.observe(node);
+    setWidth(node.clientWidth);
+    return () => observer.disconnect();
+  }, [node]);
+  return width;
+}
+
+/**
  * Per-layer norms of one track, sortable by any column. Fits a 250 px sidebar:
- * fixed columns, numbers in 3 significant digits (full value in the tooltip) that
- * never wrap, layer names cut with an ellipsis (full name and shape in the tooltip).
+ * the number columns as wide as their widest number or header (3 significant
+ * digits, full value in the tooltip; never cut, never wrapped); the layer names
+ * in the rest of the row, or, narrower than TWO_LINE_BELOW_PX, on a line of
+ * their own above their numbers; shortened to fit so that no two look alike
+ * (`useShortNames`: the shared prefix left out, an ellipsis in the middle; full
+ * name and shape in the tooltip).
  */
 export function LayerTable(props: {
   model: TorchDbgModel;
@@ -25,6 +52,16 @@ export function LayerTable(props: {
   });
   const layers = model.grads.layers(track);
   const stats = track.stats;
+  const [wrap, setWrap] = useState<HTMLElement | null>(null);
+  const width = useWidth(wrap);
+  const twoLine = width > 0 && width < TWO_LINE_BELOW_PX;
+  // the box a name has: the name column, or the whole row when on its own line
+  const [nameHeader, setNameHeader] = useState<HTMLElement | null>(null);
+  const [nameRow, setNameRow] = useState<HTMLElement | null>(null);
+  const short = useShortNames(
+    layers.map(l => l.name),
+    twoLine ? nameRow : nameHeader
+  );
   if (!layers.length || !stats) {
     return null;
   }
@@ -46,8 +83,15 @@ export function LayerTable(props: {
           (Number.isNaN(vb as number) ? Infinity : (vb as number));
     return sort.desc ? -c : c;
   });
-  const header = (key: SortKey, label: string, title: string) => (
+  const header = (
+    key: SortKey,
+    label: string,
+    title: string,
+    ref?: (el: HTMLElement | null) => void
+  ) => (
     <th
+      ref={ref}
+      className={key === 'name' ? 'jp-TorchDbg-layerName' : 'jp-mod-num'}
       title={title}
       aria-sort={
         sort.key === key ? (sort.desc ? 'descending' : 'ascending') : 'none'
@@ -60,19 +104,52 @@ export function LayerTable(props: {
       {sort.key === key ? (sort.desc ? ' ▾' : ' ▴') : ''}
     </th>
   );
+  const name = (r: (typeof rows)[number], i: number, span?: number) => (
+    <td
+      className="jp-TorchDbg-layerName"
+      colSpan={span}
+      ref={span && i === 0 ? setNameRow : undefined}
+      data-name={r.name}
+      title={`${r.name} ${r.shape}`}
+    >
+      {short.labels.get(r.name) ?? r.name}
+    </td>
+  );
+  const numbers = (r: (typeof rows)[number]) => (
+    <>
+      <td className="jp-mod-num" title={formatValue(r.last)}>
+        {formatCompact(r.last)}
+      </td>
+      <td className="jp-mod-num" title={formatValue(r.max)}>
+        {formatCompact(r.max)}
+      </td>
+      <td className="jp-mod-num" title={formatValue(r.min)}>
+        {formatCompact(r.min)}
+      </td>
+      <td className="jp-mod-num">{r.nonfinite}</td>
+    </>
+  );
+  const bad = (r: (typeof rows)[number]) => (r.nonfinite ? 'jp-mod-bad' : '');
   return (
-    <div className="jp-TorchDbg-tableWrap">
-      <table className="jp-TorchDbg-table jp-TorchDbg-layerTable">
-        <colgroup>
-          <col />
-          <col className="jp-mod-num" />
-          <col className="jp-mod-num" />
-          <col className="jp-mod-num" />
-          <col className="jp-mod-count" />
-        </colgroup>
+    <div className="jp-TorchDbg-tableWrap" ref={setWrap}>
+      <table
+        className={`jp-TorchDbg-table jp-TorchDbg-layerTable${
+          twoLine ? ' jp-mod-twoLine' : ''
+        }`}
+      >
         <thead>
           <tr>
-            {header('name', trans.__('layer'), trans.__('sort by layer'))}
+            {header(
+              'name',
+              trans.__('layer'),
+              short.prefix
+                ? trans.__(
+                    'sort by layer (names shown without their shared prefix "%1")',
+                    short.prefix
+                  )
+                : trans.__('sort by layer'),
+              setNameHeader
+            )}
             {header('last', trans.__('last'), trans.__('latest norm'))}
             {header('max', trans.__('max'), trans.__('largest norm'))}
             {header('min', trans.__('min'), trans.__('smallest norm'))}
@@ -84,20 +161,24 @@ export function LayerTable(props: {
           </tr>
         </thead>
         <tbody>
-          {rows.map(r => (
-            <tr key={r.name} className={r.nonfinite ? 'jp-mod-bad' : ''}>
-              <td
-                className="jp-TorchDbg-layerName"
-                title={`${r.name} ${r.shape}`}
-              >
-                {r.name}
-              </td>
-              <td title={formatValue(r.last)}>{formatCompact(r.last)}</td>
-              <td title={formatValue(r.max)}>{formatCompact(r.max)}</td>
-              <td title={formatValue(r.min)}>{formatCompact(r.min)}</td>
-              <td>{r.nonfinite}</td>
-            </tr>
-          ))}
+          {rows.map((r, i) =>
+            twoLine ? (
+              <React.Fragment key={r.name}>
+                <tr className={`jp-TorchDbg-layerNameRow ${bad(r)}`}>
+                  {name(r, i, 5)}
+                </tr>
+                <tr className={`jp-TorchDbg-layerNumbers ${bad(r)}`}>
+                  <td aria-hidden="true" />
+                  {numbers(r)}
+                </tr>
+              </React.Fragment>
+            ) : (
+              <tr key={r.name} className={bad(r)}>
+                {name(r, i)}
+                {numbers(r)}
+              </tr>
+            )
+          )}
         </tbody>
       </table>
     </div>

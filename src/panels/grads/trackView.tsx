@@ -8,6 +8,7 @@ import { TorchDbgModel } from '../../model/model';
 import { IGradTrack, wireNumber } from '../../protocol/messages';
 import { formatValue } from '../../ui/formatValue';
 import { useMounted } from '../../ui/useMounted';
+import { useShortNames } from '../../ui/useShortNames';
 import { AlertList } from './alertList';
 import { LayerTable } from './layerTable';
 
@@ -33,6 +34,12 @@ export function TrackView(props: {
   const status = model.grads.status!;
   const layers = model.grads.layers(track);
   const [hover, setHover] = useState<string>('');
+  // the legend's layer names, shortened to its width so that none look alike
+  const [legendName, setLegendName] = useState<HTMLElement | null>(null);
+  const legendNames = useShortNames(
+    layers.map(l => l.name),
+    legendName
+  );
   const [totalHost, total] = useMounted(
     () =>
       new LineChart({
@@ -64,8 +71,20 @@ export function TrackView(props: {
       }),
     [track.name]
   );
-  // the top-k layers by last norm (non-finite first: that is the news)
   const stats = track.stats;
+  // the step and the total norm as fresh as the stream (the status comes every 2 s)
+  const totalRing = model.series.get(track.total_series);
+  const liveStep = Math.max(
+    track.step,
+    totalRing && totalRing.length ? totalRing.lastX : 0
+  );
+  const liveTotal =
+    totalRing && totalRing.length
+      ? totalRing.last
+      : stats
+        ? wireNumber(stats.last[0])
+        : NaN;
+  // the top-k layers by last norm (non-finite first: that is the news)
   const order = layers
     .map((l, i) => ({ l, v: stats ? wireNumber(stats.last[i + 1]) : 0 }))
     .sort((a, b) =>
@@ -75,9 +94,12 @@ export function TrackView(props: {
 
   // earlier runs' total norm, faded (the same array while unchanged)
   const totalOverlays = model.overlayData(track.total_series);
+  const shownLabel = trans.__('run %1', String(model.runs.shown));
   useEffect(() => {
-    total.current?.setOverlays(totalOverlays);
-  }, [totalOverlays, track.name]);
+    total.current?.setOverlays(totalOverlays, shownLabel, runs =>
+      trans.__('%1 (faded)', runs)
+    );
+  }, [totalOverlays, shownLabel, track.name]);
 
   // an alarm clicked (alertList.tsx): mark its step at once, data or not
   useEffect(() => {
@@ -86,7 +108,6 @@ export function TrackView(props: {
   }, [model.grads.focusStep, track.name]);
 
   useEffect(() => {
-    const totalRing = model.series.get(track.total_series);
     if (totalRing) {
       total.current?.setRing(totalRing); // read in place when drawn
     }
@@ -140,9 +161,13 @@ export function TrackView(props: {
       ? trans.__('off')
       : track.every_step
         ? why[track.every_step]
-        : track.mode === 'auto'
-          ? trans.__('every %1 (auto)', String(track.stride))
-          : trans.__('every %1', String(track.stride));
+        : track.stride === 1
+          ? track.mode === 'auto'
+            ? trans.__('every step (auto)')
+            : trans.__('every step')
+          : track.mode === 'auto'
+            ? trans.__('1 in %1 steps (auto)', String(track.stride))
+            : trans.__('1 in %1 steps', String(track.stride));
   // Why the stride is what it is (the kernel's words), with the periodic work's cost —
   // paid apart from the read, by flushing less often — in the tooltip.
   const samplingTip = [
@@ -211,7 +236,7 @@ export function TrackView(props: {
         <span className="jp-TorchDbg-trackMeta" title={samplingTip}>
           {trans.__(
             'step %1 · sampled %2 · overhead %3',
-            String(track.step),
+            String(liveStep),
             stride,
             pct(track.overhead)
           )}
@@ -244,7 +269,7 @@ export function TrackView(props: {
       <div className="jp-TorchDbg-chartTitle">
         {trans.__('total gradient norm (log)')}
         <span className="jp-TorchDbg-seriesValue">
-          {formatValue(stats ? wireNumber(stats.last[0]) : NaN)}
+          {formatValue(liveTotal)}
         </span>
       </div>
       <div className="jp-TorchDbg-chartHost" ref={totalHost} />
@@ -267,8 +292,14 @@ export function TrackView(props: {
               className="jp-TorchDbg-swatch"
               style={{ background: seriesColor(i + 1) }}
             />
-            <span className="jp-TorchDbg-layerName">{o.l.name}</span>
-            <span>{formatValue(o.v)}</span>
+            <span
+              className="jp-TorchDbg-layerName"
+              ref={i === 0 ? setLegendName : undefined}
+              title={o.l.name}
+            >
+              {legendNames.labels.get(o.l.name) ?? o.l.name}
+            </span>
+            <span className="jp-TorchDbg-legendValue">{formatValue(o.v)}</span>
           </li>
         ))}
       </ul>

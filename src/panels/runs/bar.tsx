@@ -1,8 +1,10 @@
 import type { TranslationBundle } from '@jupyterlab/translation';
 import React, { useState } from 'react';
 
+import { useLiveTick } from '../../charts/live';
 import { TorchDbgModel } from '../../model/model';
 import type { IRunInfo } from '../../protocol/generated';
+import { runAlarms, runStep } from '../../sidebar/liveCounts';
 import { useSignalRender } from '../../ui/useSignalRender';
 import { MAX_RUNS, NO_RUN } from './model';
 
@@ -58,6 +60,26 @@ export function pickableRuns(model: TorchDbgModel): number[] {
 }
 
 /**
+ * The kernel's record of run `id` with its counts as fresh as the stream makes
+ * them (`liveCounts.ts`): while the run trains, its steps follow every flush,
+ * not only the `runs` message of every 2 s.
+ */
+export function liveRunInfo(
+  model: TorchDbgModel,
+  id: number
+): IRunInfo | undefined {
+  const info = model.runs.info(id);
+  if (!info) {
+    return undefined;
+  }
+  const steps = Math.max(info.steps, runStep(model, id) ?? 0);
+  const alerts = runAlarms(model, id);
+  return steps === info.steps && alerts === info.alerts
+    ? info
+    : { ...info, steps, alerts };
+}
+
+/**
  * The run picker: which run the panel shows (the current one by default),
  * earlier runs faded behind it, or one earlier run to compare with. Nothing
  * before the first run (or from a kernel without runs).
@@ -70,6 +92,9 @@ export function RunsBar(props: {
   const runs = model.runs;
   useSignalRender(runs.changed);
   useSignalRender(model.grads.changed);
+  useSignalRender(model.control.changed);
+  // the current run's step count follows the stream
+  useLiveTick(runs.current !== null ? model.dataChanged : null);
   // re-render in the same event as a choice (the signal's re-render waits for
   // the next frame; a controlled input would snap back until then)
   const [, rerender] = useState(0);
@@ -79,13 +104,15 @@ export function RunsBar(props: {
     return null;
   }
   const shown = runs.shown;
-  const alarms = (id: number) =>
-    runs.info(id)?.alerts ?? model.grads.alertsOf(id).length;
-  const label = (id: number) => runLabel(id, runs.info(id), trans);
+  const alarms = (id: number) => runAlarms(model, id);
+  const label = (id: number) => runLabel(id, liveRunInfo(model, id), trans);
   const title = (id: number) =>
     id === current
-      ? trans.__('%1 (running)', runTitle(id, runs.info(id), alarms(id), trans))
-      : runTitle(id, runs.info(id), alarms(id), trans);
+      ? trans.__(
+          '%1 (running)',
+          runTitle(id, liveRunInfo(model, id), alarms(id), trans)
+        )
+      : runTitle(id, liveRunInfo(model, id), alarms(id), trans);
   const others = ids.filter(id => id !== shown);
   const current = runs.current;
   return (

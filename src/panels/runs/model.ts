@@ -72,6 +72,14 @@ export class RunsModel {
     if (this._picked !== null && this._known(this._picked)) {
       return this._picked;
     }
+    return this.latest;
+  }
+
+  /**
+   * The current run, else the newest run the kernel or the browser knows
+   * (NO_RUN when there is none): what "now" is about, whichever run is shown.
+   */
+  get latest(): number {
     if (this._current !== null) {
       return this._current;
     }

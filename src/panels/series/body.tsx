@@ -98,6 +98,8 @@ interface ISeriesItemProps {
   total: number;
   /** Earlier runs (the model's cached array: the same while unchanged). */
   overlays: IOverlay[];
+  /** The shown run's label in the legend ("run 3"). */
+  shownLabel: string;
   index: number;
   pinned: boolean;
   /** Stable across renders (so a data message does not re-render the item). */
@@ -120,6 +122,7 @@ const SeriesItem = React.memo((props: ISeriesItemProps): JSX.Element => {
         tick={props.total}
         trans={trans}
         overlays={props.overlays}
+        shownLabel={props.shownLabel}
         headerExtra={
           <button
             type="button"
@@ -257,6 +260,7 @@ export function SeriesPanel(props: {
             ring={ring}
             total={ring.total}
             overlays={model.overlayData(name)}
+            shownLabel={trans.__('run %1', String(model.runs.shown))}
             index={colour.get(name) ?? 0}
             pinned={pinned.includes(name)}
             onTogglePin={togglePin}

@@ -48,6 +48,8 @@ export interface ISeriesCardProps {
   trans: TranslationBundle;
   /** Earlier runs of this series, drawn faded under the current one. */
   overlays?: ReadonlyArray<IOverlay>;
+  /** The shown run's name in the chart's legend (with overlays), e.g. "run 3". */
+  shownLabel?: string;
   /** Extra header buttons before the chart toggles (the series panel's pin). */
   headerExtra?: React.ReactNode;
 }
@@ -56,9 +58,10 @@ export interface ISeriesCardProps {
 const outOfView = new WeakSet<SeriesRing>();
 
 /**
- * A card out of view is not re-rendered by its parent (hundreds of cards per
- * data tick otherwise); it re-renders itself when it comes into view, and
- * takes the parent's newest props at the parent's next render.
+ * A card out of view is not re-rendered by its parent for new points
+ * (hundreds of cards per data tick otherwise); it re-renders itself when it
+ * comes into view, and takes the parent's newest points at the parent's next
+ * render. A change of its overlays (compare, earlier runs faded) re-renders it.
  */
 function skipRender(a: ISeriesCardProps, b: ISeriesCardProps): boolean {
   return (
@@ -66,6 +69,10 @@ function skipRender(a: ISeriesCardProps, b: ISeriesCardProps): boolean {
     a.ring === b.ring &&
     a.index === b.index &&
     a.trans === b.trans &&
+    // earlier runs drawn or not (a user's choice, not a data tick): shown at
+    // once, or a card scrolled away would come back without them
+    a.overlays === b.overlays &&
+    a.shownLabel === b.shownLabel &&
     outOfView.has(b.ring)
   );
 }
@@ -128,8 +135,10 @@ function SeriesCardImpl(props: ISeriesCardProps): JSX.Element {
     chart.current?.setSmoothing(view.smooth ? DEFAULT_SMOOTHING : null);
   }, [view, props.name, props.index]);
   useEffect(() => {
-    chart.current?.setOverlays(props.overlays ?? []);
-  }, [props.overlays, props.name, props.index]);
+    chart.current?.setOverlays(props.overlays ?? [], props.shownLabel, runs =>
+      props.trans.__('%1 (faded)', runs)
+    );
+  }, [props.overlays, props.shownLabel, props.trans, props.name, props.index]);
   useLayoutEffect(() => {
     // read in place at the next frame in view: no copy here
     chart.current?.setRing(props.ring);
