@@ -218,3 +218,32 @@ def test_stream_keeps_the_last_five_runs() -> None:
     runs = sorted({b["run"] for b in blocks if "run" in b})
     assert runs == list(range(9 - limits.KEEP_RUNS, 9))
     assert sum(1 for b in blocks if b["names"] == ["mem/x"] and "run" not in b) == 1
+
+
+def test_control_state_counts_the_steps_of_the_run_it_names() -> None:
+    """A log()-only run after an optimizer's run: the control message names the new run,
+    and its step is that run's (none yet), not the last optimizer run's (the panel showed
+    "Run 2 · 5 steps" for a run that never stepped)."""
+    import torch
+
+    from jupyterlab_torchdbg import log, testing
+
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with testing.loaded_extension({"model": model, "opt": opt}) as loaded:
+        loaded.shell.events.trigger("pre_run_cell", None)
+        for _ in range(5):
+            opt.zero_grad()
+            model(torch.randn(4, 3)).sum().backward()
+            opt.step()
+        control = loaded.ext.control
+        assert control is not None
+        first = control.state()
+        assert (first["run"], first["step"]) == (1, 5)
+        loaded.end_cell()
+        loaded.shell.events.trigger("pre_run_cell", None)
+        for i in range(3):
+            log(i, loss=1.0 / (i + 1))
+        state = control.state()
+        assert (state["run"], state["step"]) == (2, 0)
+        loaded.end_cell()

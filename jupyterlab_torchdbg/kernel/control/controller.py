@@ -88,17 +88,20 @@ class Control:
         idle = self.idle()
         runs = self._runs()
         last = runs.last if runs is not None else None
+        run = last.id if last is not None else self.run
         return {
             "method": "control",
             "clip": self.clip,
             "paused": self.paused,
             "paused_at": self.paused_at,
-            "step": self.steps,
+            # the step boundaries of the run named below: none yet when the newest run has
+            # not stepped (a log()-only run after an optimizer's run)
+            "step": self.steps if run == self.run else 0,
             "lr_scale": default.scale if default is not None else None,
             "optimizers": sorted({t.name for t in targets}),
             "last_refusal": self.last_refusal,
             "idle": idle,
-            "run": last.id if last is not None else self.run,
+            "run": run,
             "targets": [t.to_json(not idle and t.ref() is not None) for t in targets],
             "target": default.key if default is not None else None,
         }
