@@ -21,6 +21,7 @@ import type { RanksPanel as RanksPanelT } from '../panels/ranks/body';
 import type { alignRanks as alignRanksT } from '../panels/ranks/charts';
 import { formatSeconds } from '../panels/ranks/format';
 import { RanksModel } from '../panels/ranks/model';
+import { gradsEmptyText } from '../panels/grads/emptyText';
 import { describeRanksAck } from '../panels/ranks/send';
 import type {
   IRankAlarm,
@@ -314,6 +315,14 @@ describe('ranks model', () => {
     expect(m.pausedRanks).toEqual([0]);
     m.apply(ranks({ ranks: [rank(0, { clip: 1 }), rank(1)] }));
     expect(m.clip).toBeNull(); // not every rank clips: not "clip 1"
+  });
+
+  it('while a rank job runs, the gradient section points to Ranks', () => {
+    const model = new TorchDbgModel();
+    model.ranks.apply(ranks());
+    expect(gradsEmptyText(model, trans)).toBe(
+      'This kernel does not train: a 2-rank job does. Its gradient norms are in Ranks.'
+    );
   });
 
   it('a `ranks` message reaches the ranks model through the router', () => {

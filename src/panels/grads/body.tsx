@@ -6,6 +6,7 @@ import { TorchDbgModel } from '../../model/model';
 import { IGradTrack } from '../../protocol/messages';
 import { useLiveTick } from '../../charts/live';
 import { useSignalRender } from '../../ui/useSignalRender';
+import { gradsEmptyText } from './emptyText';
 import { download, gradsCsv, gradsJson } from './export';
 import { TrackView } from './trackView';
 
@@ -134,11 +135,7 @@ export function GradsPanel(props: {
         <p className="jp-TorchDbg-stateText">{status.reason}</p>
       )}
       {active.length === 0 && (
-        <p className="jp-TorchDbg-empty">
-          {trans.__(
-            'No optimizer has stepped yet. Norms appear at the next optimizer.step().'
-          )}
-        </p>
+        <p className="jp-TorchDbg-empty">{gradsEmptyText(model, trans)}</p>
       )}
       {active.map(track => (
         <TrackView
