@@ -302,6 +302,7 @@ def test_hang_stack_lists_the_users_frames_first_and_names_the_innermost(h: Harn
         "It is in train.py:31 in fn: batch = next(loader), inside threading.py:320 in wait"
         in alarm["message"]
     )
+    assert "while rank 0 waits in a collective" in alarm["message"]  # one rank: "waits"
 
 
 def test_hang_stack_without_user_frames_or_flags_keeps_the_call_order(h: Harness) -> None:

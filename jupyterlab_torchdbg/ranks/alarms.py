@@ -226,8 +226,9 @@ class Alarms:
         for r in stuck:
             if r.stack is None and since < hang_s + STACK_GRACE_S:
                 continue  # its heartbeat with the stack is on the way
+            verb = "waits" if len(waiting) == 1 else "wait"
             others = (
-                f" while {_ranks([w.number for w in waiting])} wait in a collective"
+                f" while {_ranks([w.number for w in waiting])} {verb} in a collective"
                 if waiting
                 else ""
             )
