@@ -108,6 +108,10 @@ class Runs:
         self._cell_serial = 0
         #: Optimizer objects (and hand-updated models) ever seen stepping.
         self._seen: weakref.WeakSet[Any] = weakref.WeakSet()
+        #: Hand-updated models' boundaries in the current run (``hand_over``), and the
+        #: optimizers whose next step a source handed over has counted already.
+        self._source_steps: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._counted: weakref.WeakSet[Any] = weakref.WeakSet()
         self._listeners: list[Listener] = []
         #: While True (a paused loop), the current run never goes idle.
         self.held = False
@@ -217,13 +221,45 @@ class Runs:
                 shown = name()
                 if shown not in run.optimizers:
                     run.optimizers.append(shown)
-            run.steps += 1
+            if optimizer in self._counted:
+                self._counted.discard(optimizer)  # handed over: this step was counted
+            else:
+                run.steps += 1
+            if getattr(optimizer, "boundary", None) == "end_of_backward":
+                # a hand-updated model's boundaries in this run (for hand_over)
+                self._source_steps[optimizer] = self._source_steps.get(optimizer, 0) + 1
             run.last_active = run.last_step = now
         if ended is not None:
             self._announce("end", ended)
         if started is not None:
             self._announce("start", started)
         return run
+
+    def hand_over(self, source: object, optimizer: object, name: Callable[[], str]) -> bool:
+        """An optimizer takes over a hand-updated model's parameters at its first step
+        (backward_boundary.py): the backward pass the model's boundary just counted is
+        the one this optimizer steps. If that pass is all the source did in the current
+        run, the run is the optimizer's from its start: the source's place (and name) go
+        to the optimizer, which then joins the run without starting one and without
+        counting that step twice. Returns True when it did (a phantom source); False
+        when the source had steps of its own (it stays listed; the optimizer joins)."""
+        with self._lock:
+            run = self.current
+            steps = self._source_steps.pop(source, 0)
+            if run is None or not any(r() is source for r in run.opt_refs) or steps != 1:
+                return False
+            shown = name()
+            run.opt_refs = [r for r in run.opt_refs if r() is not source and r() is not None]
+            run.opt_refs.append(weakref.ref(optimizer))
+            src_name = name_of(source, {})
+            if src_name in run.optimizers:
+                run.optimizers[run.optimizers.index(src_name)] = shown
+            if shown not in run.optimizers:
+                run.optimizers.append(shown)
+            run.optimizers = list(dict.fromkeys(run.optimizers))
+            self._seen.add(optimizer)
+            self._counted.add(optimizer)
+            return True
 
     def at_log(self) -> None:
         """log() while no run is current: start one if a cell is executing."""
@@ -279,6 +315,8 @@ class Runs:
 
     def _start(self, reason: str, cell: CellExec | None, now: float) -> Run:
         run = Run(self._next_id, self._wall(), reason, cell, last_active=now)
+        self._source_steps = weakref.WeakKeyDictionary()
+        self._counted = weakref.WeakSet()
         self._activity_seen = self.activity() if self.activity is not None else -1
         self._next_id += 1
         self.runs.append(run)

@@ -147,9 +147,12 @@ class StepBoundary:
         """torch's step pre-hook: gradients, then control (which may hold here). The
         parameters this optimizer steps leave the end-of-backward boundary first."""
         try:
-            self.backward.optimizer_seen(optimizer)
+            taken = self.backward.optimizer_seen(optimizer)
         except Exception:
+            taken = []
             self._on_error("step_boundary:backward")
+        for source in taken:
+            self._hand_over(source, optimizer)
         self._run(optimizer)
         read = self.grads.on_step(optimizer)
         self.control.at_step(optimizer, read)
@@ -162,6 +165,24 @@ class StepBoundary:
             self.runs.at_step(optimizer, lambda: self._name_of(optimizer))
         except Exception:
             self._on_error("runs")
+
+    def _hand_over(self, source: ModelSource, optimizer: torch.optim.Optimizer) -> None:
+        """``optimizer`` took over every parameter of ``source`` (a model made in one cell
+        whose optimizer is made in the training cell: hooked at the cell start, its first
+        backward pass ended at this boundary before the optimizer's first step). When
+        that pass was the source's only boundary in the run, it is this optimizer's
+        step 1: one run, the optimizer's track and control target, nothing of the
+        source left (runs, then gradients, then control)."""
+        if self.runs is None:
+            return
+        try:
+            phantom = self.runs.hand_over(source, optimizer, lambda: self._name_of(optimizer))
+        except Exception:
+            self._on_error("runs")
+            return
+        if phantom:
+            self.grads.hand_over(source)
+            self.control.hand_over(source)
 
     def at_backward_end(self, source: ModelSource) -> None:
         """A backward pass of a model no optimizer steps has ended (an autograd engine

@@ -172,6 +172,24 @@ class GradMonitor:
             self.ext.count_error("grads:hook")
             return None
 
+    def hand_over(self, source: ModelSource) -> None:
+        """An optimizer took over ``source`` at its first step and the source's only
+        boundary in this run was that step's backward pass (runs.py ``hand_over``): its
+        track was no track of its own. It goes with its blocks; the optimizer's track
+        reads the same gradients at this step as its step 1."""
+        try:
+            track = self.tracks.pop(source, None)
+            if track is None:
+                return
+            stream = self.ext.stream
+            for block in (track.recorder, track.param_recorder):
+                if block is not None:
+                    stream.forget_block(block)
+            self.step_base.pop(track.name, None)
+            self._status_dirty = True
+        except Exception:
+            self.ext.count_error("grads:hand_over")
+
     def after_step(self, optimizer: torch.optim.Optimizer) -> None:
         """After ``optimizer.step()``: a skipped step's gradients are put back."""
         try:

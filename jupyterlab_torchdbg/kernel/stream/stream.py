@@ -198,6 +198,16 @@ class Stream:
                 self._block_names += len(key)
             return b
 
+    def forget_block(self, block: BlockSeries) -> None:
+        """Forget this one block of the current run (a track that turned out to be no
+        track of its own: the gradient monitor's hand-over). Earlier runs' blocks of
+        the same names are kept."""
+        with self._lock:
+            if self._blocks.get(block.names) is block:
+                del self._blocks[block.names]
+                self._block_names -= block.width
+                self.blocks_gen += 1
+
     def _make_room(self, width: int) -> None:
         """Forget the least recently active blocks until ``width`` more names fit in
         MAX_BLOCK_NAMES (under ``_lock``). A recorder still holding a forgotten block
