@@ -93,6 +93,10 @@ class ModelSource:
         self.model_ref = weakref.ref(model)
         self.name = name
         self.param_groups: list[dict[str, Any]] = [{"params": params}]
+        #: The clip this loop calls on the model's gradients, once seen (user_clip.py):
+        #: a ``clip_grad_norm_`` loop is read at its clip, after it (grads/monitor.py).
+        self.user_clip: tuple[str, float] | None = None
+        self.hinted = False  # its loop's code was looked at for a clip (user_clip.py)
 
     @property
     def model(self) -> torch.nn.Module | None:

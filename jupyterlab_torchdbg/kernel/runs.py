@@ -108,8 +108,7 @@ class Runs:
         self._cell_serial = 0
         #: Optimizer objects (and hand-updated models) ever seen stepping.
         self._seen: weakref.WeakSet[Any] = weakref.WeakSet()
-        #: Hand-updated models' boundaries in the current run (``hand_over``), and the
-        #: optimizers whose next step a source handed over has counted already.
+        #: Hand-updated models' boundaries in this run; optimizers handed a counted step.
         self._source_steps: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._counted: weakref.WeakSet[Any] = weakref.WeakSet()
         self._listeners: list[Listener] = []
@@ -225,8 +224,7 @@ class Runs:
                 self._counted.discard(optimizer)  # handed over: this step was counted
             else:
                 run.steps += 1
-            if getattr(optimizer, "boundary", None) == "end_of_backward":
-                # a hand-updated model's boundaries in this run (for hand_over)
+            if getattr(optimizer, "boundary", None) == "end_of_backward":  # for hand_over
                 self._source_steps[optimizer] = self._source_steps.get(optimizer, 0) + 1
             run.last_active = run.last_step = now
         if ended is not None:
@@ -236,27 +234,20 @@ class Runs:
         return run
 
     def hand_over(self, source: object, optimizer: object, name: Callable[[], str]) -> bool:
-        """An optimizer takes over a hand-updated model's parameters at its first step
-        (backward_boundary.py): the backward pass the model's boundary just counted is
-        the one this optimizer steps. If that pass is all the source did in the current
-        run, the run is the optimizer's from its start: the source's place (and name) go
-        to the optimizer, which then joins the run without starting one and without
-        counting that step twice. Returns True when it did (a phantom source); False
-        when the source had steps of its own (it stays listed; the optimizer joins)."""
+        """An optimizer takes over a hand-updated model at its first step (the pass the
+        model's boundary just counted is the one it steps). If that pass is all the
+        source did in the current run, the optimizer takes its place and name, joining
+        without a new run or a second count of the step: True (a phantom source)."""
         with self._lock:
-            run = self.current
-            steps = self._source_steps.pop(source, 0)
-            if run is None or not any(r() is source for r in run.opt_refs) or steps != 1:
+            run, steps = self.current, self._source_steps.pop(source, 0)
+            if run is None or steps != 1 or not any(r() is source for r in run.opt_refs):
                 return False
-            shown = name()
-            run.opt_refs = [r for r in run.opt_refs if r() is not source and r() is not None]
+            run.opt_refs = [r for r in run.opt_refs if r() not in (source, None)]
             run.opt_refs.append(weakref.ref(optimizer))
-            src_name = name_of(source, {})
-            if src_name in run.optimizers:
-                run.optimizers[run.optimizers.index(src_name)] = shown
+            shown, was = name(), name_of(source, {})
+            run.optimizers = list(dict.fromkeys(shown if n == was else n for n in run.optimizers))
             if shown not in run.optimizers:
                 run.optimizers.append(shown)
-            run.optimizers = list(dict.fromkeys(run.optimizers))
             self._seen.add(optimizer)
             self._counted.add(optimizer)
             return True
