@@ -1,7 +1,10 @@
 """Measure the gradient-alarm figures across model families (issue #22): each healthy and
 each failing run of the corpus, trained plainly (no extension), with its per-step total
 gradient norm as the monitor reads it (after the loop's own clip), the norm before that
-clip, the weight norm and the loss; then the figures the alarm thresholds are set from.
+clip, the weights' norm, the loss and the learning rate; then, per run, the figures the
+alarm thresholds are set from (the longest stretch above x10 the baseline, the weights'
+growth over the first five updates and over any one update) and the alarms the defaults
+raise on it (the rows fed as the monitor feeds them).
 
     python tests/corpus/measure.py            # train every run (a few minutes), print
     python tests/corpus/measure.py --cached   # print from the last recording
@@ -149,9 +152,11 @@ def specs() -> list[Spec]:
             600,
             clip=0.25,
         ),
+        # lr 20 without the example's clip: the norm x200 at step 5, the weights x40 by
+        # step 6, the loss 5 -> 29 (it recovers later): a real explosion, not a healthy run
         Spec(
             "word-lm by hand lr20 no clip",
-            True,
+            False,
             fam.build_word_lm,
             lambda m: None,
             wl(),
@@ -419,15 +424,6 @@ def specs() -> list[Spec]:
             lr=bump(60, 0.1, 100.0),
         ),
         Spec(
-            "converged re-trained sgd lr 1e3",
-            False,
-            converged(0),
-            sgd(1e3),
-            conv_data(0),
-            _plain(ce),
-            100,
-        ),
-        Spec(
             "mlp classifier sgd lr 1e3",
             False,
             fam.build_classifier,
@@ -512,12 +508,23 @@ def judge(r: dict[str, Any], rows_per_check: int = 8) -> list[tuple[str, int]]:
 
 
 def streak(t: list[float], factor: float) -> int:
-    """Longest run of steps above ``factor`` x the median of the steps before it."""
-    best = run = 0
-    for i in range(1, len(t)):
-        base = statistics.median(t[max(0, i - 64) : i])
-        run = run + 1 if t[i] > factor * base else 0
-        best = max(best, run)
+    """Longest run of steps above ``factor`` x the baseline, as the sustained rule keeps
+    it (the smallest of the first five, then the median of the last 64 that were not that
+    high; no gate: a converged run's jitter counts here, its early level gates it)."""
+    window: list[float] = []
+    best = run = hot = 0
+    for v in t:
+        base = None
+        if window:
+            base = min(window) if len(window) < 5 else statistics.median(window[-64:])
+        if base is not None and v > factor * base:
+            run, hot = run + 1, hot + 1
+            best = max(best, run)
+            if hot > 100:
+                window.append(v)
+        else:
+            run = hot = 0
+            window.append(v)
     return best
 
 
