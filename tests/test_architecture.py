@@ -157,6 +157,8 @@ def test_one_registration_site_for_the_end_of_backward_hooks() -> None:
         "jupyterlab_torchdbg.kernel.grads.naming",
         "jupyterlab_torchdbg.kernel.grads.track",
         "jupyterlab_torchdbg.kernel.grads.monitor",
+        "jupyterlab_torchdbg.kernel.grads.per_run",  # a source handed over to an optimizer
+        "jupyterlab_torchdbg.kernel.grads.loop_clip",  # a source's own clip, kept on it
         "jupyterlab_torchdbg.kernel.control.controller",
         "jupyterlab_torchdbg.kernel.control.lr",  # a ModelSource target has no lr
     }, users

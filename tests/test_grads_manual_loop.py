@@ -121,9 +121,10 @@ def test_manual_sgd_mlp_is_read_at_the_end_of_backward() -> None:
         assert not s.comm.alerts() and not s.ext.errors
 
 
-def test_word_language_model_loop_is_read_before_its_clip_and_update() -> None:
-    """The example's loop: norms recorded per layer are the ones clip_grad_norm_ saw (the
-    boundary comes before the user's clip and update); a healthy run raises no alarm."""
+def test_word_language_model_loop_is_read_after_its_clip_before_its_update() -> None:
+    """The example's loop: the norms recorded are the ones after its clip_grad_norm_ and
+    before its update, from step 1 (issue #22: a loop that clips is judged after its clip;
+    this test read them before the clip until then); a healthy run raises no alarm."""
     torch.manual_seed(0)
     model = WordLM()
     with session({"model": model}) as s:
@@ -139,8 +140,11 @@ def test_word_language_model_loop_is_read_before_its_clip_and_update() -> None:
             "model.decoder",
         ]
         series = s.comm.series()
-        np.testing.assert_allclose(series["grad/model/total"][1], totals, rtol=1e-5)
+        clipped = [t * min(1.0, 0.25 / (t + 1e-6)) for t in totals]
+        assert max(totals) > 0.25  # the clip did clip
+        np.testing.assert_allclose(series["grad/model/total"][1], clipped, rtol=1e-5)
         assert set(series) >= {"grad/model/model.rnn", "grad/model/model.decoder"}
+        assert track["stride_reason"]  # sampled every step, each read at the clip
         assert not s.comm.alerts() and not s.ext.errors
 
 
@@ -516,7 +520,8 @@ async def test_word_language_model_manual_loop_in_a_real_kernel(loaded: KernelDr
     assert track["step"] == 60 and track["state"] == "active"
     pts = merge_series(loaded.messages("series", comm_id))
     totals = [float(v) for v in (await loaded.value("totals")).strip("[]").split(", ")]
-    np.testing.assert_allclose(pts["grad/model/total"][1], totals, rtol=1e-5)
+    clipped = [t * min(1.0, 0.25 / (t + 1e-6)) for t in totals]  # read after the clip
+    np.testing.assert_allclose(pts["grad/model/total"][1], clipped, rtol=1e-5)
     assert "grad/model/model.rnn" in pts
     assert not loaded.messages("alert", comm_id)
     await loaded.run("%unload_ext jupyterlab_torchdbg")

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from jupyterlab_torchdbg.kernel.grads.stride import (
+    BOOST_COOLDOWN_STEPS,
     BOOST_STEPS,
     DEFAULT_BUDGET,
     MAX_SLOWDOWN,
@@ -306,3 +307,18 @@ def test_boost_and_warm_up_leave_fixed_and_off_alone() -> None:
     s.set_mode("off")
     s.boost()
     assert sum(s.tick(1 + i * 0.01) for i in range(70)) == 0
+
+
+def test_a_climb_boosts_once_then_waits_for_the_cooldown_issue_22() -> None:
+    """A norm that keeps rising and falling back (a converged model's heavy-tailed jitter)
+    must not keep the sampler at every step for ever: one boost, then at least
+    BOOST_COOLDOWN_STEPS at the stride before the next."""
+    s = Sampler()
+    ticks(s, WARMUP_STEPS + 100, 5e-3, 1e-3, 0.0)
+    assert s.boost() and s.boosting
+    ticks(s, BOOST_STEPS, 5e-3, 1e-3, 10.0)
+    assert not s.boosting
+    assert not s.boost() and not s.boosting  # climbing again, within the cooldown
+    seen = ticks(s, BOOST_COOLDOWN_STEPS, 5e-3, 1e-3, 20.0)
+    assert sum(seen) == BOOST_COOLDOWN_STEPS // 20  # at the stride all along
+    assert s.boost() and s.boosting  # after it: a climb is watched step by step again

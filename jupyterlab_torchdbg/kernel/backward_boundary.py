@@ -46,7 +46,11 @@ once any ``watch()`` is active (not those watched with an optimizer); minus the
 parameters of optimizers that have stepped or are bound in the namespace. If an
 optimizer steps a hooked parameter anyway (one kept in a trainer object), the optimizer
 boundary takes over at that step: those parameters' hooks are removed, and once none is
-left the model's end-of-backward track ends (the step before it was counted by both).
+left the model's end-of-backward track ends. A model whose optimizer is made in the
+training cell (after the cell start that hooked it) is the common case: its first backward
+pass ends here, then the optimizer steps those same gradients. That pass is the
+optimizer's first step, not a run of its own: the step boundary hands the source over
+(``StepBoundary._hand_over``: one run, one track, one control target).
 
 No strong reference to a model (R24): ``ModelSource`` holds it by weakref and a finalizer
 removes its hooks when it dies; its parameters are held while it lives. Unload removes
@@ -89,6 +93,10 @@ class ModelSource:
         self.model_ref = weakref.ref(model)
         self.name = name
         self.param_groups: list[dict[str, Any]] = [{"params": params}]
+        #: The clip this loop calls on the model's gradients, once seen (user_clip.py):
+        #: a ``clip_grad_norm_`` loop is read at its clip, after it (grads/monitor.py).
+        self.user_clip: tuple[str, float] | None = None
+        self.hinted = False  # its loop's code was looked at for a clip (user_clip.py)
 
     @property
     def model(self) -> torch.nn.Module | None:
@@ -228,18 +236,21 @@ class BackwardHooks:
 
     # --- the optimizer boundary takes over (training thread) ---------------------------
 
-    def optimizer_seen(self, optimizer: torch.optim.Optimizer) -> None:
-        """Before an optimizer step: the parameters it steps leave the backward hooks."""
+    def optimizer_seen(self, optimizer: torch.optim.Optimizer) -> list[ModelSource]:
+        """Before an optimizer step: the parameters it steps leave the backward hooks.
+        Returns the sources it took over whole (their hooks are gone): the step
+        boundary hands their run, track and control target over to the optimizer."""
         sig = tuple((id(g["params"]), len(g["params"])) for g in optimizer.param_groups)
         try:
             if self._stepped.get(optimizer) == sig:
-                return
+                return []
             self._stepped[optimizer] = sig
         except TypeError:
             pass  # an optimizer without weakref support: checked at every step
         if not self._hooked:
-            return
+            return []
         ids = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        taken: list[ModelSource] = []
         with self._lock:
             for key, h in list(self._hooked.items()):
                 kept = [p for p in h.source.params if id(p) not in ids]
@@ -251,6 +262,8 @@ class BackwardHooks:
                 else:
                     h.remove()
                     del self._hooked[key]
+                    taken.append(h.source)
+        return taken
 
     # --- scans (the kernel's thread: cell starts, watch()) ------------------------------
 

@@ -108,6 +108,9 @@ class Runs:
         self._cell_serial = 0
         #: Optimizer objects (and hand-updated models) ever seen stepping.
         self._seen: weakref.WeakSet[Any] = weakref.WeakSet()
+        #: Hand-updated models' boundaries in this run; optimizers handed a counted step.
+        self._source_steps: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._counted: weakref.WeakSet[Any] = weakref.WeakSet()
         self._listeners: list[Listener] = []
         #: While True (a paused loop), the current run never goes idle.
         self.held = False
@@ -217,13 +220,37 @@ class Runs:
                 shown = name()
                 if shown not in run.optimizers:
                     run.optimizers.append(shown)
-            run.steps += 1
+            if optimizer in self._counted:
+                self._counted.discard(optimizer)  # handed over: this step was counted
+            else:
+                run.steps += 1
+            if getattr(optimizer, "boundary", None) == "end_of_backward":  # for hand_over
+                self._source_steps[optimizer] = self._source_steps.get(optimizer, 0) + 1
             run.last_active = run.last_step = now
         if ended is not None:
             self._announce("end", ended)
         if started is not None:
             self._announce("start", started)
         return run
+
+    def hand_over(self, source: object, optimizer: object, name: Callable[[], str]) -> bool:
+        """An optimizer takes over a hand-updated model at its first step (the pass the
+        model's boundary just counted is the one it steps). If that pass is all the
+        source did in the current run, the optimizer takes its place and name, joining
+        without a new run or a second count of the step: True (a phantom source)."""
+        with self._lock:
+            run, steps = self.current, self._source_steps.pop(source, 0)
+            if run is None or steps != 1 or not any(r() is source for r in run.opt_refs):
+                return False
+            run.opt_refs = [r for r in run.opt_refs if r() not in (source, None)]
+            run.opt_refs.append(weakref.ref(optimizer))
+            shown, was = name(), name_of(source, {})
+            run.optimizers = list(dict.fromkeys(shown if n == was else n for n in run.optimizers))
+            if shown not in run.optimizers:
+                run.optimizers.append(shown)
+            self._seen.add(optimizer)
+            self._counted.add(optimizer)
+            return True
 
     def at_log(self) -> None:
         """log() while no run is current: start one if a cell is executing."""
@@ -279,6 +306,8 @@ class Runs:
 
     def _start(self, reason: str, cell: CellExec | None, now: float) -> Run:
         run = Run(self._next_id, self._wall(), reason, cell, last_active=now)
+        self._source_steps = weakref.WeakKeyDictionary()
+        self._counted = weakref.WeakSet()
         self._activity_seen = self.activity() if self.activity is not None else -1
         self._next_id += 1
         self.runs.append(run)

@@ -25,6 +25,12 @@ user's own KeyboardInterrupt while paused. A worker process of a multi-process j
 (ranks/worker.py) has its own boundary, which the same hooks call (``HOOKS.adopt``; in a
 forked child ``HOOKS.pin``, which the parent's load can no longer replace).
 
+The loop's own clip (user_clip.py): ``clip_grad_norm_`` and ``clip_grad_value_`` tell
+this boundary which parameters they clipped, right after clipping (``user_clip``): the
+gradient monitor learns which tracks clip by themselves (remedies never advise that
+clip), and a loop without torch.optim that clips by norm is read there, after its clip
+(the end of backward then counts the step and defers its read).
+
 The end of backward, for loops without torch.optim (``p.data.add_(p.grad, alpha=-lr)``):
 models whose parameters no optimizer steps are read when their backward pass ends
 (``at_backward_end``, called by the hooks of backward_boundary.py, which this boundary
@@ -58,6 +64,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .backward_boundary import BackwardHooks, ModelSource
 from .runs import Runs
 from .thread_stacks import any_thread_inside
+from .user_clip import CLIPS
 from .watches import watches
 
 if TYPE_CHECKING:
@@ -119,6 +126,10 @@ class StepBoundary:
             self.backward.attach()
         except Exception:
             self._on_error("step_boundary:backward")
+        try:
+            CLIPS.adopt(self.user_clip, self._on_error)
+        except Exception:
+            self._on_error("step_boundary:user_clip")
         return self.detach
 
     def detach(self) -> None:
@@ -130,6 +141,10 @@ class StepBoundary:
             self._on_error("step_boundary:detach")
         try:
             self.backward.detach()
+        except Exception:
+            self._on_error("step_boundary:detach")
+        try:
+            CLIPS.release(self.user_clip)
         except Exception:
             self._on_error("step_boundary:detach")
         self.grads.detach_torch()
@@ -147,9 +162,12 @@ class StepBoundary:
         """torch's step pre-hook: gradients, then control (which may hold here). The
         parameters this optimizer steps leave the end-of-backward boundary first."""
         try:
-            self.backward.optimizer_seen(optimizer)
+            taken = self.backward.optimizer_seen(optimizer)
         except Exception:
+            taken = []
             self._on_error("step_boundary:backward")
+        for source in taken:
+            self._hand_over(source, optimizer)
         self._run(optimizer)
         read = self.grads.on_step(optimizer)
         self.control.at_step(optimizer, read)
@@ -163,12 +181,36 @@ class StepBoundary:
         except Exception:
             self._on_error("runs")
 
+    def _hand_over(self, source: ModelSource, optimizer: torch.optim.Optimizer) -> None:
+        """``optimizer`` took over every parameter of ``source`` (a model made in one cell
+        whose optimizer is made in the training cell: hooked at the cell start, its first
+        backward pass ended at this boundary before the optimizer's first step). When
+        that pass was the source's only boundary in the run, it is this optimizer's
+        step 1: one run, the optimizer's track and control target, nothing of the
+        source left (runs, then gradients, then control)."""
+        if self.runs is None:
+            return
+        try:
+            phantom = self.runs.hand_over(source, optimizer, lambda: self._name_of(optimizer))
+        except Exception:
+            self._on_error("runs")
+            return
+        if phantom:
+            self.grads.hand_over(source)
+            self.control.hand_over(source)
+
     def at_backward_end(self, source: ModelSource) -> None:
         """A backward pass of a model no optimizer steps has ended (an autograd engine
         callback on the thread that called ``backward()``): gradients, then control."""
         self._run(source)
         read = self.grads.on_backward(source)
         self.control.at_step(source, read)
+
+    def user_clip(self, tensors: Any, kind: str, bound: float, grads: bool) -> None:
+        """The loop's own ``clip_grad_norm_`` / ``clip_grad_value_`` has just run on
+        these parameters (or gradients; user_clip.py): gradients learn that this loop
+        clips, and a loop without torch.optim is read now, after its clip."""
+        self.grads.user_clip(tensors, kind, bound, grads)
 
     def scan_models(self, ns: dict[str, Any]) -> None:
         """The kernel's thread, at a cell start or ``watch()``: the gradient monitor

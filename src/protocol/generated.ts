@@ -805,7 +805,7 @@ export interface IAlertItem {
    */
   source: string;
   /**
-   * divergence: the logged loss (a series whose name contains `loss`) jumped far above its first values (x100) while no gradient alarm told the story. non_finite_cause: a non-finite gradient diagnosed at its step, before the optimizer applied it (its `cause`). non_finite_forward: the forward probe's finding on the forward pass after a non_finite alarm, when the step could not be checked (CUDA without skip_nonfinite; the weights may already be updated). non_finite_skipped: skip_nonfinite began skipping steps. non_finite_replay: a replay_step's finding (its `replay`).
+   * divergence: the logged loss (a series whose name contains `loss`) jumped far above its first values (x100) while no gradient alarm told the story, or the total gradient norm held far above its level (x10 for 10 sampled steps), or the first updates of a run more than doubled the weights' norm. non_finite_cause: a non-finite gradient diagnosed at its step, before the optimizer applied it (its `cause`). non_finite_forward: the forward probe's finding on the forward pass after a non_finite alarm, when the step could not be checked (CUDA without skip_nonfinite; the weights may already be updated). non_finite_skipped: skip_nonfinite began skipping steps. non_finite_replay: a replay_step's finding (its `replay`).
    */
   kind:
     | 'non_finite'

@@ -298,6 +298,17 @@ class Control:
         if self.paused:
             self._hold()
 
+    def hand_over(self, source: ModelSource) -> None:
+        """An optimizer took over a hand-updated model whose one boundary in this run was
+        this step's backward pass (step_boundary.py): its target goes, and the
+        optimizer's step that follows is the same step, not the next."""
+        try:
+            with self._lock:
+                if self.lr.forget(source) and self.steps > 0:
+                    self.steps -= 1
+        except Exception:
+            self._ext.count_error("control")
+
     def _hold_run(self, held: bool) -> None:
         runs = self._runs()
         if runs is not None:

@@ -175,6 +175,16 @@ class LrTargets:
         self.last_key = key
         return t
 
+    def forget(self, opt: Any) -> bool:
+        """Drop ``opt``'s target of this run (a hand-updated model an optimizer took over
+        at its first step: the step boundary's hand-over). True when there was one."""
+        key = self._keys.pop(opt, None)
+        if key is None or self.targets.pop(key, None) is None:
+            return False
+        if self.last_key == key:
+            self.last_key = None
+        return True
+
     def resolve(self, key: str | None) -> Target | None:
         """The target an action names (``key``), else the default; None when unknown."""
         return self.targets.get(key if key is not None else self.last_key or "")

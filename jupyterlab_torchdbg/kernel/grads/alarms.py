@@ -17,12 +17,9 @@ Which layer is named:
   that grew most against its own level as a second fact (divergence.py).
 - vanishing: the first layer (nearest the input) that stayed below the floor.
 
-Explosion rules, from the second sampled step on (no blind warm-up): a total above
-``EARLY_FACTOR`` (x100) times the first samples' level while the window fills, then above
-``explode_factor`` (x10, raised by the run's own noise up to x100) times the running
-median, or above ``explode_abs``. Exploded values do not enter the window, so a run that
-diverges at step 2 is measured against its healthy first step (divergence.py has the
-data behind x100, and the logged loss's divergence alarm).
+The explosion and divergence rules on the total norm, judged on the run's own scale,
+are explosion.py's (``ScaleJudge``), with the figures they were set from; the logged
+loss's divergence alarm is divergence.py's.
 
 The absolute default, ``explode_abs`` = 1e12, from the largest healthy totals measured
 over a few hundred to 3,000 steps of the corpus (tests/corpus): transformers, LSTMs, CNNs
@@ -39,66 +36,22 @@ the relative rules' job.
 from __future__ import annotations
 
 import math
-import statistics
 from collections import deque
-from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from .alerts import REMEDY, Alert
-from .divergence import (
-    EARLY_FACTOR,
-    Explosion,
-    LossJump,
-    early_baseline,
-    explosion_alert,
-    level_of,
-    loss_alerts,
-    loss_watch,
-)
+from .alerts import REMEDY, Alert, Clipping
+from .divergence import LossJump, level_of, loss_alerts, loss_watch
+from .explosion import REARM_SAMPLES as REARM_SAMPLES
+from .explosion import ScaleJudge
+from .thresholds import Thresholds as Thresholds
 
 if TYPE_CHECKING:
     from torch import Tensor
 
     from ..stream import Stream
 
-#: Totals kept for the running median.
-MEDIAN_WINDOW = 64
-#: Sampled steps back inside the limits before an alarm re-arms.
-REARM_SAMPLES = 20
 #: Optimizer steps over which AMP skips are counted.
 AMP_WINDOW = 100
-#: Sampled steps a high level must last before the running median follows it.
-ADAPT_SAMPLES = 100
-#: Rows between two updates of the running median within one check (a full window).
-REBASE_ROWS = 16
-
-
-@dataclass
-class Thresholds:
-    """Alarm settings (the panel's settings; validated by the ``set_thresholds`` action)."""
-
-    #: Total norm above this is an explosion (None: only the relative rules). See the
-    #: module docstring for the data behind the default.
-    explode_abs: float | None = 1e12
-    #: Total norm above this many times its running median is an explosion (a noisy run
-    #: raises the bar up to 10x this; see Detector._baseline).
-    explode_factor: float = 10.0
-    #: Samples in the running window before the running-median rule replaces the early
-    #: rule (EARLY_FACTOR times the first samples' level).
-    explode_warmup: int = 5
-    #: A layer norm below this (and above 0) counts as vanishing.
-    vanish_floor: float = 1e-8
-    #: ... as does a layer norm below this fraction of the total norm.
-    vanish_ratio: float = 1e-5
-    #: ... for this many consecutive sampled steps.
-    vanish_steps: int = 50
-    #: GradScaler skips within the last AMP_WINDOW steps that raise an alarm.
-    amp_skips: int = 10
-    #: A GradScaler scale below this has collapsed.
-    amp_min_scale: float = 1.0
-
-    def to_json(self) -> dict[str, object]:
-        return asdict(self)
 
 
 class Detector:
@@ -106,27 +59,43 @@ class Detector:
 
     def __init__(self, track: str, thresholds: Thresholds) -> None:
         self.track = track
-        self.th = thresholds
-        self.window: deque[float] = deque(maxlen=MEDIAN_WINDOW)
         self.samples = 0
         self.level: Tensor | None = None  # per-layer running log-level (torch, CPU)
         self.vanish_run: Tensor | None = None
-        self.armed = {"non_finite": True, "explosion": True, "amp": True}
+        self.armed = {"non_finite": True, "explosion": True, "amp": True, "divergence": True}
         self.vanish_fired: set[int] = set()
-        self.calm = {"non_finite": 0, "explosion": 0}
-        self.hot = 0
+        self.calm = {"non_finite": 0}
         self.last_scale: float | None = None
         self.skipped = 0
         self.skip_steps: deque[int] = deque(maxlen=1000)
         self._level_calls = 0
-        #: The last ``evaluate`` saw the total norm climbing: above the square root of
-        #: the explosion factor times the running median (half way there on a log scale),
-        #: or exploded. The monitor then samples every step for a while. Not for NaN/Inf:
-        #: once a run is non-finite, sampling every step tells nothing more.
-        self.rising = False
+        #: The explosion and divergence rules on the total norm (explosion.py).
+        self.judge = ScaleJudge(track, thresholds, self.armed)
+        self.th = thresholds
         #: The last step checked, and loss jumps waiting for the rows of their step.
         self.last_step = -1
         self.held: list[LossJump] = []
+
+    @property
+    def th(self) -> Thresholds:
+        return self._th
+
+    @th.setter
+    def th(self, th: Thresholds) -> None:
+        self._th = self.judge.th = th
+
+    @property
+    def rising(self) -> bool:
+        """The last check saw the total norm climbing (explosion.py, stride.boost)."""
+        return self.judge.rising
+
+    @property
+    def window(self) -> deque[float]:
+        return self.judge.window
+
+    def observe_weights(self, steps: list[float], m: Tensor) -> None:
+        """The weights' norms as read (explosion.py): the scale a norm is judged on."""
+        self.judge.observe_weights(steps, m)
 
     def evaluate(
         self,
@@ -135,14 +104,19 @@ class Detector:
         layers: list[str],
         loss_nonfinite: bool = False,
         amp: bool = False,
-        clipping: bool = False,
+        clipping: bool | Clipping = False,
+        lr: float | None = None,
     ) -> list[Alert]:
         """Check rows ``m`` (``rows x (1 + L [+1])``, float32 CPU) taken at ``steps``.
 
-        ``clipping``: the clip action is on, so the norms are before clipping and the
-        remedies do not advise clipping."""
+        ``clipping``: what clips these gradients (``True``: the panel's clip action is
+        on, so the norms are before clipping); the remedies never advise a clip there is.
+        ``lr``: the optimizer's learning rate (its largest group's), None when unknown
+        (a loop without torch.optim): the size of an update against the weights.
+        """
         import torch
 
+        clip = clipping if isinstance(clipping, Clipping) else Clipping(action=bool(clipping))
         alerts: list[Alert] = []
         n_layers = len(layers)
         total = m[:, 0]
@@ -151,81 +125,35 @@ class Detector:
             alerts += self._amp(steps, m[:, 1 + n_layers].tolist())
         bad_cols = ~torch.isfinite(lay)
         finite_rows = torch.isfinite(total) & ~bad_cols.any(1)
-        th = self.th
-        baseline, factor = self._baseline()
         totals = total.tolist()
         finite_list = finite_rows.tolist()
-        self.rising = False
+        judge = self.judge
+        judge.begin(lr)
         self.last_step = int(steps[-1]) if steps else self.last_step
         for i, (v, ok) in enumerate(zip(totals, finite_list, strict=True)):
             step = int(steps[i])
             if not ok:
                 self.calm["non_finite"] = 0
+                judge.broken()
                 if self.armed["non_finite"]:
                     self.armed["non_finite"] = False
                     alerts.append(
-                        self._non_finite(step, bad_cols[i], layers, v, loss_nonfinite, clipping)
+                        self._non_finite(step, bad_cols[i], layers, v, loss_nonfinite, clip)
                     )
                 continue
             self.calm["non_finite"] += 1
             if self.calm["non_finite"] >= REARM_SAMPLES:
                 self.armed["non_finite"] = True
-            exploded = th.explode_abs is not None and v > th.explode_abs
-            if baseline is not None and baseline > 0 and v > math.sqrt(factor) * baseline:
-                self.rising = True
-                if v > factor * baseline:
-                    exploded = True
-            if exploded:
-                self.rising = True
-                self.calm["explosion"] = 0
-                self.hot += 1
-                if self.armed["explosion"]:
-                    self.armed["explosion"] = False
-                    early = len(self.window) < th.explode_warmup
-                    ex = Explosion(step, v, baseline, factor, early)
-                    level = self.level if self.level is not None else level_of(lay[:i])
-                    alerts.append(
-                        explosion_alert(
-                            self.track, ex, lay[i], layers, level, th.explode_abs, clipping
-                        )
-                    )
-                if self.hot > ADAPT_SAMPLES:
-                    # Sustained for long: this is the new normal level, not a spike.
-                    self.window.append(v)
-            else:
-                self.hot = 0
-                self.calm["explosion"] += 1
-                if self.calm["explosion"] >= REARM_SAMPLES:
-                    self.armed["explosion"] = True
-                self.window.append(v)
-                if len(self.window) < MEDIAN_WINDOW or i % REBASE_ROWS == 0:
-                    # Still filling: follow every row; later every REBASE_ROWS rows, so a
-                    # norm that grows steadily over one long check is followed too.
-                    baseline, factor = self._baseline()
+
+            def level(i: int = i) -> Tensor | None:
+                return self.level if self.level is not None else level_of(lay[:i])
+
+            alerts += judge.row(i, step, v, lay[i], layers, clip, level)
+        judge.finish(alerts, layers)
         alerts += self._vanishing(steps, total, lay, layers)
         self._update_levels(lay)
         self.samples += len(totals)
         return alerts
-
-    def _baseline(self) -> tuple[float | None, float]:
-        """Running median of the total, and how far above it counts as an explosion.
-
-        The factor is ``explode_factor`` for a steady run and grows with the run's own
-        noise (3 robust standard deviations of log-norm, from the median absolute
-        deviation) up to 10x that, so a noisy small-batch run does not cry wolf. While
-        the window holds fewer than ``explode_warmup`` samples: the smallest of them
-        and ``EARLY_FACTOR`` (too few samples for a noise estimate; divergence.py).
-        """
-        positive = [math.log(v) for v in self.window if v > 0]
-        if not positive:
-            return None, self.th.explode_factor
-        if len(self.window) < self.th.explode_warmup:
-            return early_baseline(positive), max(EARLY_FACTOR, self.th.explode_factor)
-        med = statistics.median(positive)
-        mad = statistics.median(abs(x - med) for x in positive)
-        spread = math.exp(min(50.0, 3 * 1.4826 * mad))
-        factor = min(10 * self.th.explode_factor, max(self.th.explode_factor, spread))
-        return math.exp(med), factor
 
     # --- detectors ------------------------------------------------------------------
 
@@ -236,7 +164,7 @@ class Detector:
         layers: list[str],
         total: float,
         loss_nonfinite: bool,
-        clipping: bool,
+        clip: Clipping,
     ) -> Alert:
         idx = [j for j, b in enumerate(bad.tolist()) if b]
         origin = layers[idx[-1]] if idx else None
@@ -256,7 +184,8 @@ class Detector:
                 f"Non-finite gradient at step {step}: first {where}{more} "
                 "(NaN/Inf values, or a norm beyond the float32 range)."
             )
-            remedy = REMEDY["non_finite_clipping" if clipping else "non_finite"]
+            # a clip there is (the panel's or the loop's own) cannot help a NaN
+            remedy = REMEDY["non_finite_clipping" if clip.any else "non_finite"]
         return Alert("non_finite", "error", step, origin, msg, remedy, self.track, total)
 
     def loss_alerts(self, stream: Stream, alerts: list[Alert]) -> list[Alert]:

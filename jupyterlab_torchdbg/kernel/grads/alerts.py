@@ -66,6 +66,16 @@ REMEDY = {
     "non_finite_clipping": "Clipping is on and cannot help here (clipping a NaN/Inf "
     "gradient gives NaN). Check this step's batch and labels, the loss for log(0) or "
     "division by zero, an fp16 overflow in the forward pass, and lower the learning rate.",
+    # The loop clips by itself and its norms are read after its clip: what exploded is
+    # what the clip let through (the explosion's message names the clip and its bound).
+    "explosion_user_clip": "Your own clip let this norm through: its bound is far above "
+    "this run's norms. Lower the learning rate (or warm it up), lower the clip's bound "
+    "nearer the usual norm, and check this step's batch for outliers or bad labels.",
+    # The gradient norm held far above its level, or the first update moved the weights
+    # by more than their own size: the learning rate, not a spike; clipping hides it.
+    "divergence_grads": "The learning rate is far too high for this model and optimizer: "
+    "lower it 10x (or warm it up from a small value). Clipping would only bound the "
+    "steps of a run that is already diverging.",
     "divergence": "The loss jumped far above its level: the learning rate is far too high "
     "for this model and optimizer (lower it 10x, or warm it up), or this batch or its "
     "labels are broken (check the data at this step).",
@@ -76,6 +86,38 @@ REMEDY = {
     "amp_scale_collapse": "The gradients overflow even at a tiny loss scale: look for a "
     "NaN source in the forward pass, use bf16 autocast, or lower the learning rate.",
 }
+
+
+@dataclass(frozen=True)
+class Clipping:
+    """What clips a track's gradients, as far as the monitor knows: for the messages
+    (which norm was read) and the remedies (never advise a clip that is there)."""
+
+    #: The panel's clip action is on (the norms are read before it clips).
+    action: bool = False
+    #: The clip the loop calls itself on these parameters ("clip_grad_norm_" or
+    #: "clip_grad_value_", seen at its call: step_boundary.py), and its bound.
+    user: str | None = None
+    user_bound: float | None = None
+    #: The norms were read after the loop's own clip (an optimizer step comes after it;
+    #: a loop without torch.optim is read at its clip_grad_norm_).
+    after_user: bool = True
+
+    @property
+    def any(self) -> bool:
+        return self.action or self.user is not None
+
+    def read_note(self) -> str:
+        """Which norm a message quotes: `` (before clipping)``, `` after your
+        clip_grad_norm_(max_norm=0.25)``, or nothing."""
+        if self.action:
+            return " (before clipping)"
+        if self.user is None:
+            return ""
+        arg = "max_norm" if self.user == "clip_grad_norm_" else "clip_value"
+        bound = f"{arg}={self.user_bound:g}" if self.user_bound is not None else ""
+        where = "after" if self.after_user else "before"
+        return f" ({where} your {self.user}({bound}))"
 
 
 class AlertLog:

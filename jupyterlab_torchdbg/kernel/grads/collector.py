@@ -133,7 +133,7 @@ def param_row(params: Sequence[Tensor]) -> Tensor | None:
     """Norms of the parameters themselves (weights), in order, as one device tensor."""
     if not params:
         return None
-    tensors = [_local(p.detach())[0] for p in params]
+    tensors = [_local(p)[0] for p in params]  # no_grad: no view of each weight needed
     return torch.stack(norms_in_order(tensors))
 
 

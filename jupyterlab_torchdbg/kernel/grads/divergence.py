@@ -50,7 +50,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .alerts import REMEDY, Alert
+from .alerts import REMEDY, Alert, Clipping
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -60,6 +60,22 @@ if TYPE_CHECKING:
 #: Until the window holds ``explode_warmup`` samples: a total this many times the
 #: smallest of the samples so far is an explosion (at least ``explode_factor``).
 EARLY_FACTOR = 100.0
+#: The run's early level (a jump must also exceed it to matter): the median of this many
+#: first finite, not exploded totals.
+EARLY_LEVEL_SAMPLES = 5
+#: A jump must also make an update ``lr * norm`` of at least this fraction of the
+#: weights' norm to matter (the learning rate known: torch.optim) ...
+UPDATE_FLOOR = 1e-3
+#: ... or, with no learning rate known, be at least this fraction of it.
+WEIGHT_FLOOR = 1e-4
+#: This many times the baseline ...
+SUSTAIN_FACTOR = 10.0
+#: ... held for this many sampled steps in a row is divergence.
+SUSTAIN_SAMPLES = 10
+#: The first updates of a run (the weights are read at each of their steps) ...
+EARLY_UPDATES = 5
+#: ... multiplying the weights' norm by more than this is divergence.
+FIRST_UPDATE_FACTOR = 2.0
 #: A positive logged loss this many times its running level (the lower median of its
 #: last ``LOSS_WINDOW`` values, jumps left out) is a divergence ...
 LOSS_FACTOR = 100.0
@@ -75,8 +91,8 @@ LOSS_REARM_POINTS = 20
 
 
 def times(r: float) -> str:
-    """A ratio for a message: "144x", "3.1e+04x"."""
-    return f"{r:.0f}x" if r < 1e4 else f"{r:.2g}x"
+    """A ratio for a message: "2.2x", "144x", "3.1e+04x"."""
+    return f"{r:.2g}x" if r < 10 or r >= 1e4 else f"{r:.0f}x"
 
 
 def early_baseline(logs: list[float]) -> float:
@@ -102,10 +118,10 @@ def explosion_alert(
     layers: list[str],
     level: Tensor | None,
     explode_abs: float | None,
-    clipping: bool,
+    clip: Clipping,
 ) -> Alert:
     """The explosion alert: why it fired, the layer carrying the norm, and a remedy that
-    fits (no clipping advice while the clip action is on: the pre-clip norm exploded)."""
+    fits (no clipping advice where a clip is on: the panel's, or the loop's own)."""
     carrier, share, jumper, jump = carrying_layer(row, ex.value, layers, level)
     v, b = ex.value, ex.baseline
     if b is not None and b > 0 and v > ex.factor * b:
@@ -113,15 +129,102 @@ def explosion_alert(
         why = f"{times(v / b)} {ref} {b:.3g} (alarm above {ex.factor:.0f}x)"
     else:
         why = f"above the threshold {explode_abs:g}"
-    where = ""
-    if carrier is not None:
-        where = f"; {carrier} carries {share:.0%} of the norm"
-        if jumper is not None and jumper != carrier:
-            where += f", the largest jump is in {jumper} ({times(jump)} its own level)"
-    pre = " (before clipping)" if clipping else ""
-    msg = f"Gradient explosion at step {ex.step}: total norm{pre} {v:.3g} is {why}{where}."
-    remedy = REMEDY["explosion_clipping" if clipping else "explosion"]
+    msg = (
+        f"Gradient explosion at step {ex.step}: total norm{clip.read_note()} {v:.3g} is "
+        f"{why}{_where(carrier, share, jumper, jump)}."
+    )
+    if clip.action:
+        remedy = REMEDY["explosion_clipping"]
+    elif clip.user is not None:
+        remedy = REMEDY["explosion_user_clip"]
+    else:
+        remedy = REMEDY["explosion"]
     return Alert("explosion", "warning", ex.step, carrier, msg, remedy, track, v)
+
+
+def _where(carrier: str | None, share: float, jumper: str | None, jump: float) -> str:
+    if carrier is None:
+        return ""
+    where = f"; {carrier} carries {share:.0%} of the norm"
+    if jumper is not None and jumper != carrier:
+        where += f", the largest jump is in {jumper} ({times(jump)} its own level)"
+    return where
+
+
+@dataclass
+class Sustained:
+    """A stretch of sampled steps above SUSTAIN_FACTOR times the baseline."""
+
+    since: int
+    step: int
+    samples: int
+    value: float
+    baseline: float
+    peak: float
+
+
+def sustained_alert(
+    track: str,
+    su: Sustained,
+    row: Tensor,
+    layers: list[str],
+    level: Tensor | None,
+    clip: Clipping,
+) -> Alert:
+    """Divergence from the gradient norm: held far above its level, below the single-step
+    bar. At the stretch's first step (where it went wrong), told when it is certain."""
+    carrier, share, jumper, jump = carrying_layer(row, su.value, layers, level)
+    msg = (
+        f"Gradient divergence from step {su.since}: the total norm{clip.read_note()} has "
+        f"stayed above {SUSTAIN_FACTOR:.0f}x its level before ({su.baseline:.3g}) for "
+        f"{su.samples} sampled steps (up to {times(su.peak)}; {su.value:.3g} at step "
+        f"{su.step}){_where(carrier, share, jumper, jump)}."
+    )
+    return Alert(
+        "divergence", "error", su.since, carrier, msg, REMEDY["divergence_grads"], track, su.value
+    )
+
+
+@dataclass
+class WeightRead:
+    """One periodic read of the weights' norms: its step, total and per-layer norms."""
+
+    step: int
+    total: float
+    layers: Tensor
+
+
+def first_update_alert(track: str, a: WeightRead, b: WeightRead, layers: list[str]) -> Alert:
+    """The first updates moved the weights by more than their own size (divergence from
+    step 1, whatever the gradient norm says). Names the layer whose norm grew most."""
+    import torch
+
+    grown = None
+    if a.layers.shape == b.layers.shape and a.layers.numel() == len(layers) > 0:
+        growth = torch.nan_to_num(b.layers.double() - a.layers.double(), nan=-math.inf)
+        j = int(torch.argmax(growth))
+        if math.isfinite(float(growth[j])) and float(growth[j]) > 0:
+            grown = layers[j]
+    where = f"; {grown} grew most" if grown is not None else ""
+    fact = first_update_fact(a, b)
+    step = b.step - 1  # the update that took it past the bar
+    msg = f"Divergence at step {step}: {fact[0].lower()}{fact[1:-1]}{where}."
+    r = b.total / a.total
+    return Alert("divergence", "error", step, grown, msg, REMEDY["divergence_grads"], track, r)
+
+
+def first_update_fact(a: WeightRead, b: WeightRead) -> str:
+    """The first updates' size, as a sentence (also added to an explosion's message)."""
+    r = b.total / a.total
+    which = (
+        f"The update of step {a.step}"
+        if b.step == a.step + 1
+        else f"The {b.step - a.step} updates of steps {a.step}-{b.step - 1}"
+    )
+    return (
+        f"{which} took the weights' norm from {a.total:.3g} to {b.total:.3g} ({times(r)}; "
+        f"alarm above {FIRST_UPDATE_FACTOR:g}x within the first {EARLY_UPDATES})."
+    )
 
 
 def level_of(lay: Tensor) -> Tensor | None:

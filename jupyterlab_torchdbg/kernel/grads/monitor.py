@@ -19,21 +19,21 @@ from __future__ import annotations
 import math
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from ...protocol import jsonable
 from ..gradscaler import scale_of_step
 from ..step_read import StepRead
 from ..watches import watch_version
-from . import naming, per_run
+from . import check, loop_clip, naming, per_run
 from .alarms import Thresholds
 from .alerts import AlertLog
 from .nonfinite import NonFiniteGuard
 from .replay import Replayer
 from .status import grads_message
 from .stride import Periodic, Sampler
-from .track import Track, table_stats
+from .track import Track
 
 if TYPE_CHECKING:
     import torch
@@ -122,10 +122,17 @@ class GradMonitor:
     def on_backward(self, source: ModelSource) -> StepRead | None:
         """At the end of a backward pass of a model no optimizer steps (its track is
         keyed by ``source``; backward_boundary.py): the same read, alarms and flush as
-        ``on_step``. A queued replay waits for an optimizer step or the cell's end: it
-        runs a backward of its own, which must not nest inside the user's."""
+        ``on_step``, or, for a loop that clips by norm, the step counted and its read
+        deferred to the clip (loop_clip.defer). A queued replay waits for an optimizer
+        step or the cell's end: its backward must not nest inside the user's."""
         # Duck-typed: the monitor reads only ``param_groups`` of what keys a track.
-        return self.on_step(cast("torch.optim.Optimizer", source), replay=False)
+        key = cast("torch.optim.Optimizer", source)
+        try:
+            deferred = loop_clip.defer(self, source, key)
+        except Exception:
+            self.ext.count_error("grads:hook")
+            return None
+        return deferred if deferred is not None else self.on_step(key, replay=False)
 
     def on_step(self, optimizer: torch.optim.Optimizer, replay: bool = True) -> StepRead | None:
         """Before ``optimizer.step()``: sample this step's norms if due (always while
@@ -134,43 +141,67 @@ class GradMonitor:
             self.replayer.run_pending()  # a queued replay (R34: between steps), unbilled
         try:
             now = self.clock()
-            run = per_run.current_run(self.ext)
-            if run != self.run:
-                per_run.start_run(self, run)
-            track = self.tracks.get(optimizer)
-            if track is None:
-                track = self._new_track(optimizer)
-            track.step += 1
-            if track.probe is not None:
-                self.guard.finish_probe(track)
+            track = self._begin(optimizer, now)
             # While the clip action is on, clipping reads every step's norms anyway:
             # this read is the one it reuses (one read of the grads serves both).
             # Skipping non-finite steps needs every step's norms too.
             sample = track.sampler.tick(now) or self.clipping() or track.skip_nonfinite
-            norms = self._sample(track, optimizer, now) if sample else None
-            # Non-finite: diagnosed now, before the weights change; maybe skipped.
-            skipped = self.guard.at_step(track, optimizer, norms, can_skip=replay)
-            stream = self.ext.stream
-            due = stream.due()
-            if due or (self._rows_waiting and now - self._last_eval >= EVALUATE_INTERVAL_S):
-                t0 = self.clock()
-                if due:
-                    stream.flush()
-                self._after_flush()
-                # Not the read's cost (the stride ignores it): over its own budget, the
-                # stream flushes less often instead (stride.Periodic).
-                stream.slowdown = self.periodic.add(self.clock() - t0, t0)
-            plan = track.plan
-            return StepRead(
-                step=track.step,
-                params=plan.params if norms is not None and plan is not None else None,
-                norms=norms,
-                scaler=plan.scaler() if plan is not None and plan.scaler is not None else None,
-                skipped=skipped,
-            )
+            return self._read(track, optimizer, now, sample, replay)
         except Exception:
             self.ext.count_error("grads:hook")
             return None
+
+    def _begin(self, optimizer: torch.optim.Optimizer, now: float) -> Track:
+        """A step boundary of ``optimizer``: its run, its track, the step counted."""
+        run = per_run.current_run(self.ext)
+        if run != self.run:
+            per_run.start_run(self, run)
+        track = self.tracks.get(optimizer)
+        if track is None:
+            track = self._new_track(optimizer)
+        track.step += 1
+        if track.probe is not None:
+            self.guard.finish_probe(track)
+        return track
+
+    def _read(
+        self, track: Track, optimizer: torch.optim.Optimizer, now: float, sample: bool, replay: bool
+    ) -> StepRead:
+        """The step's read (if ``sample``), the non-finite guard, the periodic flush."""
+        norms = self._sample(track, optimizer, now) if sample else None
+        # Non-finite: diagnosed now, before the weights change; maybe skipped.
+        skipped = self.guard.at_step(track, optimizer, norms, can_skip=replay)
+        stream = self.ext.stream
+        due = stream.due()
+        if due or (self._rows_waiting and now - self._last_eval >= EVALUATE_INTERVAL_S):
+            t0 = self.clock()
+            if due:
+                stream.flush()
+            self._after_flush()
+            # Not the read's cost (the stride ignores it): over its own budget, the
+            # stream flushes less often instead (stride.Periodic).
+            stream.slowdown = self.periodic.add(self.clock() - t0, t0)
+        plan = track.plan
+        return StepRead(
+            step=track.step,
+            params=plan.params if norms is not None and plan is not None else None,
+            norms=norms,
+            scaler=plan.scaler() if plan is not None and plan.scaler is not None else None,
+            skipped=skipped,
+        )
+
+    def user_clip(self, tensors: Sequence[Any], kind: str, bound: float, grads: bool) -> None:
+        """The loop's own clip (user_clip.py) just ran on some parameters: loop_clip.py."""
+        try:
+            loop_clip.after_clip(self, tensors, kind, bound, grads)
+        except Exception:
+            self.ext.count_error("grads:user_clip")
+
+    def hand_over(self, source: ModelSource) -> None:  # an optimizer took ``source`` over
+        try:
+            per_run.hand_over(self, source)
+        except Exception:
+            self.ext.count_error("grads:hand_over")
 
     def after_step(self, optimizer: torch.optim.Optimizer) -> None:
         """After ``optimizer.step()``: a skipped step's gradients are put back."""
@@ -225,10 +256,14 @@ class GradMonitor:
         self.step_base[track.name] = track.step
         t_read = self.clock()
         sampler = track.sampler
-        if now - track.last_param_t >= sampler.param_interval_s and track.param_recorder:
+        due = now - track.last_param_t >= sampler.param_interval_s or track.early_weights_due()
+        if due and track.param_recorder:
             # A second read (of the weights), about once a second: periodic work, timed
             # apart and paid by reading less often; the stride sees the grad read alone.
             track.last_param_t = now
+            track.param_reads += 1
+            if track.param_reads == 1:
+                track.first_param_step = track.step
             prow = col.param_row(plan.params)
             if prow is not None:
                 track.param_recorder.record(prow, track.step, track.param_layout)
@@ -270,46 +305,8 @@ class GradMonitor:
 
     def _evaluate(self, track: Track) -> None:
         """Alarms and table statistics over every row flushed since the last check."""
-        rows, track.rows, track.rows_count = track.rows, [], 0
-        if not rows:
-            return
         try:
-            import torch
-
-            # Rows are only recorded once the track has a layout (a None fails as before).
-            assert track.layout is not None
-            width = 1 + len(track.layer_names) + (1 if track.layout.amp else 0)
-            rows = [(xs, m) for xs, m in rows if m.shape[1] == width]  # layout changed
-            if not rows:
-                return
-            xs = [x for r, _ in rows for x in r]
-            m = torch.cat([m for _, m in rows]) if len(rows) > 1 else rows[0][1]
-            det = track.detector
-            skipped = det.skipped
-            alerts = det.evaluate(
-                xs,
-                m,
-                track.layer_names,
-                loss_nonfinite=per_run.loss_nonfinite(self.ext.stream),
-                amp=bool(track.layout.amp),
-                clipping=self.clipping(),
-            )
-            alerts += det.loss_alerts(self.ext.stream, alerts)  # the logged loss's jumps
-            track.stats = table_stats(m, track.stats, len(track.layer_names))
-            if det.rising and track.sampler.mode == "auto":
-                # The norm is climbing: watch every step for a while (see stride.boost).
-                if not track.sampler.boosting:
-                    self._status_dirty = True
-                track.sampler.boost()
-            # A step diagnosed at the step (nonfinite.py) is not alarmed again, later.
-            alerts = [
-                a for a in alerts if a.kind != "non_finite" or not self.guard.covers(track, a.step)
-            ]
-            if alerts or det.skipped != skipped:
-                self._status_dirty = True
-            self.alerts.add(alerts)
-            if any(a.kind == "non_finite" for a in alerts):
-                self.guard.arm_probe(track)
+            check.check(self, track)
         except Exception:
             self.ext.count_error("grads:alarms")
 
@@ -356,6 +353,8 @@ class GradMonitor:
     def post_run_cell(self) -> None:
         """The cell ended: send the last rows (waiting for in-flight device copies), any
         alerts the rate limit held back, and a final status."""
+        for t in list(self.tracks.values()):  # a cell that ended between backward and clip
+            t.deferred = None
         if self.torch_attached and len(self.tracks):
             self.ext.stream.flush(wait=True)
         self.replayer.run_pending()  # the cell ended before its next step

@@ -15,6 +15,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ..backward_boundary import ModelSource
     from ..host import Host
     from ..stream import Stream
 
@@ -32,6 +33,20 @@ def start_run(mon: Any, run: int | None) -> None:
     mon.tracks = weakref.WeakKeyDictionary()
     mon.step_base.clear()
     mon.alerts.start_run(run)
+    mon.status_changed()
+
+
+def hand_over(mon: Any, source: ModelSource) -> None:
+    """An optimizer took over ``source`` at its first step and the source's only boundary
+    in this run was that step's backward pass (runs.py ``hand_over``): its track was no
+    track of its own. It goes with its blocks; the optimizer's track reads the same
+    gradients at this step as its step 1."""
+    track = mon.tracks.pop(source, None)
+    if track is None:
+        return
+    blocks = [b for b in (track.recorder, track.param_recorder) if b is not None]
+    mon.ext.stream.clear([b.names[0] for b in blocks], earlier_runs=False)
+    mon.step_base.pop(track.name, None)
     mon.status_changed()
 
 

@@ -52,6 +52,10 @@ HYSTERESIS = 0.7
 WARMUP_STEPS = 100
 #: Steps sampled every time once the alarms see the total norm climbing (``boost``).
 BOOST_STEPS = 200
+#: After a climb's boost, steps before another climb may boost again: a norm that keeps
+#: rising and falling back (heavy-tailed noise) costs at most BOOST_STEPS in every
+#: BOOST_STEPS + this many, never every step for ever (issue #22).
+BOOST_COOLDOWN_STEPS = 2000
 #: Share of wall time the periodic work (flush + alarm checks + status; and, apart, the
 #: weight-norm read) may take. Half the read's budget: together they stay near 1%.
 PERIODIC_BUDGET = 0.005
@@ -122,6 +126,9 @@ class Sampler:
     _boost: int = WARMUP_STEPS
     #: Why it is boosting: "warmup" (the first steps) or "rising" (``boost``).
     boost_reason: str = "warmup"
+    #: Steps ticked, and the step from which a climb may boost again (``boost``).
+    ticks: int = 0
+    _boost_again_at: int = 0
     _intervals: deque[float] = field(default_factory=lambda: deque(maxlen=INTERVALS))
 
     @property
@@ -152,14 +159,22 @@ class Sampler:
         """The stride sampling actually follows now (1 while boosting)."""
         return 1 if self.boosting else self.stride
 
-    def boost(self, steps: int = BOOST_STEPS) -> None:
-        """Sample the next ``steps`` steps every time (``auto`` mode only)."""
+    def boost(self, steps: int = BOOST_STEPS) -> bool:
+        """Sample the next ``steps`` steps every time (``auto`` mode only), unless a boost
+        ended less than ``BOOST_COOLDOWN_STEPS`` ago; True when it boosts."""
+        if self.boosting and self.boost_reason == "rising":
+            return True  # not extended: a climb gets one boost, then the cooldown
+        if self.ticks < self._boost_again_at:
+            return False
         self._boost = max(self._boost, steps)
         self.boost_reason = "rising"
+        self._boost_again_at = self.ticks + steps + BOOST_COOLDOWN_STEPS
+        return True
 
     def tick(self, now: float) -> bool:
         """Called at every step boundary; True when this step should be sampled."""
         last, self._last_t = self._last_t, now
+        self.ticks += 1
         if last is not None and 0 <= now - last <= PAUSE_S:
             self._intervals.append(now - last)
         if self.mode == "off":

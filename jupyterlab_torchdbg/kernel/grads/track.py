@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..backward_boundary import boundary_of
@@ -19,6 +19,7 @@ from ..stream import bound_name
 from ..watches import watch_version, watches
 from . import naming
 from .alarms import Detector, Thresholds
+from .divergence import EARLY_UPDATES
 from .stride import Sampler, stride_reason
 
 if TYPE_CHECKING:
@@ -69,6 +70,16 @@ class Track:
         self.skip_nonfinite = False
         #: Optimizer steps skipped because their gradients were non-finite (nonfinite.py).
         self.skipped_nonfinite = 0
+        #: The clip the loop itself calls on these parameters, once seen (user_clip.py):
+        #: ("clip_grad_norm_" | "clip_grad_value_", its bound), else None.
+        self.user_clip: tuple[str, float] | None = None
+        #: A loop without torch.optim that clips by norm: this step's read waits for its
+        #: clip (True: the step is sampled), else None (monitor.on_backward).
+        self.deferred: bool | None = None
+        #: Reads of the weights in this run, and the step of the first one.
+        self.param_reads = 0
+        self.first_param_step = 0
+        self._ids: tuple[Any, set[int]] | None = None
 
     # --- names of this track's series ------------------------------------------------
 
@@ -89,6 +100,30 @@ class Track:
     @property
     def layer_names(self) -> list[str]:
         return [] if self.plan is None else [li.name for li in self.plan.layers]
+
+    def early_weights_due(self) -> bool:
+        """The weights are read at each of the run's first EARLY_UPDATES + 1 steps, one
+        after the other: the first updates' size (explosion.py)."""
+        reads = self.param_reads
+        return 0 < reads <= EARLY_UPDATES and self.step == self.first_param_step + reads
+
+    def owns(self, head: Sequence[Any], grads: bool) -> bool:
+        """Some of ``head`` (the first tensors a clip call was given) are this track's
+        parameters, or their gradients when ``grads`` (before its first read: the
+        parameters its optimizer or model steps)."""
+        plan, key = self.plan, self.opt_ref()
+        if plan is not None:
+            params = plan.params
+        elif key is not None:
+            params = [p for g in key.param_groups for p in g["params"]]
+        else:
+            return False
+        if grads:
+            gids = {id(g) for g in head}
+            return any(id(p.grad) in gids for p in params[: len(head)] if p.grad is not None)
+        if self._ids is None or self._ids[0] is not params:
+            self._ids = (params, {id(p) for p in params})
+        return any(id(p) in self._ids[1] for p in head)
 
     def set_state(self, state: str, reason: str | None) -> bool:
         """Set the track's state; True when it changed (the status is then due)."""
@@ -162,6 +197,8 @@ class Track:
         self.recorder.on_rows = on_rows
         pnames = [self.param_series("total")] + [self.param_series(n) for n in layers]
         self.param_recorder = stream.block(pnames, per_run=True)
+        # the weights' norms, the scale the gradient norm is judged against (alarms.py)
+        self.param_recorder.on_rows = self.detector.observe_weights
         self.stats = None
         self.layers_version += 1
         self.set_state("active", None)

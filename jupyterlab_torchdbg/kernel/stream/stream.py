@@ -248,18 +248,19 @@ class Stream:
         with self._lock:
             return reads.newest(self._series, wanted)
 
-    def clear(self, names: Iterable[str] | None = None) -> int:
+    def clear(self, names: Iterable[str] | None = None, earlier_runs: bool = True) -> int:
         """Forget the history (and pending points) of the named series, or of all.
 
         A block is forgotten as a whole when any of its names is given. A name is
         matched in its bounded form (a name the panel was sent is its own bounded form).
+        ``earlier_runs=False``: the current run's only (a track that was none: a hand-over).
         """
         with self._lock:
             wanted = None if names is None else {bound_name(n) for n in names if isinstance(n, str)}
             keys = [k for k in self._series if wanted is None or k in wanted]
             for k in keys:
                 del self._series[k]
-            gone = self.retired.clear(wanted)
+            gone = self.retired.clear(wanted) if earlier_runs else 0
             if wanted is None:
                 self._aliases.clear()
             bkeys = [k for k in self._blocks if wanted is None or wanted.intersection(k)]
