@@ -383,3 +383,42 @@ def test_r47_backward_with_a_loss_module_read_says_the_loss_was_checked() -> Non
     assert finding["cause"] == "backward" and finding["loss_checked"] is True
     assert finding["batch_finite"] is True and finding["rerun"] is True
     signals.remove()
+
+
+def judged(scales: list[float], weights: bool, lr: float = 1e-3) -> list[dict[str, Any]]:
+    """A rank's reads of a model whose gradients are ``scale`` times a fixed direction at
+    each step, judged as the worker's agent does (with the weights' norms read as the
+    worker reads them, or without)."""
+    from jupyterlab_torchdbg.kernel.grads.loop_clip import learning_rate
+
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    direction = [torch.randn_like(p) for p in model.parameters()]
+    reader, signals = Reader(), RankSignals(lambda where: None)
+    for step, scale in enumerate(scales, 1):
+        for p, d in zip(model.parameters(), direction, strict=True):
+            p.grad = d * scale
+        read = reader.read(opt, None)
+        signals.at_read(step, read)
+        now = step * 0.25
+        if weights and signals.wants_weights(step, now):
+            row = reader.weights(opt, None)
+            assert row is not None
+            signals.at_weights(step, now, row, learning_rate(opt))
+    return signals.judge(clipping=False)
+
+
+def test_a_converged_ranks_jitter_is_no_explosion_against_its_weights() -> None:
+    # issue #22: a converged model's gradient norm (~1e-5) jumping x20 is no explosion:
+    # the update it makes is nothing against the weights (as in the kernel, explosion.py)
+    scales = [1e-5] * 40 + [2e-4] + [1e-5] * 19
+    assert [a["kind"] for a in judged(scales, weights=True)] == []
+    # without the weights' scale the rank's detector took it for one
+    assert "explosion" in [a["kind"] for a in judged(scales, weights=False)]
+
+
+def test_a_real_explosion_on_a_rank_is_still_alarmed_with_its_weights() -> None:
+    scales = [0.05] * 40 + [50.0] * 20  # x1000, an update of consequence
+    kinds = [a["kind"] for a in judged(scales, weights=True)]
+    assert "explosion" in kinds

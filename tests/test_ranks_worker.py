@@ -15,6 +15,7 @@ with generous timeouts, never on sleeps.
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -487,6 +488,7 @@ def test_worker_is_lazy_never_raises_and_a_lost_kernel_releases_a_pause(
     w.before_step(broken)  # counted (its step 1 is read in vain), never raised
     assert w.errors["step"] == 1
     del broken  # the next optimizer to step is the primary one
+    gc.collect()  # (its failed read's traceback may hold it in a cycle until collected)
 
     model = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.Linear(4, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

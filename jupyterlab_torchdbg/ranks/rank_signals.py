@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 
 #: Sampled reads waiting for the detector at most (the oldest dropped first).
 MAX_PENDING = 4096
+#: Seconds between two reads of the weights' norms after the first steps (the kernel's
+#: periodic read of the same, grads/monitor.py).
+WEIGHTS_EVERY_S = 1.0
 #: Frames searched for loss modules.
 FRAME_DEPTH = 40
 #: Modules looked at for a layer that needs the other ranks.
@@ -118,6 +121,12 @@ class RankSignals:
         self._detector_layout = -1
         #: The last step the detector has judged.
         self.checked = 0
+        #: (step, [total, *layers]) of the weights' norms since the detector last looked,
+        #: the optimizer's largest lr, and when they were last read (``wants_weights``).
+        self._weights: list[tuple[int, list[float]]] = []
+        self._lr: float | None = None
+        self._weights_at: float | None = None
+        self._weight_reads = 0
 
     # --- the training thread ------------------------------------------------------------
 
@@ -162,6 +171,26 @@ class RankSignals:
         except Exception:
             self._on_error("signals:read")
             return None
+
+    def wants_weights(self, step: int, now: float) -> bool:
+        """Whether to read the weights' norms at this sampled step: at each of the first
+        steps (the first updates' size, kernel/grads/explosion.py), then about once a
+        second (the scale a gradient norm is judged against), as the kernel does."""
+        from ..kernel.grads.divergence import EARLY_UPDATES
+
+        if self._weight_reads <= EARLY_UPDATES:
+            return True
+        return self._weights_at is None or now - self._weights_at >= WEIGHTS_EVERY_S
+
+    def at_weights(self, step: int, now: float, row: list[float], lr: float | None) -> None:
+        """The weights' norms read at ``step`` (training thread; host floats)."""
+        with self._lock:
+            self._weights.append((step, row))
+            if len(self._weights) > MAX_PENDING:
+                del self._weights[0]
+            self._lr = lr
+        self._weights_at = now
+        self._weight_reads += 1
 
     def _non_finite(self, step: int, read: Read) -> dict[str, Any] | None:
         from ..kernel.grads.alarms import REARM_SAMPLES
@@ -249,7 +278,8 @@ class RankSignals:
         floats only. Never raises."""
         with self._lock:
             reads, self._reads = self._reads, []
-            names, layout = self._names, self._layout
+            weights, self._weights = self._weights, []
+            names, layout, lr = self._names, self._layout, self._lr
         if not reads or names is None:
             return []
         try:
@@ -265,8 +295,12 @@ class RankSignals:
             steps = [float(s) for s, r in reads if len(r) == width]
             if not rows:
                 return []
+            wrows = [w for _, w in weights if len(w) == width]
+            if wrows:  # the scale the norms are judged against, before the rows it judges
+                wsteps = [float(s) for s, w in weights if len(w) == width]
+                self._detector.observe_weights(wsteps, torch.tensor(wrows, dtype=torch.float64))
             m = torch.tensor(rows, dtype=torch.float32)
-            alerts = self._detector.evaluate(steps, m, list(names), clipping=clipping)
+            alerts = self._detector.evaluate(steps, m, list(names), clipping=clipping, lr=lr)
             self.checked = int(steps[-1])
         except Exception:
             self._on_error("signals:judge")

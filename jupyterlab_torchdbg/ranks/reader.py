@@ -101,6 +101,27 @@ class Reader:
         names = layout.names[:MAX_LAYERS]
         return Read(math.sqrt(total), layers, names, module, layout.module_name, with_grad, values)
 
+    def weights(self, optimizer: Any, frame: FrameType | None) -> list[float] | None:
+        """The weights' norms, ``[total, layer_1..L]`` in the layout of ``read`` (the
+        scale an explosion is judged against, kernel/grads/explosion.py). One host copy;
+        called on the first steps and about once a second, not every step."""
+        import torch
+
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        if not params:
+            return None
+        layout = self._layout(optimizer, params, frame)
+        with torch.no_grad():
+            try:
+                values = torch.stack(torch._foreach_norm([p.detach() for p in params]))
+                norms = values.double().tolist()
+            except Exception:  # sparse, mixed devices: tensor by tensor
+                norms = [float(torch.linalg.vector_norm(p.detach().float())) for p in params]
+        squares = [0.0] * len(layout.names)
+        for p, v in zip(params, norms, strict=True):
+            squares[layout.layer_of.get(id(p), 0)] += v * v
+        return [math.sqrt(sum(squares)), *(math.sqrt(x) for x in squares[:MAX_LAYERS])]
+
     def _layout(self, optimizer: Any, params: list[Any], frame: FrameType | None) -> _Layout:
         sig = tuple((id(g["params"]), len(g["params"])) for g in optimizer.param_groups)
         try:

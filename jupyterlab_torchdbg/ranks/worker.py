@@ -33,6 +33,7 @@ from collections import Counter, deque
 from typing import Any
 
 from ..kernel.backward_boundary import ModelSource
+from ..kernel.grads.loop_clip import learning_rate
 from . import loader_errors
 from .agent import Agent
 from .agreed import Agreements
@@ -168,6 +169,10 @@ class Worker:
                 self.signals.watch(read.module, read.module_name, frame)
             del frame
             finding = self.signals.at_read(step, read)  # (the diagnosis: once per alarm)
+            if self.signals.wants_weights(step, now):
+                weights = self.reader.weights(optimizer, None)
+                if weights is not None:
+                    self.signals.at_weights(step, now, weights, learning_rate(optimizer))
             if finding is not None:
                 row["nonfinite"] = finding
             mem, self.mem_kind = memory(optimizer)
