@@ -773,6 +773,48 @@ def test_r47_remedies_never_advise_the_skip_or_clip_the_user_already_has() -> No
         assert "skip_nonfinite" in a["remedy"] or "clip by value" in a["remedy"]
 
 
+def test_r47_a_loop_that_clips_by_itself_is_not_advised_to_clip() -> None:
+    # issue #22: the loop's own clip_grad_norm_ counts as clipping for the NaN-cause
+    # remedies too (weights made NaN by code; a NaN made by backward), not only the
+    # panel's clip action. (An overflowing norm never reaches the optimizer there: the
+    # loop's clip scales such gradients to zero.)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8, bias=False), nn.Linear(8, 1, bias=False))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with session({"model": model, "opt": opt}) as s:
+        s.shell.events.trigger("pre_run_cell", None)
+        s.comm.action("set_stride", {"stride": 1})
+        for i in range(1, 6):
+            if i == BAD:
+                with torch.no_grad():
+                    model[0].weight[0, 0] = float("inf")  # code that set them
+            opt.zero_grad()
+            model(torch.randn(16, 4)).pow(2).mean().backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+        s.end_cell()
+        (a,) = causes(s)
+        assert a["cause"] == "weights", a
+        assert "clip gradients" not in a["remedy"].lower(), a["remedy"]
+        assert "clipped by norm" in a["remedy"]
+    torch.manual_seed(0)
+    model = Net(SqrtAt())
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    with session({"model": model, "opt": opt}) as s:
+        s.shell.events.trigger("pre_run_cell", None)
+        s.comm.action("set_stride", {"stride": 1})
+        for i in range(1, 6):
+            model.mid.c = 0.0 if i == BAD else 1.0
+            opt.zero_grad()
+            model(batches()(i)).pow(2).mean().backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+        s.end_cell()
+        (a,) = causes(s)
+        assert a["cause"] == "backward", a
+        assert "clip gradients" not in a["remedy"].lower(), a["remedy"]
+
+
 def test_r47_an_expression_loss_whose_module_term_is_finite_names_no_module() -> None:
     """``loss = criterion(out, y) + extra``, the +Inf in ``extra``: the loss is named
     non-finite, its module term is said finite (checked), and no module is blamed."""

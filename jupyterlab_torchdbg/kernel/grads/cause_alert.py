@@ -68,11 +68,21 @@ SKIP_HINT = {
     "weights": " skip_nonfinite (every step checked) stops the next such update.",
 }
 
-#: With the clip action on: clipping by norm cannot scale gradients whose norm overflows.
+#: With gradients clipped by norm already (the clip action, or the loop's own
+#: ``clip_grad_norm_``): never advise clipping; clipping by norm cannot scale gradients
+#: whose norm overflows, nor make NaN finite.
 REMEDY_CLIPPING = {
     "overflow": "Clipping by norm is on, but this norm is beyond the float32 range, so it "
     "cannot scale these gradients: lower the learning rate, clip by value "
     "(torch.nn.utils.clip_grad_value_), or check the loss's scale.",
+    "weights": "The weights were already NaN/Inf before this step (an earlier update, or "
+    "code that set them), although the gradients are clipped by norm: restore a "
+    "checkpoint, then lower the learning rate or check the loss's scale.",
+    "backward": "Forward and loss are finite, so the backward pass made the NaN/Inf "
+    "(clipping by norm, which is on, cannot make NaN finite): look for the gradient of "
+    "sqrt or norm at 0, pow with a negative exponent, a custom autograd Function or an "
+    "fp16 overflow; click Replay to run this step under anomaly detection and see the op "
+    "and the forward line.",
 }
 
 #: Remedy when the model's forward never ran through its hooks.
@@ -112,8 +122,9 @@ def alert(
     optimizer, seen at the end of backward: nothing of ours can skip its update;
     ``fresh``: this optimizer applied no update before this step, "none" (its state
     says so) or "none_seen" (none since the tool watches it); ``skipped_facts``:
-    what the skipped step left as it was, nonfinite.SkipFacts; ``clipping``: the clip
-    action is on). A remedy never advises what the user already does."""
+    what the skipped step left as it was, nonfinite.SkipFacts; ``clipping``: the
+    gradients are clipped by norm already, by the clip action or by the loop's own
+    ``clip_grad_norm_``). A remedy never advises what the user already does."""
     kept = (
         f" {skipped_facts}"
         if skipped and skipped_facts

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from . import cause_alert, diagnose
 from .alerts import Alert
 from .bad_step import BadStep
+from .loop_clip import NORM, clipping_of
 from .loss_check import logged_loss
 
 if TYPE_CHECKING:
@@ -167,7 +168,8 @@ class StepDiagnosis:
             total,
             track.boundary == "end_of_backward",
             fresh=fresh,
-            clipping=self.clipping(),
+            # the panel's clip action, or the loop's own clip_grad_norm_ (loop_clip.py)
+            clipping=self.clipping() or clipping_of(track, False).user == NORM,
             skipped_facts=None if kept is None else kept.text(),
         )
         if skip:
