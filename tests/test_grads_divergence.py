@@ -356,3 +356,29 @@ def test_an_explosion_within_the_first_updates_carries_their_fact_one_alert() ->
     late = [HEALTHY, *[total_row(0.02, 0.06, 0.05)] * 8, total_row(1.0, 11.0, 2.0)]
     alerts = d.evaluate(list(range(1, 11)), rows(*late), LAYERS)
     assert [(a.kind, a.step) for a in alerts] == [("divergence", 1)]
+
+
+def test_a_run_whose_optimizer_is_gone_at_the_cells_end_is_still_judged() -> None:
+    """A training function that makes its own optimizer drops it when it returns: its
+    rows flushed since the last check (here the whole short run) are judged all the same
+    (retired.py). Before, a diverging run of a few steps inside ``train()`` was never
+    alarmed (GPT-2 at AdamW lr 5 for 40 steps, 1 run in 2)."""
+
+    def train(lr: float, steps: int) -> None:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+        opt = torch.optim.AdamW(model.parameters(), lr=lr)
+        for _ in range(steps):
+            opt.zero_grad()
+            model(torch.randn(16, 8)).pow(2).mean().backward()
+            opt.step()
+
+    with session({"train": train}) as s:
+        s.shell.events.trigger("pre_run_cell", None)
+        train(5.0, 8)  # far faster than one alarm-check interval
+        mon = s.ext.grads
+        assert mon is not None and len(mon.tracks) == 0 and len(mon.retired) == 1
+        s.end_cell()
+        kinds = [a["kind"] for a in s.comm.alerts()]
+        assert {"divergence", "explosion"} & set(kinds), s.comm.alerts()
+        assert len(mon.retired) == 0  # judged once, then let go (R24)

@@ -8,9 +8,8 @@ Gradients are final there — after DDP's all-reduce (R34) and after GradScaler'
 stream block its rows go to and the alarm state. What was read is returned as a
 ``StepRead`` for training control in the same step.
 
-Cost per step when not sampling: a dict lookup, a counter and a clock read. At a sampled
-step: one foreach norm pass, one stack, one row queued on the device. Everything else
-(host copy, per-layer sums, alarms) happens at flush, at most 10 times a second.
+Cost per step when not sampling: a dict lookup, a counter and a clock read. Sampled: one
+foreach norm pass, one stack, one row queued; the rest at flush, at most 10 times a second.
 R11: nothing here raises into ``step()``; failures are counted in ``host.errors``.
 """
 
@@ -31,9 +30,10 @@ from .alarms import Thresholds
 from .alerts import AlertLog
 from .nonfinite import NonFiniteGuard
 from .replay import Replayer
+from .retired import RetiredTracks
 from .status import grads_message
 from .stride import Periodic, Sampler
-from .track import Track
+from .track import NO_GRADS_REASON, Track
 
 if TYPE_CHECKING:
     import torch
@@ -48,16 +48,10 @@ FULL_CHECK_S = 5.0
 STATUS_INTERVAL_S = 2.0
 #: Status changes (new layers, stride, skips) are sent at most this often.
 STATUS_MIN_INTERVAL_S = 0.5
-#: Flushed rows are checked for alarms in batches at most this often: the per-call cost
-#: of the checks is fixed (a few dozen small tensor ops), so batching is what keeps it cheap.
+#: Flushed rows are checked for alarms in batches (a fixed cost per check) at most this often.
 EVALUATE_INTERVAL_S = 1.0
 #: ... or sooner once this many rows wait.
 EVALUATE_MAX_ROWS = 4096
-
-NO_GRADS_REASON = (
-    "no parameter this optimizer steps has a gradient — if the parameters were replaced "
-    "(load_state_dict(assign=True), re-created layers), create the optimizer again"
-)
 
 
 class GradMonitor:
@@ -77,6 +71,7 @@ class GradMonitor:
         self.alerts = AlertLog()
         self.mode: tuple[str, int] = ("auto", 1)
         self.tracks: weakref.WeakKeyDictionary[Any, Track] = weakref.WeakKeyDictionary()
+        self.retired = RetiredTracks()  # optimizer gone, rows not judged yet (retired.py)
         #: The run the tracks belong to (per_run.py: a new run, new tracks).
         self.run: int | None = None
         self.step_base: dict[str, int] = {}
@@ -115,6 +110,7 @@ class GradMonitor:
         self.replayer.close()
         self.guard.detach()
         self.tracks = weakref.WeakKeyDictionary()
+        self.retired.clear()
         self.torch_attached = False
 
     # --- the step boundary (training thread) -----------------------------------------
@@ -177,7 +173,7 @@ class GradMonitor:
             t0 = self.clock()
             if due:
                 stream.flush()
-            self._after_flush()
+            self._after_flush(flushed=due)
             # Not the read's cost (the stride ignores it): over its own budget, the
             # stream flushes less often instead (stride.Periodic).
             stream.slowdown = self.periodic.add(self.clock() - t0, t0)
@@ -221,6 +217,7 @@ class GradMonitor:
         # A new optimizer under the same name continues the x axis of the same series.
         track.step = self.step_base.get(name, 0)
         self.tracks[optimizer] = track
+        self.retired.watch(track, optimizer)
         self._status_dirty = True
         return track
 
@@ -258,8 +255,7 @@ class GradMonitor:
         sampler = track.sampler
         due = now - track.last_param_t >= sampler.param_interval_s or track.early_weights_due()
         if due and track.param_recorder:
-            # A second read (of the weights), about once a second: periodic work, timed
-            # apart and paid by reading less often; the stride sees the grad read alone.
+            # The weights, about once a second: timed apart (the stride sees the grad read)
             track.last_param_t = now
             track.param_reads += 1
             if track.param_reads == 1:
@@ -293,7 +289,7 @@ class GradMonitor:
     # --- flush side (rows on the host) -----------------------------------------------
 
     def _on_rows(self, wt: weakref.ref[Track], xs: list[float], m: torch.Tensor) -> None:
-        """Rows just flushed (host tensor): keep them for the next alarm check."""
+        """Rows just flushed (host): kept for the next alarm check."""
         track = wt()
         if track is None or track.plan is None:
             return
@@ -310,8 +306,12 @@ class GradMonitor:
         except Exception:
             self.ext.count_error("grads:alarms")
 
-    def _after_flush(self, force: bool = False) -> None:
+    def _after_flush(self, force: bool = False, flushed: bool = False) -> None:
         now = self.clock()
+        # tracks whose optimizer is gone: their last rows, once flushed (retired.py)
+        gone = self.retired.take() if force or flushed else []
+        for t in gone:
+            self._evaluate(t)
         if self._rows_waiting and (force or now - self._last_eval >= EVALUATE_INTERVAL_S):
             self._rows_waiting = False
             self._last_eval = now
@@ -355,7 +355,7 @@ class GradMonitor:
         alerts the rate limit held back, and a final status."""
         for t in list(self.tracks.values()):  # a cell that ended between backward and clip
             t.deferred = None
-        if self.torch_attached and len(self.tracks):
+        if self.torch_attached and (len(self.tracks) or len(self.retired)):
             self.ext.stream.flush(wait=True)
         self.replayer.run_pending()  # the cell ended before its next step
         self._after_flush(force=True)

@@ -9,6 +9,7 @@ last / max / min / non-finite columns.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import weakref
 from collections.abc import Callable, Sequence
@@ -28,6 +29,12 @@ if TYPE_CHECKING:
     from ..stream import BlockSeries, Stream
     from .collector import Layout
     from .probe import ForwardProbe
+
+#: A track's state reason when none of its parameters has a gradient.
+NO_GRADS_REASON = (
+    "no parameter this optimizer steps has a gradient — if the parameters were replaced "
+    "(load_state_dict(assign=True), re-created layers), create the optimizer again"
+)
 
 
 class Track:
@@ -124,6 +131,14 @@ class Track:
         if self._ids is None or self._ids[0] is not params:
             self._ids = (params, {id(p) for p in params})
         return any(id(p) in self._ids[1] for p in head)
+
+    def retire(self) -> None:
+        """Its optimizer is gone (retired.py): let go of the parameters and anything of the
+        model while it waits for its last check (R24); rows and alarm state stay."""
+        if self.plan is not None:
+            self.plan = dataclasses.replace(self.plan, params=[], roots=[])
+        self._ids = None
+        self.probe = None
 
     def set_state(self, state: str, reason: str | None) -> bool:
         """Set the track's state; True when it changed (the status is then due)."""
