@@ -21,7 +21,7 @@ import { TorchDbgModel } from '../model/model';
 import { IDismissedStore } from '../panels/exception/dismissed';
 import { ExceptionModel } from '../panels/exception/model';
 import type { IException } from '../protocol/messages';
-import { LOADED_TARGET } from '../protocol/version';
+import { LOADED_TARGET, PROTOCOL_VERSION } from '../protocol/version';
 import { FakeKernel, flush, loadedKernel } from './fakeKernel';
 import { schemaDef } from './schema';
 import { trans } from './translate';
@@ -268,7 +268,7 @@ describe('R04: %unload_ext then %load_ext typed by hand', () => {
     // %load_ext by hand: the kernel opens (and closes) its announcement comm
     const data = {
       method: 'loaded',
-      protocol_version: '2.4',
+      protocol_version: PROTOCOL_VERSION,
       session_id: 's2'
     };
     expect(loadedMessage(data)).toBe(true);
