@@ -19,7 +19,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from .signal_wire import finding_of, signal_of
+from .signal_wire import finding_of, signal_of, wire_int, wire_num
 
 #: Points kept per rank (the panel's per-rank charts).
 RING = 2000
@@ -76,16 +76,6 @@ def wire_norm(x: object) -> float | str | None:
     if math.isinf(v):
         return "Infinity" if v > 0 else "-Infinity"
     return v
-
-
-def _int(x: object, lo: int = 0) -> int | None:
-    return x if isinstance(x, int) and not isinstance(x, bool) and x >= lo else None
-
-
-def _num(x: object) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-        return None
-    return float(x)
 
 
 @dataclass
@@ -186,7 +176,7 @@ class Rank:
 
     def add_rows(self, content: dict[str, Any], now: float) -> list[int]:
         """A ``rows`` batch; returns the sampled steps that carried a norm."""
-        own = _num(content.get("own"))
+        own = wire_num(content.get("own"))
         phase = content.get("phase")
         if phase in ("user", "torch_wait", "paused"):
             self.phase = str(phase)
@@ -195,13 +185,13 @@ class Rank:
         for row in rows if isinstance(rows, list) else []:
             if not isinstance(row, dict):
                 continue
-            step = _int(row.get("step"), 1)
+            step = wire_int(row.get("step"), 1)
             if step is None:
                 continue
-            dt = _num(row.get("dt"))
+            dt = wire_num(row.get("dt"))
             dt = dt if dt is not None and dt >= 0 else None
             norm = wire_norm(row.get("norm"))
-            mem = _int(row.get("mem"))
+            mem = wire_int(row.get("mem"))
             if row.get("mem_kind") in ("cuda", "host"):
                 self.mem_kind = str(row["mem_kind"])
             self.row_step = max(self.row_step, step)
@@ -232,7 +222,7 @@ class Rank:
             signal = signal_of(raw)
             if signal is not None:
                 self.signals.append(signal)
-        checked = _int(content.get("checked"))
+        checked = wire_int(content.get("checked"))
         if checked is not None:
             self.checked = max(self.checked, checked)
         layers = content.get("layers")
@@ -258,7 +248,7 @@ class Rank:
     def _valid_layers(layers: dict[str, Any]) -> bool:
         names, norms = layers.get("names"), layers.get("norms")
         return (
-            _int(layers.get("step"), 1) is not None
+            wire_int(layers.get("step"), 1) is not None
             and isinstance(names, list)
             and isinstance(norms, list)
             and len(names) == len(norms)
@@ -271,8 +261,8 @@ class Rank:
         phase = content.get("phase")
         if phase in ("user", "torch_wait", "paused"):
             self.phase = str(phase)
-        step = _int(content.get("step"))
-        since = _num(content.get("since_step_s"))
+        step = wire_int(content.get("step"))
+        since = wire_num(content.get("since_step_s"))
         if step is not None and step > self.step:
             self.step = step
         if since is not None and since >= 0 and self.step > 0:
@@ -321,16 +311,16 @@ def valid_identity(raw: object, fallback_pid: int = 0) -> dict[str, Any] | None:
     """A ``RankIdentity`` from a worker's hello, or None when it is unusable."""
     if not isinstance(raw, dict):
         return None
-    rank, world = _int(raw.get("rank")), _int(raw.get("world_size"), 1)
+    rank, world = wire_int(raw.get("rank")), wire_int(raw.get("world_size"), 1)
     if rank is None or world is None or rank > 65535 or world > 65536:
         return None
     launcher = raw.get("launcher")
     return {
         "rank": rank,
         "world_size": world,
-        "local_rank": _int(raw.get("local_rank")),
+        "local_rank": wire_int(raw.get("local_rank")),
         "host": str(raw.get("host", ""))[:256],
-        "pid": _int(raw.get("pid")) or fallback_pid,
+        "pid": wire_int(raw.get("pid")) or fallback_pid,
         "launcher": launcher if launcher in ("spawn", "fork", "torchrun", "attach") else "attach",
     }
 

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from .reader import frame_namespace
 from .signal_wire import CAUSES, SIGNAL_KINDS
 
 if TYPE_CHECKING:
@@ -47,8 +48,6 @@ MAX_PENDING = 4096
 #: Seconds between two reads of the weights' norms after the first steps (the kernel's
 #: periodic read of the same, grads/monitor.py).
 WEIGHTS_EVERY_S = 1.0
-#: Frames searched for loss modules.
-FRAME_DEPTH = 40
 #: Modules looked at for a layer that needs the other ranks.
 MAX_MODULES = 4096
 
@@ -81,25 +80,6 @@ def needs_other_ranks(module: Any) -> str | None:
         if type(p).__name__ == "DTensor" or type(getattr(p, "data", None)).__name__ == "DTensor":
             return "its parameters are DTensors sharded across the ranks"
     return None
-
-
-def frame_namespace(frame: FrameType | None) -> dict[str, Any]:
-    """The names bound in the training thread's frames (innermost first wins)."""
-    ns: dict[str, Any] = {}
-    f = frame
-    depth = 0
-    while f is not None and depth < FRAME_DEPTH:
-        for space in (f.f_locals, f.f_globals):
-            try:
-                items = list(space.items())
-            except Exception:
-                continue
-            for k, v in items:
-                if isinstance(k, str):
-                    ns.setdefault(k, v)
-        f = f.f_back
-        depth += 1
-    return ns
 
 
 class RankSignals:

@@ -149,6 +149,25 @@ class Reader:
         return layout
 
 
+def frame_namespace(frame: FrameType | None) -> dict[str, Any]:
+    """The names bound in the training thread's frames (innermost first wins)."""
+    ns: dict[str, Any] = {}
+    f = frame
+    depth = 0
+    while f is not None and depth < FRAME_DEPTH:
+        for space in (f.f_locals, f.f_globals):
+            try:
+                items = list(space.items())
+            except Exception:
+                continue
+            for k, v in items:
+                if isinstance(k, str):
+                    ns.setdefault(k, v)
+        f = f.f_back
+        depth += 1
+    return ns
+
+
 def find_module(params: list[Any], frame: FrameType | None) -> tuple[Any, str | None]:
     """The ``nn.Module`` in the stepping thread's frames that holds the most of
     ``params`` (the smallest such on a tie) and the name it is bound to there, or
@@ -160,28 +179,17 @@ def find_module(params: list[Any], frame: FrameType | None) -> tuple[Any, str | 
     best: tuple[int, int] | None = None
     found: Any = None
     found_name: str | None = None
-    depth = 0
-    f = frame
-    while f is not None and depth < FRAME_DEPTH:
-        for space in (f.f_locals, f.f_globals):
-            try:
-                items = list(space.items())
-            except Exception:
-                continue
-            for key, value in items:
-                if not isinstance(value, nn.Module) or id(value) in seen:
-                    continue
-                seen.add(id(value))
-                try:
-                    ids = [id(p) for p in value.parameters()]
-                except Exception:
-                    continue
-                score = (len(wanted.intersection(ids)), -len(ids))
-                if score[0] and (best is None or score > best):
-                    best, found = score, value
-                    found_name = key if isinstance(key, str) else None
-        f = f.f_back
-        depth += 1
+    for key, value in frame_namespace(frame).items():  # innermost binding first
+        if not isinstance(value, nn.Module) or id(value) in seen:
+            continue
+        seen.add(id(value))
+        try:
+            ids = [id(p) for p in value.parameters()]
+        except Exception:
+            continue
+        score = (len(wanted.intersection(ids)), -len(ids))
+        if score[0] and (best is None or score > best):
+            best, found, found_name = score, value, key
     return found, found_name
 
 

@@ -17,11 +17,13 @@ CAUSES = ("input", "forward", "weights", "loss", "backward", "overflow", "unknow
 SIGNAL_KINDS = ("explosion", "vanishing")
 
 
-def _int(x: object, lo: int = 0) -> int | None:
+def wire_int(x: object, lo: int = 0) -> int | None:
+    """An int of at least ``lo`` from a worker's message (bools refused), else None."""
     return x if isinstance(x, int) and not isinstance(x, bool) and x >= lo else None
 
 
-def _num(x: object) -> float | None:
+def wire_num(x: object) -> float | None:
+    """A finite number from a worker's message (bools refused), else None."""
     if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
         return None
     return float(x)
@@ -52,7 +54,7 @@ def signal_of(raw: object) -> dict[str, Any] | None:
     """One explosion / vanishing alert of a rank's detector, checked and bounded."""
     if not isinstance(raw, dict) or raw.get("kind") not in SIGNAL_KINDS:
         return None
-    step = _int(raw.get("step"), 1)
+    step = wire_int(raw.get("step"), 1)
     if step is None:
         return None
     return {
@@ -61,5 +63,5 @@ def signal_of(raw: object) -> dict[str, Any] | None:
         "layer": _text(raw.get("layer"), 512),
         "message": _text(raw.get("message"), 1200) or "",
         "remedy": _text(raw.get("remedy"), 600),
-        "value": _num(raw.get("value")),
+        "value": wire_num(raw.get("value")),
     }
