@@ -12,10 +12,9 @@ import { act, mountEach, React } from './dom';
 import type { TorchDbgConnection } from '../connection/connection';
 import { TorchDbgModel } from '../model/model';
 import type { ControlPanel as ControlPanelT } from '../panels/control/body';
-import type { IControlTarget } from '../protocol/generated';
 import type { IAck, IControl, IError } from '../protocol/messages';
 import { hello } from './fakeKernel';
-import { schemaDef } from './schema';
+import { controlState, controlTarget } from './fixtures';
 import { trans } from './translate';
 
 /* eslint-disable @typescript-eslint/no-require-imports */
@@ -23,41 +22,6 @@ const {
   ControlPanel
 }: { ControlPanel: typeof ControlPanelT } = require('../panels/control/body');
 /* eslint-enable @typescript-eslint/no-require-imports */
-
-const controlMessage = schemaDef('Control');
-
-function target(over: Partial<IControlTarget> = {}): IControlTarget {
-  return {
-    key: 'opt#1',
-    name: 'opt',
-    stepping: true,
-    by_hand: false,
-    groups: [{ index: 0, lr: 0.5, initial_lr: null, changed: false }],
-    ...over
-  };
-}
-
-function control(over: Partial<IControl> = {}): IControl {
-  const msg: IControl = {
-    method: 'control',
-    clip: null,
-    paused: false,
-    paused_at: null,
-    step: 12,
-    lr_scale: null,
-    optimizers: ['opt'],
-    last_refusal: null,
-    idle: false,
-    run: 2,
-    targets: [target()],
-    target: 'opt#1',
-    ...over
-  };
-  if (!controlMessage(msg)) {
-    throw new Error(JSON.stringify(controlMessage.errors));
-  }
-  return msg;
-}
 
 /** A connected model and a connection whose actions answer with `reply`. */
 function setup(reply: (action: string) => IAck | IError = okReply) {
@@ -128,7 +92,7 @@ function type(input: HTMLInputElement, text: string): void {
 describe('control panel: idle', () => {
   it('says nothing is training and disables Pause, Step and the LR controls, with why', async () => {
     const { model, conn } = setup();
-    model.control.apply(control({ idle: true }));
+    model.control.apply(controlState({ idle: true }));
     render(conn);
     expect(stateText()).toBe('Idle: nothing is training.');
     expect(dom.host.textContent).not.toContain('Controls apply');
@@ -144,10 +108,10 @@ describe('control panel: idle', () => {
     // kernel applies it at once), and says so
     await kernelSays(
       model,
-      control({
+      controlState({
         idle: true,
         targets: [
-          target({
+          controlTarget({
             groups: [{ index: 0, lr: 0.25, initial_lr: 0.5, changed: true }]
           })
         ]
@@ -161,7 +125,7 @@ describe('control panel: idle', () => {
     // paused but idle (the kernel said so): Step is refused as well
     await kernelSays(
       model,
-      control({ idle: true, paused: true, paused_at: 3 })
+      controlState({ idle: true, paused: true, paused_at: 3 })
     );
     expect(button('Step').disabled).toBe(true);
   });
@@ -175,23 +139,28 @@ describe('control panel: idle', () => {
 
   it('the current run, not idle: Running, Pause enabled', async () => {
     const { model, conn } = setup();
-    model.control.apply(control());
+    model.control.apply(controlState());
     render(conn);
     expect(stateText()).toBe(
       'Running. Controls apply at the next optimizer.step().'
     );
     expect(button('Pause').disabled).toBe(false);
     // no run current (the kernel has not seen a step): not "Running"
-    await kernelSays(model, control({ run: null }));
+    await kernelSays(model, controlState({ run: null }));
     expect(stateText()).toBe('Idle: nothing is training.');
   });
 
   it('a loop without torch.optim: controls apply at the end of backward; no LR to set', async () => {
     const { model, conn } = setup();
     model.control.apply(
-      control({
+      controlState({
         targets: [
-          target({ key: 'net#2', name: 'net', by_hand: true, groups: [] })
+          controlTarget({
+            key: 'net#2',
+            name: 'net',
+            by_hand: true,
+            groups: []
+          })
         ],
         target: 'net#2'
       })
@@ -208,9 +177,9 @@ describe('control panel: the learning rate is the kernel’s', () => {
   it('shows each group’s lr as reported, and follows the kernel, never a local guess', async () => {
     const { model, conn } = setup();
     model.control.apply(
-      control({
+      controlState({
         targets: [
-          target({
+          controlTarget({
             groups: [
               { index: 0, lr: 0.5, initial_lr: null, changed: false },
               { index: 1, lr: 0.05, initial_lr: null, changed: false }
@@ -225,10 +194,10 @@ describe('control panel: the learning rate is the kernel’s', () => {
     // the panel changed it in this run: the chip says the kernel's lr, not "×0.5"
     await kernelSays(
       model,
-      control({
+      controlState({
         lr_scale: 0.5,
         targets: [
-          target({
+          controlTarget({
             groups: [
               { index: 0, lr: 0.25, initial_lr: 0.5, changed: true },
               { index: 1, lr: 0.025, initial_lr: 0.05, changed: true }
@@ -248,7 +217,7 @@ describe('control panel: the learning rate is the kernel’s', () => {
 
   it('Enter sends set_lr for that group of that optimizer; the kernel’s value shows after', async () => {
     const { model, conn, sent } = setup();
-    model.control.apply(control());
+    model.control.apply(controlState());
     render(conn);
     const [lr] = lrInputs();
     type(lr, '0.01');
@@ -271,9 +240,9 @@ describe('control panel: the learning rate is the kernel’s', () => {
     expect(lrInputs()[0].value).toBe('0.5');
     await kernelSays(
       model,
-      control({
+      controlState({
         targets: [
-          target({
+          controlTarget({
             groups: [{ index: 0, lr: 0.01, initial_lr: 0.5, changed: true }]
           })
         ]
@@ -284,7 +253,7 @@ describe('control panel: the learning rate is the kernel’s', () => {
 
   it('rejects a typed lr that is not a number > 0; Set is off until valid', async () => {
     const { model, conn, sent } = setup();
-    model.control.apply(control());
+    model.control.apply(controlState());
     render(conn);
     const set = () => $<HTMLButtonElement>('.jp-TorchDbg-lrSet')!;
     expect(set().disabled).toBe(true);
@@ -302,14 +271,14 @@ describe('control panel: the learning rate is the kernel’s', () => {
 
   it('Reset LR only when this run changed it, restoring on the picked optimizer', async () => {
     const { model, conn, sent } = setup();
-    model.control.apply(control());
+    model.control.apply(controlState());
     render(conn);
     expect(button('Reset LR').disabled).toBe(true);
     await kernelSays(
       model,
-      control({
+      controlState({
         targets: [
-          target({
+          controlTarget({
             groups: [{ index: 0, lr: 0.25, initial_lr: 0.5, changed: true }]
           })
         ]
@@ -325,17 +294,17 @@ describe('control panel: the learning rate is the kernel’s', () => {
 
   it('several optimizers: the kernel’s default first, a picker, actions on the picked one', async () => {
     const { model, conn, sent } = setup();
-    const d = target({
+    const d = controlTarget({
       key: 'opt_d#3',
       name: 'opt_d',
       groups: [{ index: 0, lr: 0.0002, initial_lr: null, changed: false }]
     });
-    const g = target({
+    const g = controlTarget({
       key: 'opt_g#4',
       name: 'opt_g',
       groups: [{ index: 0, lr: 0.001, initial_lr: null, changed: false }]
     });
-    model.control.apply(control({ targets: [d, g], target: 'opt_g#4' }));
+    model.control.apply(controlState({ targets: [d, g], target: 'opt_g#4' }));
     render(conn);
     const select = $<HTMLSelectElement>('.jp-TorchDbg-lrTarget')!;
     expect(select.value).toBe('opt_g#4');
@@ -351,7 +320,7 @@ describe('control panel: the learning rate is the kernel’s', () => {
       { action: 'scale_lr', args: { factor: 0.5, optimizer: 'opt_d#3' } }
     ]);
     // one optimizer: no picker
-    await kernelSays(model, control());
+    await kernelSays(model, controlState());
     expect($('.jp-TorchDbg-lrTarget')).toBeNull();
   });
 
@@ -362,7 +331,7 @@ describe('control panel: the learning rate is the kernel’s', () => {
       code: 'refused',
       message: `${action}: nothing is training: set the learning rate in your cell`
     }));
-    model.control.apply(control());
+    model.control.apply(controlState());
     render(conn);
     await click(button('LR ×0.5'));
     expect(dom.host.textContent).toContain(
@@ -372,7 +341,7 @@ describe('control panel: the learning rate is the kernel’s', () => {
 
   it('a kernel before protocol 2.3 keeps the old controls', async () => {
     const { model, conn } = setup();
-    const old = control({ lr_scale: 0.5 });
+    const old = controlState({ lr_scale: 0.5 });
     delete old.idle;
     delete old.run;
     delete old.targets;

@@ -10,23 +10,20 @@
  * bar (item 8). Every kernel message is checked against the schema first.
  */
 import { act, fakeIntersectionObserver, mountEach, React } from './dom';
-import { routeMessage } from '../connection/router';
 import { TorchDbgModel } from '../model/model';
 import type { IRankAlarm, IRanks, IRunInfo } from '../protocol/generated';
 import type {
   IAlertItem,
   IControl,
   IGrads,
-  IGradTrack,
-  KernelMessage
+  IGradTrack
 } from '../protocol/messages';
 import type * as NowStripT from '../sidebar/nowStrip';
 import type * as RunsBarT from '../panels/runs/bar';
 import type * as StatusT from '../statusLine';
 import type * as LiveCountsT from '../sidebar/liveCounts';
 import { encodeBlock } from './fakeKernel';
-import { gradTrack } from './fixtures';
-import { schemaDef } from './schema';
+import { deliver, gradTrack } from './fixtures';
 import { trans } from './translate';
 import { formatCompact } from '../ui/formatCompact';
 
@@ -44,19 +41,6 @@ const {
   runStep
 }: typeof LiveCountsT = require('../sidebar/liveCounts');
 /* eslint-enable @typescript-eslint/no-require-imports */
-
-const kernelMessage = schemaDef('KernelMessage');
-
-function deliver(
-  model: TorchDbgModel,
-  msg: KernelMessage,
-  buffers: ArrayBuffer[] = []
-): void {
-  if (!kernelMessage(msg)) {
-    throw new Error(JSON.stringify(kernelMessage.errors));
-  }
-  routeMessage(model, msg, buffers, 's1');
-}
 
 function runInfo(id: number, over: Partial<IRunInfo> = {}): IRunInfo {
   return {

@@ -19,9 +19,10 @@ import type { TorchDbgConnection } from '../connection/connection';
 import type { KernelTracker } from '../connection/tracker';
 import { availability } from '../model/availability';
 import { TorchDbgModel } from '../model/model';
-import type { IControlTarget, IRanks } from '../protocol/generated';
-import type { IAck, IControl, IMemory } from '../protocol/messages';
+import type { IRanks } from '../protocol/generated';
+import type { IAck, IMemory } from '../protocol/messages';
 import { hello } from './fakeKernel';
+import { controlState, controlTarget } from './fixtures';
 import { schemaDef } from './schema';
 import { trans } from './translate';
 
@@ -53,40 +54,8 @@ const {
 } = require('../commands');
 /* eslint-enable @typescript-eslint/no-require-imports */
 
-const controlMessage = schemaDef('Control');
 const memoryMessage = schemaDef('Memory');
 const ranksMessage = schemaDef('Ranks');
-
-function target(over: Partial<IControlTarget> = {}): IControlTarget {
-  return {
-    key: 'opt#1',
-    name: 'opt',
-    stepping: true,
-    by_hand: false,
-    groups: [{ index: 0, lr: 0.5, initial_lr: null, changed: false }],
-    ...over
-  };
-}
-
-function control(over: Partial<IControl> = {}): IControl {
-  const msg: IControl = {
-    method: 'control',
-    clip: null,
-    paused: false,
-    paused_at: null,
-    step: 12,
-    lr_scale: null,
-    optimizers: ['opt'],
-    last_refusal: null,
-    idle: false,
-    run: 2,
-    targets: [target()],
-    target: 'opt#1',
-    ...over
-  };
-  expect(controlMessage(msg)).toBe(true);
-  return msg;
-}
 
 const MiB = 1024 * 1024;
 
@@ -277,7 +246,7 @@ describe('palette = panel: one answer to "can this action run now"', () => {
 
   it('running, nothing paused, CPU only: Resume and the CUDA actions are off in both', async () => {
     const { model, conn, commands } = setup();
-    model.control.apply(control());
+    model.control.apply(controlState());
     model.memory.apply(memory());
     render(conn);
     expect(mismatches(commands)).toEqual([]);
@@ -297,7 +266,7 @@ describe('palette = panel: one answer to "can this action run now"', () => {
 
   it('paused, clipping, CUDA in use and recording: Resume, Step, Stop clipping on in both', async () => {
     const { model, conn, commands } = setup();
-    model.control.apply(control({ paused: true, paused_at: 12, clip: 1 }));
+    model.control.apply(controlState({ paused: true, paused_at: 12, clip: 1 }));
     model.memory.apply(
       memory({
         state: 'active',
@@ -319,15 +288,15 @@ describe('palette = panel: one answer to "can this action run now"', () => {
 
   it('after the run the LR changed: Reset LR on in both, LR ×0.5 and Set off', async () => {
     const { model, conn, commands } = setup();
-    model.control.apply(control());
+    model.control.apply(controlState());
     render(conn);
     await update(() =>
       model.control.apply(
-        control({
+        controlState({
           idle: true,
           lr_scale: 0.5,
           targets: [
-            target({
+            controlTarget({
               stepping: false,
               groups: [{ index: 0, lr: 0.25, initial_lr: 0.5, changed: true }]
             })
@@ -347,9 +316,14 @@ describe('palette = panel: one answer to "can this action run now"', () => {
   it('a loop without torch.optim: no LR command, as no LR control', async () => {
     const { model, conn, commands } = setup();
     model.control.apply(
-      control({
+      controlState({
         targets: [
-          target({ key: 'net#2', name: 'net', by_hand: true, groups: [] })
+          controlTarget({
+            key: 'net#2',
+            name: 'net',
+            by_hand: true,
+            groups: []
+          })
         ],
         target: 'net#2'
       })
@@ -365,7 +339,7 @@ describe('palette = panel: one answer to "can this action run now"', () => {
 
   it('a rank job runs: Training control says so and points to Ranks; Pause says why', async () => {
     const { model, conn, commands } = setup();
-    model.control.apply(control({ idle: true, run: null, targets: [] }));
+    model.control.apply(controlState({ idle: true, run: null, targets: [] }));
     const job = rankJob();
     expect(ranksMessage(job)).toBe(true);
     model.ranks.apply(job);
@@ -399,7 +373,7 @@ describe('palette = panel: one answer to "can this action run now"', () => {
 
   it('not connected: every command off (and the panel shows no buttons)', () => {
     const { model, commands } = setup();
-    model.control.apply(control({ paused: true, paused_at: 3 }));
+    model.control.apply(controlState({ paused: true, paused_at: 3 }));
     model.state = { kind: 'not_loaded', reason: 'unloaded' };
     expect(commands.isEnabled(CommandIDs.resume)).toBe(false);
     expect(availability(model, trans).resume.why).toBe(

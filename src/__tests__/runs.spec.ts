@@ -4,7 +4,6 @@
  * choice, the faded overlays' data, and the gradient tracks and alarms per run.
  * Every message is checked against the protocol schema first.
  */
-import { routeMessage } from '../connection/router';
 import { TorchDbgModel } from '../model/model';
 import { MAX_RUNS, NO_RUN } from '../panels/runs/model';
 import { pickableRuns, runLabel, runTitle } from '../panels/runs/bar';
@@ -14,28 +13,13 @@ import {
   IGrads,
   IGradTrack,
   ISeries,
-  ISnapshot,
-  KernelMessage
+  ISnapshot
 } from '../protocol/messages';
 import { encodeBlock } from './fakeKernel';
-import { schemaDef } from './schema';
 import { trans } from './translate';
-import { gradTrack } from './fixtures';
-
-const kernelMessage = schemaDef('KernelMessage');
+import { deliver, gradTrack } from './fixtures';
 
 /** Route a kernel message after checking it against the schema. */
-function deliver(
-  model: TorchDbgModel,
-  msg: KernelMessage,
-  buffers: ArrayBuffer[] = []
-): void {
-  if (!kernelMessage(msg)) {
-    throw new Error(JSON.stringify(kernelMessage.errors));
-  }
-  routeMessage(model, msg, buffers, 's1');
-}
-
 function run(id: number, over: Partial<IRunInfo> = {}): IRunInfo {
   return {
     id,
