@@ -382,3 +382,38 @@ def test_a_run_whose_optimizer_is_gone_at_the_cells_end_is_still_judged() -> Non
         kinds = [a["kind"] for a in s.comm.alerts()]
         assert {"divergence", "explosion"} & set(kinds), s.comm.alerts()
         assert len(mon.retired) == 0  # judged once, then let go (R24)
+
+
+def test_a_row_judged_after_the_clip_came_on_is_told_as_it_was_at_its_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rows are judged after their step (every second or so): an explosion at step 8,
+    with the panel's clip turned on at step 10 and both judged together, happened
+    unclipped. Its message and remedy say so: no "(before clipping)", no "Clipping is
+    on, so the update stayed bounded", and the clip is advised. Before, the check read
+    whether clipping was on at the time of the check (a Chromium run: "Clipping is on"
+    on a step-5 explosion whose clip came at step 9)."""
+    from jupyterlab_torchdbg.kernel.grads import monitor as monitor_mod
+
+    monkeypatch.setattr(monitor_mod, "EVALUATE_INTERVAL_S", 1e9)  # one check, at the end
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 8), torch.randn(32, 1)
+    with session({"model": model, "opt": opt}) as s:
+        s.ext.stream.interval_s = 1e9
+        s.shell.events.trigger("pre_run_cell", None)
+        for step in range(1, 16):
+            if step == 10:
+                assert s.comm.action("clip", {"max_norm": 1.0})["method"] == "ack"
+            opt.zero_grad()
+            scale = 1e4 if step == 8 else 1.0  # one bad batch at step 8
+            (scale * nn.functional.mse_loss(model(x), y)).backward()
+            opt.step()
+        s.end_cell()
+        alerts = [a for a in s.comm.alerts() if a["kind"] == "explosion"]
+        assert [a["step"] for a in alerts] == [8], s.comm.alerts()
+        a = alerts[0]
+        assert "before clipping" not in a["message"]
+        assert "Clipping is on" not in a["remedy"] and "clip_grad_norm_" in a["remedy"]
+        assert s.ext.control is not None and s.ext.control.clipping  # on, since step 10

@@ -123,6 +123,10 @@ class Worker:
             self.agreed.clip_now(optimizer)
         except Exception:
             self.errors["step"] += 1
+            if primary:
+                # An object whose step cannot be read is not the rank's step: the next
+                # optimizer to step takes over (it may stay alive, held by a traceback).
+                self._primary = None
             primary = False
         if primary:
             self.agreed.hold()

@@ -25,7 +25,9 @@ const TRAIN = explodingRnnCell({
     'nn.functional.mse_loss(model(x), y).backward()',
     'opt.step()',
     'done += 1',
-    'time.sleep(0.03)'
+    // slow first steps: the clip lands before the run can explode, however loaded
+    // the machine (unclipped, it explodes at step 5 and overflows by step 17)
+    'time.sleep(0.5 if step < 20 else 0.03)'
   ]
 });
 
@@ -68,7 +70,9 @@ test('clip at 1.0 and pause / resume while the cell runs', async ({
   // single step, then resume to the end
   await control.getByRole('button', { name: 'Step', exact: true }).click();
   await expect
-    .poll(async () => /step (\d+)/.exec(await stepText())?.[1])
+    .poll(async () => /step (\d+)/.exec(await stepText())?.[1], {
+      timeout: 20000
+    })
     .not.toBe(/step (\d+)/.exec(pausedAt)?.[1]);
   await control.getByRole('button', { name: 'Resume' }).click();
   await expect(status).not.toContainText('paused');

@@ -132,13 +132,14 @@ class Detector:
         self.last_step = int(steps[-1]) if steps else self.last_step
         for i, (v, ok) in enumerate(zip(totals, finite_list, strict=True)):
             step = int(steps[i])
+            clip_i = clip.at(step)  # the panel's clip as it was at this row's step
             if not ok:
                 self.calm["non_finite"] = 0
                 judge.broken()
                 if self.armed["non_finite"]:
                     self.armed["non_finite"] = False
                     alerts.append(
-                        self._non_finite(step, bad_cols[i], layers, v, loss_nonfinite, clip)
+                        self._non_finite(step, bad_cols[i], layers, v, loss_nonfinite, clip_i)
                     )
                 continue
             self.calm["non_finite"] += 1
@@ -148,7 +149,7 @@ class Detector:
             def level(i: int = i) -> Tensor | None:
                 return self.level if self.level is not None else level_of(lay[:i])
 
-            alerts += judge.row(i, step, v, lay[i], layers, clip, level)
+            alerts += judge.row(i, step, v, lay[i], layers, clip_i, level)
         judge.finish(alerts, layers)
         alerts += self._vanishing(steps, total, lay, layers)
         self._update_levels(lay)

@@ -13,7 +13,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 #: Alerts kept for snapshots.
 ALERT_HISTORY = 100
@@ -102,6 +102,16 @@ class Clipping:
     #: The norms were read after the loop's own clip (an optimizer step comes after it;
     #: a loop without torch.optim is read at its clip_grad_norm_).
     after_user: bool = True
+    #: The steps the panel's clip action was on at ((first, last), last None: still on),
+    #: where known: rows are judged after their step, by which time it may have changed.
+    action_spans: tuple[tuple[int, int | None], ...] | None = None
+
+    def at(self, step: int) -> Clipping:
+        """As it was at ``step``: the clip action on only if it was on at that step."""
+        if self.action_spans is None:
+            return self
+        on = any(a <= step and (b is None or step <= b) for a, b in self.action_spans)
+        return self if on == self.action else replace(self, action=on)
 
     @property
     def any(self) -> bool:

@@ -93,7 +93,10 @@ def clipping_of(track: Track, action: bool) -> Clipping:
     ``clip_grad_norm_`` (monitor.on_backward), before its ``clip_grad_value_``."""
     kind, bound = track.user_clip if track.user_clip is not None else (None, None)
     after = not (track.boundary == END_OF_BACKWARD and kind != NORM)
-    return Clipping(action=action, user=kind, user_bound=bound, after_user=after)
+    spans = tuple((int(a or 0), b) for a, b in track.clip_spans)
+    return Clipping(
+        action=action, user=kind, user_bound=bound, after_user=after, action_spans=spans
+    )
 
 
 def learning_rate(optimizer: object) -> float | None:

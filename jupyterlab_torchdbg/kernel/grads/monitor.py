@@ -156,6 +156,7 @@ class GradMonitor:
         if track is None:
             track = self._new_track(optimizer)
         track.step += 1
+        track.note_clip(self.clipping())
         if track.probe is not None:
             self.guard.finish_probe(track)
         return track

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from .collector import Layout
     from .probe import ForwardProbe
 
+#: Stretches of clip-action steps a track keeps (older ones are long judged).
+CLIP_SPANS = 8
+
 #: A track's state reason when none of its parameters has a gradient.
 NO_GRADS_REASON = (
     "no parameter this optimizer steps has a gradient — if the parameters were replaced "
@@ -80,6 +83,9 @@ class Track:
         #: The clip the loop itself calls on these parameters, once seen (user_clip.py):
         #: ("clip_grad_norm_" | "clip_grad_value_", its bound), else None.
         self.user_clip: tuple[str, float] | None = None
+        #: The stretches of steps ([first, last], last None: still on) the panel's clip
+        #: action was on at: a row judged later is told by its own step (note_clip).
+        self.clip_spans: list[list[int | None]] = []
         #: A loop without torch.optim that clips by norm: this step's read waits for its
         #: clip (True: the step is sampled), else None (monitor.on_backward).
         self.deferred: bool | None = None
@@ -87,6 +93,18 @@ class Track:
         self.param_reads = 0
         self.first_param_step = 0
         self._ids: tuple[Any, set[int]] | None = None
+
+    def note_clip(self, on: bool) -> None:
+        """Whether the panel's clip action is on at this step (called at every step)."""
+        spans, step = self.clip_spans, self.step
+        if spans and step < (spans[-1][0] or 0):
+            spans.clear()  # the steps started over
+        if on:
+            if not spans or spans[-1][1] is not None:
+                spans.append([step, None])
+                del spans[:-CLIP_SPANS]
+        elif spans and spans[-1][1] is None:
+            spans[-1][1] = step - 1
 
     # --- names of this track's series ------------------------------------------------
 
