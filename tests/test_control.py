@@ -142,6 +142,43 @@ async def test_pause_step_resume_while_cell_runs(kernel: KernelDriver) -> None:
     assert await kernel.value("done") == "200"
 
 
+async def test_r12_save_checkpoint_while_paused_is_served_at_the_pause(
+    kernel: KernelDriver,
+) -> None:
+    """A loop held paused sits at a step boundary, a safe point: Save checkpoint is served
+    there at once, with the weights as they are while paused. Before, it waited for the
+    next optimizer step (none comes while paused), blocked the panel's channel for 60 s
+    and was refused with "the running cell reached no optimizer step in 60 s"."""
+    comm_id, sub, probe_sub = await setup(kernel)
+    run = kernel.start_execute("train(200, 0.01)")
+    while int(await probe(kernel, "done", probe_sub)) < 5:
+        await asyncio.sleep(0.05)
+    await kernel.action(comm_id, "pause", {}, subshell_id=sub)
+    await kernel.pump_until(
+        lambda: any(m.data["paused_at"] for m in kernel.messages("control", comm_id))
+    )
+    held = int(await probe(kernel, "done", probe_sub))
+    t0 = time.monotonic()
+    reply = await kernel.action(
+        comm_id, "save_checkpoint", {"filename": "paused.pt"}, subshell_id=sub, timeout=20
+    )
+    assert reply["method"] == "ack", reply
+    assert time.monotonic() - t0 < 5  # served at the pause, not after a timeout
+    assert int(await probe(kernel, "done", probe_sub)) == held  # still held: no step ran
+    same = await probe(
+        kernel,
+        "all(torch.equal(a, b) for a, b in zip("
+        "torch.load('paused.pt', weights_only=True)['models']['model'].values(), "
+        "model.state_dict().values()))",
+        probe_sub,
+    )
+    assert same == "True"  # the weights the paused loop holds
+    await kernel.action(comm_id, "resume", {}, subshell_id=sub)
+    result = await kernel.wait_execute(run, 120)
+    assert result.ok, result.errors
+    assert await kernel.value("done") == "200"
+
+
 async def test_interrupt_while_paused_ends_the_cell_cleanly(
     kernel: KernelDriver, jp_asyncio_loop: object
 ) -> None:

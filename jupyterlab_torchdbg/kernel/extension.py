@@ -159,6 +159,8 @@ class Extension:
         self.add_cleanup(cleanup)
         self.memory, cleanup = memory.attach(self, exception_id=self.exceptions.exception_id)
         self.add_cleanup(cleanup)
+        # A loop held paused sits at a safe point: the actions that wait for one run there.
+        self.control.serve_while_held = [self.memory.run_jobs, self.grads.replayer.run_pending]
         # After runs (its ``ranks`` snapshot part follows ``runs``); never raises.
         self.ranks, cleanup = ranks.attach_to(self)
         self.add_cleanup(cleanup)

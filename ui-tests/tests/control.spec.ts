@@ -67,6 +67,18 @@ test('clip at 1.0 and pause / resume while the cell runs', async ({
     .locator(PANEL)
     .screenshot({ path: testInfo.outputPath('control-paused.png') });
 
+  // the paused loop sits at a safe point: Save checkpoint is served there at once
+  // (before, it waited 60 s for a step that never came and was refused)
+  await setSectionOpen(page, 'memory', true);
+  const memory = page.locator(`${PANEL} [data-section="memory"]`);
+  await memory.getByRole('button', { name: 'Save checkpoint' }).click();
+  await expect(memory.locator('.jp-TorchDbg-note')).toContainText(
+    'Checkpoint saved',
+    { timeout: 15000 }
+  );
+  expect(await stepText()).toBe(pausedAt); // still held: no step ran
+  await setSectionOpen(page, 'memory', false);
+
   // single step, then resume to the end
   await control.getByRole('button', { name: 'Step', exact: true }).click();
   await expect

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from ..action_registry import ActionError
@@ -70,6 +71,10 @@ class Control:
         self.lr = LrTargets()
         self._lr_sent = -1e18
         self._lr_dirty = False
+        #: Run while a loop is held paused: the held boundary is a safe point, so actions
+        #: waiting for one (Save checkpoint, Replay) are served there, not refused after
+        #: their timeout (the extension wires the features' job queues).
+        self.serve_while_held: list[Callable[[], None]] = []
 
     # --- state message ---------------------------------------------------------------
 
@@ -325,6 +330,7 @@ class Control:
         self.broadcast()
         while True:
             self._wake.wait(0.1)
+            self._serve_held()
             with self._lock:
                 self._wake.clear()
                 if not self.paused:
@@ -335,6 +341,13 @@ class Control:
                     break
         self._hold_run(False)
         self.broadcast()
+
+    def _serve_held(self) -> None:
+        for serve in self.serve_while_held:
+            try:
+                serve()
+            except Exception:
+                self._ext.count_error("control:held")
 
     def post_run_cell(self) -> None:
         """The training cell ended: refusals still in flight from the device arrive now."""
