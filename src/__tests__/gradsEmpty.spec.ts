@@ -29,6 +29,8 @@ describe('gradsEmptyText', () => {
     const text = gradsEmptyText(model, trans);
     expect(text).toContain('No optimizer has stepped yet');
     expect(text).toContain('watch(model)');
+    // a model made in the training cell itself is hooked from the next cell
+    expect(text).toContain('existed when the cell started');
   });
 
   it('a current run that only logs says so, naming the run', () => {

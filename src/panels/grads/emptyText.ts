@@ -23,11 +23,11 @@ export function gradsEmptyText(
   const run = model.runs.runs.find(r => r.id === current);
   if (run && run.steps === 0 && run.optimizers.length === 0) {
     return trans.__(
-      'Run %1 only logs values so far: no optimizer has stepped and no watched model has run backward in it. Norms appear at the first optimizer.step() (or, for a loop that updates its weights by hand, after the backward of a model watched with watch(model)).',
+      'Run %1 only logs values so far: no optimizer has stepped and no watched model has run backward in it. Norms appear at the first optimizer.step() (or, for a loop that updates its weights by hand, after a backward of a model that existed when the cell started, or of one passed to watch(model) before its loop).',
       String(run.id)
     );
   }
   return trans.__(
-    'No optimizer has stepped yet. Norms appear at the next optimizer.step() (or, for a loop that updates its weights by hand, after the backward of a model watched with watch(model)).'
+    'No optimizer has stepped yet. Norms appear at the next optimizer.step() (or, for a loop that updates its weights by hand, after a backward of a model that existed when the cell started, or of one passed to watch(model) before its loop).'
   );
 }
