@@ -58,6 +58,23 @@ def test_r15_same_error_and_reply_with_and_without_extension(k: SyncKernel) -> N
     k.run("%unload_ext jupyterlab_torchdbg")
 
 
+BACKWARD_FAILS = "import torch\nx = torch.ones(2)\nx.sum().backward()"
+
+
+def test_r15_an_error_in_backward_shows_the_same_frames_with_the_extension(
+    k: SyncKernel,
+) -> None:
+    """The tool looks at the start of every backward pass (backward_start.py) without a
+    frame of its own on the way to torch's engine: the traceback of an error raised in
+    the engine is the same, frame for frame (a wrapper would have added one)."""
+    without = _error_view(k.execute(BACKWARD_FAILS))
+    k.run("%load_ext jupyterlab_torchdbg")
+    cell = k.execute(BACKWARD_FAILS)
+    assert _error_view(cell) == without
+    assert "does not require grad" in without["reply"]["evalue"]
+    k.run("%unload_ext jupyterlab_torchdbg")
+
+
 def test_r18_custom_exception_handler_kept_and_restored(k: SyncKernel) -> None:
     k.run(
         "def _handler(self, etype, value, tb, tb_offset=None):\n"

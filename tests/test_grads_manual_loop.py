@@ -302,15 +302,57 @@ def test_unload_removes_every_hook_and_keeps_no_model_alive() -> None:
         assert [src.name for src in s.ext.boundary.backward.sources()] == ["other"]
 
 
+MADE_AND_TRAINED = """
+model = mlp()  # made in the training cell itself, trained by hand at once
+manual_sgd(model, 5)
+"""
+
+
+def test_a_model_created_in_the_running_cell_counts_from_its_first_backward() -> None:
+    """A model made in the training cell itself (not in the namespace at the cell's
+    start) gets its hooks when its first backward pass is about to start
+    (backward_start.py): the run counts every step. Before, nothing was shown for the
+    whole cell. ``autograd.grad`` (no step) hooks nothing; a model whose optimizer is
+    in the namespace is left to the optimizer's boundary; unload puts torch's logger
+    back."""
+    from torch.autograd import graph
+
+    original = graph.log
+    with session({"mlp": mlp, "manual_sgd": manual_sgd, "torch": torch}) as s:
+        ns = s.shell.user_ns
+        start_cell(s)
+        assert graph.log is not original  # the stand-in, while loaded
+        exec("probe = mlp(1)", ns)  # only differentiated with autograd.grad: no step
+        x = torch.randn(4, 8)
+        torch.autograd.grad(ns["probe"](x).sum(), list(ns["probe"].parameters()))
+        assert sum(hook_counts(ns["probe"])) == 0
+        exec(MADE_AND_TRAINED, ns)  # as IPython runs a cell: in the notebook's namespace
+        s.end_cell()
+        track = s.track()
+        assert track["name"] == "model" and track["step"] == 5
+        assert track["boundary"] == "end_of_backward"
+        # with an optimizer made in the cell, the optimizer's boundary counts the steps
+        start_cell(s)
+        exec(
+            "other = mlp(2)\n"
+            "opt = torch.optim.SGD(other.parameters(), lr=0.01)\n"
+            "for _ in range(3):\n"
+            "    opt.zero_grad()\n"
+            "    other(torch.randn(4, 8)).sum().backward()\n"
+            "    opt.step()\n",
+            ns,
+        )
+        s.end_cell()
+        assert s.track("opt")["step"] == 3
+    assert graph.log is original  # unload: torch's own logger again
+
+
 def test_watch_hooks_a_model_created_in_the_running_cell() -> None:
-    """Without watch() a model created in the running cell is picked up from the next
-    cell; watch(model) picks it up at once."""
+    """watch(model) picks a model up at once, wherever the loop keeps it."""
     with session({}) as s:
         start_cell(s)
         model = mlp()  # created inside the running cell (not in the namespace yet)
         s.shell.user_ns["model"] = model
-        manual_sgd(model, 2)
-        assert s.status()["tracks"] == []
         watch(model)
         manual_sgd(model, 3)
         s.end_cell()
@@ -529,6 +571,28 @@ async def test_word_language_model_manual_loop_in_a_real_kernel(loaded: KernelDr
         "sum(len(p._post_accumulate_grad_hooks or {}) for p in model.parameters())"
     )
     assert left == "0"
+
+
+async def test_word_language_model_made_and_trained_in_one_cell(loaded: KernelDriver) -> None:
+    """The example pasted into one cell (model, then its hand-written loop): its track
+    counts every step from the first, read after the clip. Before, a model made in the
+    training cell had no hook for the whole cell: the panel showed nothing."""
+    comm_id = await loaded.open_comm()
+    await loaded.action(comm_id, "set_stride", {"stride": 1})
+    await loaded.run(WORD_LM + TRAIN.format(lr=5.0, clip=0.25))
+    await loaded.drain(0.3)
+    track = loaded.messages("grads", comm_id)[-1].data["tracks"][0]
+    assert track["name"] == "model" and track["boundary"] == "end_of_backward"
+    assert track["step"] == 60
+    pts = merge_series(loaded.messages("series", comm_id))
+    totals = [float(v) for v in (await loaded.value("totals")).strip("[]").split(", ")]
+    clipped = [t * min(1.0, 0.25 / (t + 1e-6)) for t in totals]
+    np.testing.assert_allclose(pts["grad/model/total"][1], clipped, rtol=1e-5)
+    await loaded.run("%unload_ext jupyterlab_torchdbg")
+    same = await loaded.value(
+        "torch.autograd.graph.log is __import__('logging').getLogger('torch.autograd.graph')"
+    )
+    assert same == "True"  # torch's own logger again
 
 
 async def test_diverging_manual_loop_alarms_while_the_cell_runs(loaded: KernelDriver) -> None:

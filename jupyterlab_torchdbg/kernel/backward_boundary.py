@@ -33,12 +33,10 @@ holder the first time a Python post-accumulate-grad hook is registered on it; a 
 running on another thread at that moment may read it mid-swap. Later registrations and
 every removal only change a Python dict that torch copies under the GIL before calling
 it, so removal is safe at any time and on any thread. Registration therefore happens on
-the kernel's thread at cell starts (when no other cell runs) and at ``watch()``, and only
-in a stretch where no thread is inside ``backward()`` (checked on every thread's stack,
-without a thread switch in between, as step_boundary.py does for optimizer steps); else
-it waits for the next cell. So a model created and trained in one cell without
-``watch()`` is picked up from the next cell run: ``watch(model)`` before its loop picks
-it up at once.
+the kernel's thread at cell starts (when no other cell runs), at ``watch()`` and just
+before a backward pass of a running cell starts (a model the cell made:
+backward_start.py), only where no thread is inside ``backward()`` (every thread's stack
+checked with no thread switch in between, as step_boundary.py does for steps).
 
 Which models: every ``nn.Module`` in the namespace (the largest first; a submodule of
 one already watched adds nothing, ``enc = model.encoder``), or only the watched models
@@ -46,10 +44,9 @@ once any ``watch()`` is active (not those watched with an optimizer); minus the
 parameters of optimizers that have stepped or are bound in the namespace. If an
 optimizer steps a hooked parameter anyway (one kept in a trainer object), the optimizer
 boundary takes over at that step: those parameters' hooks are removed, and once none is
-left the model's end-of-backward track ends. A model whose optimizer is made in the
-training cell (after the cell start that hooked it) is the common case: its first backward
-pass ends here, then the optimizer steps those same gradients. That pass is the
-optimizer's first step, not a run of its own: the step boundary hands the source over
+left the model's end-of-backward track ends. A model whose optimizer the training cell
+makes is the common case: its first backward ends here, then the optimizer steps those
+gradients; that pass is the optimizer's first step, not a run of its own
 (``StepBoundary._hand_over``: one run, one track, one control target).
 
 No strong reference to a model (R24): ``ModelSource`` holds it by weakref and a finalizer
@@ -77,6 +74,8 @@ OPTIMIZER_STEP = "optimizer_step"
 END_OF_BACKWARD = "end_of_backward"
 #: Models looked at per scan at most (the largest namespaces stay cheap).
 MAX_MODELS = 256
+#: (name or None, model) of each active watch without an optimizer; None: no watch.
+Watched = list[tuple[str | None, Any]] | None
 
 
 class ModelSource:
@@ -265,21 +264,25 @@ class BackwardHooks:
                     taken.append(h.source)
         return taken
 
-    # --- scans (the kernel's thread: cell starts, watch()) ------------------------------
+    # --- scans (cell starts, watch(), a running cell's backward: backward_start.py) -----
 
-    def scan(self, ns: dict[str, Any], watched: list[tuple[str | None, Any]] | None) -> bool:
+    def scan(self, ns: dict[str, Any], watched: Watched, starting: Any = None) -> bool:
         """Hook new models, re-hook changed ones, unhook those gone out of scope (also a
         worker's, with the model it found at its first call: ranks/manual.py).
 
         ``watched``: (name or None, model) of every active watch without an optimizer, or
-        None when no watch is active (then the namespace is the scope).
-        Returns False when a thread was inside backward (nothing new hooked: next time).
+        None when no watch is active (then the namespace is the scope). ``starting``: the
+        engine frame of a backward about to start in a running cell (backward_start.py):
+        hook only models no hook covers yet. False: a thread was inside backward.
         """
         if not self.attached:
             return True
         wanted = self._wanted(ns, watched)
         with self._lock:
-            for key in [k for k in self._hooked if k not in wanted]:
+            if starting is not None:
+                have = {id(p) for h in self._hooked.values() for p in h.source.params}
+                wanted = {k: w for k, w in wanted.items() if not have & {id(p) for p in w[2]}}
+            for key in [k for k in self._hooked if k not in wanted and starting is None]:
                 self._hooked.pop(key).remove()
             changes: list[tuple[Any, str, list[torch.Tensor]]] = []
             for key, (name, model, params) in wanted.items():
@@ -290,7 +293,7 @@ class BackwardHooks:
                 changes.append((model, name, params))
             if not changes:
                 return True
-            return self._hook_all(changes)
+            return self._hook_all(changes, starting)
 
     def _wanted(
         self, ns: dict[str, Any], watched: list[tuple[str | None, Any]] | None
@@ -335,12 +338,12 @@ class BackwardHooks:
                 out[id(model)] = (name, model, mine)
         return out
 
-    def _hook_all(self, changes: list[tuple[Any, str, list[torch.Tensor]]]) -> bool:
+    def _hook_all(self, changes: list[tuple[Any, str, list[torch.Tensor]]], starting: Any) -> bool:
         """Register in one stretch without a thread switch, if no thread is in backward."""
         old = sys.getswitchinterval()
         sys.setswitchinterval(1.0)
         try:
-            if any_thread_inside("_engine_run_backward", _torch.graph_file):
+            if any_thread_inside("_engine_run_backward", _torch.graph_file, starting):
                 return False
             for model, name, params in changes:
                 key = id(model)

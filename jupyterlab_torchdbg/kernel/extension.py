@@ -302,6 +302,8 @@ class Extension:
         if self.memory is not None:
             self._guarded("memory:post_run_cell", self.memory.post_run_cell, result)
         self._guarded("post_run_cell", self.stream.flush)
+        if self.boundary is not None and not self.others_running():
+            self._guarded("backward:cell_ended", self.boundary.cell_ended)
         self._guarded("runs", self.runs.cell_ended)  # the run this cell started ends
 
     def scan_models(self) -> None:

@@ -37,9 +37,9 @@ models whose parameters no optimizer steps are read when their backward pass end
 owns): gradients (``GradMonitor.on_backward``, the same read and alarms on a track named
 after the model) -> control (clipping and pause work there, before the manual update;
 learning-rate scaling is refused: there is no optimizer to scale). Memory is left to the
-next optimizer step or the cell's end. Models are hooked at cell starts and at
-``watch()`` (``scan_models``); the first step of an optimizer that steps a hooked
-parameter hands it over to the optimizer boundary (``before_step``).
+next optimizer step or the cell's end. Models are hooked at cell starts, ``watch()``
+(``scan_models``) and before a running cell's backward (``backward_starts``); an
+optimizer stepping a hooked parameter takes it over (``before_step``).
 
 Loading and unloading while another thread trains (R41, R01). torch iterates its global
 hook dicts inside ``Optimizer.step``'s wrapper without a lock: adding or removing a hook
@@ -58,10 +58,12 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .backward_boundary import BackwardHooks, ModelSource
+from .backward_boundary import BackwardHooks, ModelSource, Watched
+from .backward_start import SCAN_INTERVAL_S, STARTS, user_names
 from .runs import Runs
 from .thread_stacks import any_thread_inside
 from .user_clip import CLIPS
@@ -111,6 +113,9 @@ class StepBoundary:
         self._handles: list[RemovableHandle] = []
         #: The end-of-backward hooks of models no optimizer steps.
         self.backward = BackwardHooks(self.at_backward_end, on_error)
+        #: A backward about to start may look for models the cell made (while a cell
+        #: runs in which no optimizer has stepped: ``backward_starts``), not before then.
+        self._look_mid_cell, self._next_look = False, 0.0
 
     @property
     def attached(self) -> bool:
@@ -128,6 +133,7 @@ class StepBoundary:
             self._on_error("step_boundary:backward")
         try:
             CLIPS.adopt(self.user_clip, self._on_error)
+            STARTS.adopt(self.backward_starts, self._on_error)
         except Exception:
             self._on_error("step_boundary:user_clip")
         return self.detach
@@ -145,6 +151,7 @@ class StepBoundary:
             self._on_error("step_boundary:detach")
         try:
             CLIPS.release(self.user_clip)
+            STARTS.release(self.backward_starts)
         except Exception:
             self._on_error("step_boundary:detach")
         self.grads.detach_torch()
@@ -161,6 +168,7 @@ class StepBoundary:
     ) -> None:
         """torch's step pre-hook: gradients, then control (which may hold here). The
         parameters this optimizer steps leave the end-of-backward boundary first."""
+        self._look_mid_cell = False  # an optimizer steps: its boundary is the step
         try:
             taken = self.backward.optimizer_seen(optimizer)
         except Exception:
@@ -223,10 +231,24 @@ class StepBoundary:
         if not self.backward.attached:
             return
         _, active = watches()
-        watched: list[tuple[str | None, Any]] | None = None
-        if active:
-            watched = [(None, w.model) for w in active if w.optimizer is None and w.model]
-        self.backward.scan(ns, watched)
+        watched: Watched = [(None, w.model) for w in active if w.optimizer is None and w.model]
+        self.backward.scan(ns, watched if active else None)
+        self._look_mid_cell, self._next_look = not active, 0.0
+
+    def cell_ended(self) -> None:  # a backward outside a cell looks for nothing
+        self._look_mid_cell = False
+
+    def backward_starts(self, frame: Any) -> None:
+        """A ``backward()`` is about to start on this thread (backward_start.py): in a
+        cell where no optimizer has stepped, at most once per ``SCAN_INTERVAL_S``, the
+        models the cell made get their end-of-backward hooks before this pass runs."""
+        if not self._look_mid_cell or not self.backward.attached:
+            return
+        now = time.monotonic()
+        if now < self._next_look:
+            return
+        self._next_look = now + SCAN_INTERVAL_S
+        self.backward.scan(user_names(frame.f_back), None, starting=frame)
 
     def after_step(
         self, optimizer: torch.optim.Optimizer, args: Any = None, kwargs: Any = None

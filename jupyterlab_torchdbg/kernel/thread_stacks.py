@@ -20,8 +20,9 @@ from types import FrameType
 MAX_STACK = 100_000  # frames looked at per thread (all)
 
 
-def any_thread_inside(co_name: str, filename: str) -> bool:
-    """Some thread (this one too) runs the function ``co_name`` of ``filename``.
+def any_thread_inside(co_name: str, filename: str, starting: FrameType | None = None) -> bool:
+    """Some thread (this one too) runs the function ``co_name`` of ``filename``, other
+    than in the frame ``starting`` (a call of it that has not started its work yet).
 
     The garbage collector is off while ``sys._current_frames`` runs: it holds the
     interpreter's thread-list lock while it allocates frame objects, and a collection
@@ -41,7 +42,7 @@ def any_thread_inside(co_name: str, filename: str) -> bool:
         depth = 0
         while f is not None and depth < MAX_STACK:
             code = f.f_code
-            if code.co_name == co_name and code.co_filename == filename:
+            if code.co_name == co_name and code.co_filename == filename and f is not starting:
                 return True
             f = f.f_back
             depth += 1
