@@ -317,6 +317,44 @@ def test_r54_r35_real_dtensor_never_dispatches() -> None:
         dist.destroy_process_group()
 
 
+def test_r54_modes_left_entered_never_run_for_the_value_checks() -> None:
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class SlowFunctionMode(TorchFunctionMode):
+        def __torch_function__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            _trap(f"function mode:{getattr(func, '__name__', func)}")
+            return func(*args, **(kwargs or {}))
+
+    class SlowDispatchMode(TorchDispatchMode):
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            _trap(f"dispatch mode:{func}")
+            return func(*args, **(kwargs or {}))
+
+    x = torch.tensor([1.0, float("nan")])
+    exc = _raised(lambda x: 1 / 0, x)
+    fmode = SlowFunctionMode()
+    fmode.__enter__()  # as a cell that entered a mode and never left it
+    try:
+        msg, took = _timed_capture(exc)
+    finally:
+        fmode.__exit__(None, None, None)
+    assert CALLS == [] and took < FAST
+    assert _rows(msg)["x"]["finite"] is False  # still checked, with the mode switched off
+    dmode = SlowDispatchMode()
+    dmode.__enter__()
+    try:
+        msg, took = _timed_capture(exc)
+    finally:
+        dmode.__exit__(None, None, None)
+    assert CALLS == [] and took < FAST
+    assert _rows(msg)["x"]["finite"] is None  # not read under a dispatch mode
+
+
 class _StepClock:
     """A clock that moves ``step`` seconds each time it is read."""
 

@@ -4,10 +4,11 @@ A tensor subclass can run Python on every access: ``__torch_function__`` (called
 ``.shape``, ``.numel()``, ...), properties that shadow ``shape`` or ``device``, and a
 ``__torch_dispatch__`` that torch calls for the sizes of a wrapper subclass built with a
 custom size, stride, device or layout policy. A DTensor's methods can run a collective.
-So the fields are read through ``torch._C.TensorBase``'s own C getters (``TensorBase.shape
-.__get__(t)``: never a property of the subclass, never ``__getattribute__``) with subclass
-``__torch_function__`` disabled, and, for every type other than the exact ``torch.Tensor``
-and ``nn.Parameter``, under a dispatch mode that refuses every operator: a read that would
+So the fields are read through ``torch._C.TensorBase``'s own C getters
+(``TensorBase.shape.__get__(t)``: never a property of the subclass, never
+``__getattribute__``) with ``__torch_function__`` disabled (the subclass's and any
+torch-function mode's) and, for every type other than the exact ``torch.Tensor`` and
+``nn.Parameter``, under a dispatch mode that refuses every operator: a read that would
 reach the subclass's ``__torch_dispatch__`` raises in the mode first and the field is
 "n/a". Nothing here can run user code, so nothing here can block or communicate.
 
@@ -75,16 +76,21 @@ def _refuse(self: object, func: Any, types: Any, args: Any = (), kwargs: Any = N
 
 
 @contextlib.contextmanager
-def no_subclass_code(torch: ModuleType) -> Iterator[bool]:
-    """Yields True when reads are safe for a subclass: its ``__torch_function__`` off and
-    every dispatch refused. False when this torch cannot guarantee it."""
-    disable = getattr(torch._C, "DisableTorchFunctionSubclass", None)
-    refuse = _refuse_mode_class(torch) if disable is not None else None
-    if disable is None or refuse is None:
+def no_user_code(torch: ModuleType, exact: bool) -> Iterator[bool]:
+    """Yields True when reads are safe: ``__torch_function__`` off (a subclass's, and any
+    torch-function mode the user left entered: ``set_default_device`` installs one) and,
+    for a subclass, every dispatch refused. False when this torch cannot guarantee it."""
+    disable = getattr(torch._C, "DisableTorchFunction", None)
+    refuse = _refuse_mode_class(torch) if disable is not None and not exact else None
+    if disable is None or (refuse is None and not exact):
         yield False
         return
-    with disable(), refuse():
-        yield True
+    with disable():
+        if refuse is None:
+            yield True
+            return
+        with refuse():
+            yield True
 
 
 def read_meta(t: Any, torch: ModuleType, fields: tuple[str, ...] = FIELDS) -> dict[str, Any]:
@@ -95,13 +101,23 @@ def read_meta(t: Any, torch: ModuleType, fields: tuple[str, ...] = FIELDS) -> di
     if base is None:
         return out
     readers = _readers(base)
-    if type(t) in (torch.Tensor, torch.nn.Parameter):  # torch's own: C getters, no Python
+    exact = type(t) in (torch.Tensor, torch.nn.Parameter)
+    if exact and not _function_modes_on(torch):  # torch's own C getters: no Python runs
         _read_into(out, readers, t)
         return out
-    with no_subclass_code(torch) as safe:
+    with no_user_code(torch, exact) as safe:
         if safe:
             _read_into(out, readers, t)
     return out
+
+
+def _function_modes_on(torch: ModuleType) -> bool:
+    """A torch-function mode is entered (its ``__torch_function__`` sees even C getters)."""
+    stack_len = getattr(torch._C, "_len_torch_function_stack", None)
+    try:
+        return stack_len is None or stack_len() > 0
+    except Exception:
+        return True
 
 
 def _read_into(out: dict[str, Any], readers: dict[str, Callable[[Any], Any]], t: Any) -> None:

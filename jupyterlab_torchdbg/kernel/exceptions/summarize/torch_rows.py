@@ -76,8 +76,16 @@ def fill_tensor(row: dict[str, Any], t: Tensor, cls: Classifier, depth: int) -> 
 
 
 def _fill_values(row: dict[str, Any], t: Tensor, torch: ModuleType, numel: int) -> None:
-    """Finite flag (float/complex) or min/max (integers) of a small dense CPU tensor."""
-    with torch.no_grad():
+    """Finite flag (float/complex) or min/max (integers) of a small dense CPU tensor.
+
+    These are torch operators: a torch-function mode the user left entered (or a dispatch
+    mode) would run on them, so function modes are switched off and, with a dispatch mode
+    on the stack, the values are not read (R54)."""
+    stack_len = getattr(torch._C, "_len_torch_dispatch_stack", None)
+    no_function_modes = getattr(torch._C, "DisableTorchFunction", None)
+    if stack_len is None or no_function_modes is None or stack_len() > 0:
+        return
+    with no_function_modes(), torch.no_grad():  # (no_grad itself is seen by a mode)
         d = t.detach()
         if d.is_floating_point() or d.is_complex():
             row["finite"] = bool(torch.isfinite(d).all()) if numel else True
