@@ -16,7 +16,9 @@ the memory autopsy links its ``oom`` to the ``exception`` of the same failure th
 IPython's own error path is never touched (no ``set_custom_exc``): the traceback, ``%tb``,
 ``%debug``, ``%pdb`` and nbclient behave as without the extension (R15, R16, R18).
 KeyboardInterrupt, SystemExit, BdbQuit and UsageError send nothing (R19). Any failure
-inside the tool is counted, never raised into the cell (R11).
+inside the tool is counted, never raised into the cell (R11). The capture runs no user
+code without a bound and ends within its time budget (R54); an interrupt that arrives
+while it runs ends it quietly.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .capture import capture
 from .cells import CellMap
@@ -74,15 +76,23 @@ class ExceptionMonitor:
             exc = getattr(result, "error_in_exec", None)
             if exc is None:
                 exc = getattr(result, "error_before_exec", None)
-            if not isinstance(exc, BaseException) or isinstance(exc, _quiet_types()):
+            # type(), not isinstance(): an exception's `__class__` property never runs
+            if not issubclass(type(exc), BaseException) or issubclass(type(exc), _quiet_types()):
                 return
             info = getattr(result, "info", None)
-            message = self.build(
-                exc,
-                getattr(result, "execution_count", None),
-                getattr(info, "cell_id", None),
-            )
-            del exc
+            try:
+                message = self.build(
+                    cast(BaseException, exc),
+                    getattr(result, "execution_count", None),
+                    getattr(info, "cell_id", None),
+                )
+            except KeyboardInterrupt:
+                # An interrupt during the capture stops the capture, not the user's code
+                # (the cell has already failed): no second traceback, no message (R54).
+                self._ext.count_error("exceptions:interrupted")
+                return
+            finally:
+                del exc
             self.last = message
             self._ext.hub.broadcast(message)
         except Exception:

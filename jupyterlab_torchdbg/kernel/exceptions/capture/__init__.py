@@ -2,7 +2,8 @@
 
 ``capture(exc, shell=, cells=, limits=)`` (in ``message``) builds the message body; it
 never keeps a tensor or a frame alive (R23), degrades anything that fails while
-summarising to ``"n/a"`` (R17, R20) and bounds the whole message (R09).
+summarising to ``"n/a"`` (R17, R20) and bounds the whole message (R09). It runs no user
+code without a bound and ends within its time budget, sending what it read (R54).
 
 Files, one idea each: ``message`` (the capture itself), ``stack`` (walking and eliding
 the traceback), ``origin`` (cell / user file / library, and the names shown),

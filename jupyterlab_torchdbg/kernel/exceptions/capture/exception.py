@@ -2,26 +2,61 @@
 
 Both read the exception with one guarded access per field: a ``__str__`` that raises
 or a property that fails gives ``"n/a"`` (R17, R20), never an error inside the tool.
+Fields are read through ``BaseException``'s / ``SyntaxError``'s own descriptors, so a
+subclass's property never runs (R54). The message is the one place user code may run:
+``str(exc)`` is called freely only when the class keeps the builtin ``__str__`` and its
+``args`` are plain builtin values; otherwise (a ``__str__`` written in Python, or a user
+object in ``args``) only while the capture's budget lasts. IPython has just made the same
+call to print the traceback, so it returned once already.
 """
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 from ..cells import CellMap
 from ..summarize import NA, safe_text, type_name
+from ..summarize.budget import Budget
+from ..summarize.safe_read import type_module
 from .bounds import Limits
 from .origin import display_file, origin_of
 
+_PLAIN = (str, int, float, bool, type(None), bytes)
+_C_SLOTS = (types.WrapperDescriptorType, types.MethodDescriptorType)
+_ARGS = BaseException.__dict__["args"]
 
-def exception_summary(exc: BaseException, limit: int) -> dict[str, Any]:
-    """Type, module and message (cut to ``limit``); a ``__str__`` that raises -> "n/a"."""
+
+def own_attr(tp: type, name: str) -> object:
+    """``name`` as found in ``tp``'s MRO class dicts (no metaclass, no descriptor call)."""
+    for klass in type.__dict__["__mro__"].__get__(tp):
+        d = type.__dict__["__dict__"].__get__(klass)
+        if name in d:
+            return d[name]
+    return None
+
+
+def str_runs_no_user_code(exc: BaseException) -> bool:
+    """``str(exc)`` is a builtin ``__str__`` over builtin values: no user code can run."""
     try:
-        mod = type(exc).__module__
-        mod = mod if isinstance(mod, str) else ""
+        if type(own_attr(type(exc), "__str__")) not in _C_SLOTS:
+            return False
+        args = _ARGS.__get__(exc)
+        return type(args) is tuple and all(type(a) in _PLAIN for a in args)
     except Exception:
-        mod = ""
+        return False
+
+
+def exception_summary(
+    exc: BaseException, limit: int, budget: Budget | None = None
+) -> dict[str, Any]:
+    """Type, module and message (cut to ``limit``); a ``__str__`` that raises -> "n/a",
+    one that could run user code once ``budget`` has run out -> "n/a" (R54)."""
+    mod = type_module(exc)
     try:
+        if budget is not None and budget.expired() and not str_runs_no_user_code(exc):
+            budget.skipped += 1
+            raise TimeoutError
         text = str(exc)
         if type(text) is not str:
             raise TypeError
@@ -43,14 +78,14 @@ def exception_summary(exc: BaseException, limit: int) -> dict[str, Any]:
 def syntax_details(
     exc: BaseException, cells: CellMap | None, limits: Limits
 ) -> dict[str, object] | None:
-    if not isinstance(exc, SyntaxError):
+    if not issubclass(type(exc), SyntaxError):
         return None
 
     # SyntaxError's fields are plain attributes set by the parser; a subclass could make
-    # them properties, hence one guarded read each and exact-type checks.
+    # them properties, hence SyntaxError's own descriptors and exact-type checks.
     def read(name: str) -> object:
         try:
-            return getattr(exc, name, None)
+            return SyntaxError.__dict__[name].__get__(exc)
         except Exception:
             return None
 

@@ -1,6 +1,7 @@
 """One kept frame as a message row: origin, source context, the failing span, its locals.
 
-The row's locals are summarised from metadata only (R21) through ``summarize_locals``;
+The row's locals are summarised from metadata only (R21) through ``summarize_locals``,
+within the capture's time budget (R54);
 their live objects go into the capture's ``live`` dict (for the diagnosis), never into
 the row. User frames also carry ``_names``, the identifiers of the failing expression,
 which the summary keeps first and the diagnosis reads (removed before sending).
@@ -18,6 +19,7 @@ from typing import Any
 
 from ..cells import CellMap
 from ..summarize import Classifier, safe_text, summarize_locals
+from ..summarize.budget import Budget
 from .bounds import Limits
 from .origin import display_file, origin_of, relative_to_cwd
 
@@ -127,6 +129,7 @@ def add_locals(
     cls: Classifier,
     live: dict[int, Any],
     limits: Limits,
+    budget: Budget | None = None,
 ) -> None:
     try:
         local_ns = f.f_locals
@@ -144,6 +147,7 @@ def add_locals(
         hidden=hidden if namespace else None,
         cls=cls,
         live=live,
+        budget=budget,
     )
     frame["locals"] = rows
     frame["locals_total"] = total

@@ -2,7 +2,8 @@
 leaves of an ExceptionGroup, each with where it was raised.
 
 Both are bounded (``Limits.chain``, ``group``, ``group_depth``) and safe against cycles
-and broken attributes (R20).
+and broken attributes (R20). Links are read through ``BaseException``'s own descriptors (a
+subclass's property never runs) and messages within the capture's budget (R54).
 """
 
 from __future__ import annotations
@@ -13,11 +14,21 @@ from typing import Any
 
 from ..cells import CellMap
 from ..summarize import safe_text
+from ..summarize.budget import Budget
 from .bounds import Limits
 from .exception import exception_summary
 from .origin import display_file, origin_of
 
 _BaseExceptionGroup: type[BaseException] | None = getattr(builtins, "BaseExceptionGroup", None)
+_FIELD = BaseException.__dict__
+
+
+def _tb(exc: object) -> TracebackType | None:
+    try:
+        tb = _FIELD["__traceback__"].__get__(exc)
+    except Exception:
+        return None
+    return tb if type(tb) is TracebackType else None
 
 
 def innermost(tb: TracebackType | None, cells: CellMap | None) -> dict[str, object] | None:
@@ -42,7 +53,7 @@ def innermost(tb: TracebackType | None, cells: CellMap | None) -> dict[str, obje
 
 
 def exception_chain(
-    exc: BaseException, cells: CellMap | None, limits: Limits
+    exc: BaseException, cells: CellMap | None, limits: Limits, budget: Budget | None = None
 ) -> list[dict[str, Any]]:
     """``__cause__`` / ``__context__`` links from the raised exception down (cycle-safe)."""
     out: list[dict[str, Any]] = []
@@ -50,9 +61,9 @@ def exception_chain(
     cur: BaseException | None = exc
     while cur is not None and len(out) < limits.chain:
         try:
-            cause = cur.__cause__
-            context = cur.__context__
-            suppress = bool(cur.__suppress_context__)
+            cause = _FIELD["__cause__"].__get__(cur)
+            context = _FIELD["__context__"].__get__(cur)
+            suppress = _FIELD["__suppress_context__"].__get__(cur) is True
         except Exception:
             break
         if cause is not None:
@@ -64,8 +75,9 @@ def exception_chain(
         if id(nxt) in seen:  # a __cause__/__context__ cycle (R20)
             break
         seen.add(id(nxt))
-        item = {"relation": relation, **exception_summary(nxt, limits.chain_message_chars)}
-        where = innermost(nxt.__traceback__, cells)
+        summary = exception_summary(nxt, limits.chain_message_chars, budget)
+        item = {"relation": relation, **summary}
+        where = innermost(_tb(nxt), cells)
         if where is not None:
             item["where"] = where
         out.append(item)
@@ -73,14 +85,17 @@ def exception_chain(
     return out
 
 
-def group_leaves(exc: BaseException, cells: CellMap | None, limits: Limits) -> list[dict[str, Any]]:
+def group_leaves(
+    exc: BaseException, cells: CellMap | None, limits: Limits, budget: Budget | None = None
+) -> list[dict[str, Any]]:
     """The leaves of an ExceptionGroup (nested groups flattened, bounded), else []."""
     if _BaseExceptionGroup is None or not issubclass(type(exc), _BaseExceptionGroup):
         return []
     out: list[dict[str, Any]] = []
 
     def visit(group: Any, path: list[int], depth: int) -> None:
-        subs = group.exceptions  # a tuple set by BaseExceptionGroup itself
+        # a tuple set by BaseExceptionGroup itself, read through its own descriptor
+        subs = _BaseExceptionGroup.__dict__["exceptions"].__get__(group)
         if type(subs) is not tuple:
             return
         for i, sub in enumerate(subs):
@@ -89,8 +104,9 @@ def group_leaves(exc: BaseException, cells: CellMap | None, limits: Limits) -> l
             if issubclass(type(sub), _BaseExceptionGroup) and depth < limits.group_depth:
                 visit(sub, [*path, i], depth + 1)
                 continue
-            item = {"path": [*path, i], **exception_summary(sub, limits.chain_message_chars)}
-            where = innermost(getattr(sub, "__traceback__", None), cells)
+            summary = exception_summary(sub, limits.chain_message_chars, budget)
+            item = {"path": [*path, i], **summary}
+            where = innermost(_tb(sub), cells)
             if where is not None:
                 item["where"] = where
             out.append(item)

@@ -167,10 +167,12 @@ def _from_wrapper(entries: list[StackEntry], limits: Limits) -> LoaderError | No
 def _from_message(exc: BaseException, limits: Limits) -> LoaderError | None:
     """Without the wrapper (re-raised by other code): the message's own head."""
     try:
-        text = exc.args[0] if exc.args else None
+        # BaseException's own descriptor: a subclass's `args` property never runs (R54)
+        args = BaseException.__dict__["args"].__get__(exc)
+        text = args[0] if type(args) is tuple and args else None
     except Exception:
         return None
-    if not isinstance(text, str):
+    if type(text) is not str:
         return None
     m = _HEAD.match(text[:MAX_TEXT])
     if m is None:
@@ -211,7 +213,7 @@ def _loader_error(
 
 def _in_main_process(exc: BaseException, limits: Limits) -> LoaderError | None:
     """``num_workers=0``: the dataset's frames are on the raised exception's traceback."""
-    tb: TracebackType | None = exc.__traceback__
+    tb: TracebackType | None = BaseException.__dict__["__traceback__"].__get__(exc)
     found = read(tb)
     del tb
     if found is None:

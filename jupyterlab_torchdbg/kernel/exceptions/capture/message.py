@@ -10,6 +10,13 @@ resolve identities (the ``input`` of ``Linear.forward`` is the user's ``x``); th
 and every frame reference are dropped before it returns, so the tool never keeps a
 tensor or a frame alive (R23). Only ``sys.last_traceback`` (IPython's, used by
 ``%debug``) does. The finished message is bounded in size (``bounds``, R09).
+
+No user code runs without a bound (R54): summaries read metadata with subclass dispatch
+off (``summarize.tensor_meta``, ``summarize.object_parts``), and one ``Budget`` per capture
+(``summarize.budget``: ``CAPTURE_SECONDS`` in all) is checked between locals, before each
+linked exception's message and before each live-object read of the diagnosis; past it
+the rest is marked "not read (time budget)", live objects are no longer resolved and the
+message is marked ``truncated``: what was read is sent.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from ....protocol import jsonable
 from ..cells import CellMap
 from ..diagnose import Context, diagnose, explain_loader_error
 from ..summarize import TENSOR, Classifier, strip_private
+from ..summarize.budget import Budget
+from ..summarize.tensor_meta import read_meta
 from .bounds import LIMITS, Limits, bound
 from .exception import exception_summary, syntax_details
 from .frame import add_locals, frame_row
@@ -37,6 +46,7 @@ class CaptureState:
 
     live: dict[int, Any] = field(default_factory=dict)
     frames_live: list[FrameType] = field(default_factory=list)
+    budget: Budget = field(default_factory=Budget)
 
 
 def capture(
@@ -45,13 +55,16 @@ def capture(
     shell: object = None,
     cells: CellMap | None = None,
     limits: Limits = LIMITS,
+    budget: Budget | None = None,
 ) -> dict[str, object]:
     """The body of an ``exception`` message for ``exc`` (without id, time, replay).
 
     Never raises for a broken exception or broken locals; an unexpected internal error
-    propagates to the caller, which counts it.
+    propagates to the caller, which counts it. ``budget``: the capture's clock (a fresh
+    ``Budget()`` by default, R54).
     """
     state = CaptureState()
+    state.budget = budget if budget is not None else Budget()
     # The capture makes many short-lived objects; a full collection of a big training
     # heap in the middle of it would cost ~100 ms, so the collector waits until it ends.
     was_enabled = gc.isenabled()
@@ -73,7 +86,8 @@ def _capture(
     state: CaptureState,
 ) -> dict[str, object]:
     cls = Classifier()
-    head = exception_summary(exc, limits.message_chars)
+    budget = state.budget
+    head = exception_summary(exc, limits.message_chars, budget)
     msg: dict[str, Any] = {"exception": head}
     truncated = bool(head.get("message_truncated"))
 
@@ -81,7 +95,9 @@ def _capture(
     if syntax is not None:
         msg["exception"]["syntax"] = syntax
 
-    entries, walked_all = walk(exc.__traceback__, limits.walk)
+    traceback = BaseException.__dict__["__traceback__"].__get__(exc)  # no subclass property
+    entries, walked_all = walk(traceback, limits.walk)
+    del traceback
     entries = skip_ipython_prefix(entries)
     kept, elided = elide(entries, limits)
     truncated = truncated or not walked_all or bool(elided)
@@ -107,7 +123,7 @@ def _capture(
                 mentioned = prefer
         else:
             frame.pop("_names", None)
-        add_locals(frame, f, prefer, hidden, cls, state.live, limits)
+        add_locals(frame, f, prefer, hidden, cls, state.live, limits, budget)
     for e in elided:
         e["after"] = kept.index(e["after_pos"])
         del e["after_pos"]
@@ -133,8 +149,8 @@ def _capture(
     if focus is not None and focus < len(frames) and frames[focus].get("process"):
         mentioned = []  # a frame of another process: no locals to name
 
-    chain = exception_chain(exc, cells, limits)
-    group = group_leaves(exc, cells, limits)
+    chain = exception_chain(exc, cells, limits, budget)
+    group = group_leaves(exc, cells, limits, budget)
 
     original = loader.original if loader is not None else head
     ctx = Context(
@@ -144,7 +160,8 @@ def _capture(
         frames=frames,
         focus=focus,
         mentioned=mentioned,
-        resolve=state.live.get,
+        # past the deadline the rules work from the summaries alone (R54)
+        resolve=lambda obj_id: None if budget.expired() else state.live.get(obj_id),
         scan_tensors=lambda device: _scan_tensors(frames, state, cls, device),
         others=[(c["type"], c["message"]) for c in chain]
         + [(g["type"], g["message"]) for g in group],
@@ -166,7 +183,7 @@ def _capture(
     )
     if group:
         msg["group"] = group
-    msg["truncated"] = truncated
+    msg["truncated"] = truncated or budget.skipped > 0
     state.live.clear()
     state.frames_live.clear()
     clean = jsonable(strip_private(msg))
@@ -189,8 +206,9 @@ def _scan_tensors(
     from ..summarize import summarize
 
     found: dict[int, dict[str, Any]] = {}
+    torch = cls.torch
     for i, f in enumerate(state.frames_live):
-        if not frames[i]["user"]:
+        if not frames[i]["user"] or torch is None or state.budget.expired():
             continue
         try:
             ns = f.f_locals
@@ -198,14 +216,14 @@ def _scan_tensors(
         except Exception:
             continue
         for name, value in items[:200_000]:
+            if state.budget.expired():
+                break
             if type(name) is not str or name.startswith("_") or cls.kind(value) != TENSOR:
                 continue
             if id(value) in found:
                 continue
-            try:  # the device type first: only tensors on the failing device get a row
-                if value.device.type != device:
-                    continue
-            except Exception:
+            # the device type first: only tensors on the failing device get a row
+            if str(read_meta(value, torch, ("device",))["device"]).split(":")[0] != device:
                 continue
             found[id(value)] = {"name": name, "frame": i, **summarize(value, cls)}
     rows = [r for r in found.values() if isinstance(r.get("nbytes"), int)]

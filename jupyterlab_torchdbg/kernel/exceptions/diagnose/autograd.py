@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..summarize.object_parts import named_modules, part
 from .context import (
     MAX_WALK,
     Context,
@@ -104,13 +105,11 @@ def _inplace_modules(ctx: Context) -> list[Row]:
             if model is None:
                 continue
             try:
-                for n, (path, sub) in enumerate(model.named_modules()):
-                    if n > MAX_WALK or len(out) >= 5:
+                for path, sub in named_modules(model, MAX_WALK):
+                    if len(out) >= 5:
                         break
-                    d = getattr(sub, "__dict__", None)
                     if (
-                        type(d) is dict
-                        and d.get("inplace") is True
+                        part(sub, "inplace") is True
                         and type(sub).__name__ in _INPLACE_MODULES
                         and type(sub).__module__.startswith("torch.nn.")
                     ):

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..summarize.object_parts import named_modules, named_parameters
+
 if TYPE_CHECKING:
     from torch.nn import Module
 
@@ -137,19 +139,13 @@ def name_for(ctx: Context, obj_id: object) -> tuple[str, int | None] | None:
 def _path_in_module(model: Module | None, obj_id: int) -> str | None:
     if model is None:
         return None
-    try:
-        for n, (path, m) in enumerate(model.named_modules()):
-            if n > MAX_WALK:
-                break
-            if id(m) == obj_id and path:
-                return str(path)
-        for n, (path, p) in enumerate(model.named_parameters()):
-            if n > MAX_WALK:
-                break
-            if id(p) == obj_id:
-                return str(path)
-    except Exception:
-        return None
+    # From the modules' own dicts: an overridden named_modules() never runs (R54).
+    for path, m in named_modules(model, MAX_WALK):
+        if id(m) == obj_id and path:
+            return path
+    for path, p in named_parameters(model, MAX_WALK):
+        if id(p) == obj_id:
+            return path
     return None
 
 

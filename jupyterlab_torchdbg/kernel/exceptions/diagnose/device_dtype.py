@@ -12,7 +12,10 @@ batch on cpu was not. Dtype mismatches are in ``dtype``.
 from __future__ import annotations
 
 import re
+import sys
 
+from ..summarize.object_parts import named_parameters
+from ..summarize.tensor_meta import read_meta
 from .context import MAX_WALK, Context, Diagnosis, Row, describe, first_match, shape_text
 from .dtype import dtype_mismatch
 from .involved import code_path, collapse, involved
@@ -262,13 +265,11 @@ def _odd_parameters(ctx: Context, module: Row, devices: list[str]) -> tuple[list
     if model is None:
         return [], None
     by_device: dict[str, list[str]] = {}
-    try:
-        for n, (path, p) in enumerate(model.named_parameters()):
-            if n > MAX_WALK:
-                break
-            by_device.setdefault(str(p.device), []).append(str(path))
-    except Exception:
+    torch = sys.modules.get("torch")
+    if torch is None:
         return [], None
+    for path, p in named_parameters(model, MAX_WALK):  # no user code (R54)
+        by_device.setdefault(str(read_meta(p, torch, ("device",))["device"]), []).append(path)
     if len(by_device) < 2:
         return [], None
     common = majority({d: len(v) for d, v in by_device.items()}, never=("meta",))

@@ -12,7 +12,10 @@ cannot have (float token ids, int32 labels for ``one_hot``) are here too.
 from __future__ import annotations
 
 import re
+import sys
 
+from ..summarize.object_parts import named_parameters
+from ..summarize.tensor_meta import read_meta
 from .context import (
     LOSS_FUNCS,
     LOSS_TYPES,
@@ -197,14 +200,12 @@ def _model_dtypes(ctx: Context, own: tuple[str, int | None] | None) -> dict[str,
     if model is None:
         return None
     counts: dict[str, int] = {}
-    try:
-        for n, p in enumerate(model.parameters()):
-            if n > MAX_WALK:
-                break
-            d = str(p.dtype).removeprefix("torch.")
-            counts[d] = counts.get(d, 0) + 1
-    except Exception:
+    torch = sys.modules.get("torch")
+    if torch is None:
         return None
+    for _, p in named_parameters(model, MAX_WALK):  # no user code (R54)
+        d = str(read_meta(p, torch, ("dtype",))["dtype"])
+        counts[d] = counts.get(d, 0) + 1
     return counts if len(counts) > 1 else None
 
 

@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Callable, Iterator
 
 from ..summarize import Classifier, summarize
+from ..summarize.object_parts import instance_dict, named_modules, part
 from .context import (
     MAX_WALK,
     Context,
@@ -210,17 +211,14 @@ def _module_tensors(model: object) -> Iterator[tuple[str, object, str]]:
     user model: a tensor kept as ``self.scale = torch.ones(3)`` is not moved by
     ``model.to(device)``, the classic one left behind. ``__dict__`` and ``_buffers`` are
     read only as exact dicts."""
-    walk = getattr(model, "named_modules", None)
-    if not callable(walk):
+    if model is None:
         return
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # .grad of a non-leaf attribute warns
-            for n, (path, m) in enumerate(walk()):
-                if n > MAX_WALK:
-                    return
-                d = m.__dict__
-                if type(d) is not dict:
+            for path, m in named_modules(model, MAX_WALK):  # no user code (R54)
+                d = instance_dict(m)
+                if d is None:
                     continue
                 prefix = f"{path}." if path else ""
                 params = d.get("_parameters")
@@ -245,7 +243,7 @@ def _module_tensors(model: object) -> Iterator[tuple[str, object, str]]:
 
 def _is_tensor(v: object) -> bool:
     torch = sys.modules.get("torch")
-    return torch is not None and isinstance(v, torch.Tensor)
+    return torch is not None and issubclass(type(v), torch.Tensor)  # no __class__ read
 
 
 def _exact() -> tuple[type, ...]:
@@ -260,9 +258,11 @@ def _optimizer_state(
     parameter named as the user knows it (``params``: by ``id``, from the user models).
     ``state`` is read only as a ``dict`` (torch's ``defaultdict``), by ``dict`` methods."""
     opt = ctx.resolve_row(row)
-    d = getattr(opt, "__dict__", None)
-    state = d.get("state") if type(d) is dict else None
-    if not isinstance(state, dict) or type(state).__module__ not in ("collections", "builtins"):
+    state = part(opt, "state")
+    if not issubclass(type(state), dict) or type(state).__module__ not in (
+        "collections",
+        "builtins",
+    ):
         return {}
     own = name_for(ctx, row.get("_id"))
     opt_name = own[0] if own else str(row.get("name"))

@@ -6,10 +6,16 @@ values are dispatched on their exact type, torch and numpy objects are read thro
 their metadata (shape, dtype, device, ...), and every other object is shown by its type
 name only. No CUDA call is ever made (R22, R23).
 
+Nor does anything here run a subclass's code (R54): tensor metadata comes from torch's C
+getters with subclass dispatch off (``tensor_meta``; a DTensor is never called, R35), an
+object's parts from its own dicts (``object_parts``), and a capture's ``budget`` bounds
+the time spent, marking the rest "not read (time budget)".
+
 Files, one idea each: ``safe_read`` (guarded reads, safe text, size bounds), ``kinds``
 (a value's kind by exact type), ``row`` (``summarize``: one value -> one row),
 ``torch_rows`` and ``plain_rows`` (the per-kind fillers), ``frame_locals``
-(``summarize_locals`` and ``strip_private``).
+(``summarize_locals`` and ``strip_private``), ``tensor_meta``, ``object_parts`` and
+``budget``.
 """
 
 from __future__ import annotations

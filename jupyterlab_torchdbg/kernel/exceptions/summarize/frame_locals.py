@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Container, Iterable
 from typing import Any
 
+from .budget import Budget
 from .kinds import NAMESPACE_NOISE, OBJECT, RANK, Classifier
 from .row import summarize
-from .safe_read import MAX_NAME, safe_text
+from .safe_read import MAX_NAME, NOT_READ, safe_text, type_name
 
 
 def summarize_locals(
@@ -25,13 +26,16 @@ def summarize_locals(
     hidden: Container[str] | None = None,
     cls: Classifier | None = None,
     live: dict[int, Any] | None = None,
+    budget: Budget | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """Rows for at most ``limit`` locals, most useful first, and how many were eligible.
 
     ``prefer``: names on the failing line, kept first. ``namespace``: the frame is the
     notebook's global namespace, so IPython's own names (``In``, ``_3``, ``_i3``, names in
     ``hidden``), imports, functions and classes are left out. ``live`` collects the
-    objects of kept rows by id for the diagnosis; the caller clears it.
+    objects of kept rows by id for the diagnosis; the caller clears it. ``budget``: past
+    its deadline (or for a type already found slow) a row says "not read (time budget)"
+    and counts in ``budget.skipped`` (R54).
     """
     cls = cls or Classifier()
     preferred = set(prefer)
@@ -65,7 +69,32 @@ def summarize_locals(
         ranked.sort()
     rows: list[dict[str, Any]] = []
     for _, _, name, value in ranked:
-        row = {"name": safe_text(name, MAX_NAME)[0], **summarize(value, cls)}
+        tp = type(value)
+        known = budget.rows.get(id(value)) if budget is not None else None
+        if known is not None:
+            row = {"name": safe_text(name, MAX_NAME)[0], **known}
+            if live is not None and "_id" in row:
+                live[row["_id"]] = value
+            rows.append(row)
+            continue
+        if budget is not None and not budget.allows(tp):
+            budget.skipped += 1
+            kind = cache.get(tp, OBJECT)
+            rows.append(
+                {
+                    "name": safe_text(name, MAX_NAME)[0],
+                    "kind": kind,
+                    "type": type_name(value),
+                    "text": NOT_READ,
+                }
+            )
+            continue
+        started = budget.clock() if budget is not None else 0.0
+        summary = summarize(value, cls)
+        row = {"name": safe_text(name, MAX_NAME)[0], **summary}
+        if budget is not None:
+            budget.timed(tp, started)
+            budget.rows[id(value)] = summary
         if live is not None and "_id" in row:
             live[row["_id"]] = value
         rows.append(row)

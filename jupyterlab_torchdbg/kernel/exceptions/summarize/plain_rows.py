@@ -31,8 +31,14 @@ def fill_array(row: dict[str, Any], a: NDArray[Any], cls: Classifier, depth: int
 
 def fill_number(row: dict[str, Any], v: Any, cls: Classifier, depth: int) -> None:
     if type(v) not in (bool, int, float, complex):
-        # numpy scalar: .item() gives a Python number (numpy's own type; no user code)
-        if type_module(v) != "numpy":
+        # numpy scalar: .item() gives a Python number (numpy's own types only; a subclass
+        # could override it)
+        scalars = getattr(cls.numpy, "sctypeDict", None)
+        if (
+            type_module(v) != "numpy"
+            or type(scalars) is not dict
+            or type(v) not in scalars.values()
+        ):
             row["text"] = row["type"]
             return
         v = v.item()

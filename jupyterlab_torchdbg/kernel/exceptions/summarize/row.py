@@ -31,6 +31,7 @@ from .kinds import (
     TENSOR,
     Classifier,
 )
+from .object_parts import part
 from .plain_rows import (
     fill_array,
     fill_bytes,
@@ -76,7 +77,7 @@ def fill_dataset(row: dict[str, Any], ds: object, cls: Classifier, depth: int) -
     length = safe_dataset_len(ds, data, cls)
     row["len"] = length
     if data is not None and type(ds) is data.TensorDataset:
-        ts = ds.__dict__.get("tensors")
+        ts = part(ds, "tensors")
         if type(ts) is tuple:
             row["items"] = [summarize(t, cls, depth=depth + 1) for t in ts[:MAX_ITEMS]]
     row["text"] = f"{row['type']}, len {length}"

@@ -16,6 +16,9 @@ _T = TypeVar("_T")
 
 NA = "n/a"
 
+#: A local left unread because the capture's time budget ran out (R54).
+NOT_READ = "not read (time budget)"
+
 #: Tensors with at most this many elements get a finite check / integer min-max.
 SMALL_NUMEL = 100_000
 
@@ -51,18 +54,19 @@ def safe_text(value: str, limit: int = MAX_STR) -> tuple[str, bool]:
 
 
 def type_name(value: object) -> str:
-    """The qualified name of ``type(value)``, read from the type (never the object)."""
+    """The qualified name of ``type(value)``, read from the type (never the object) through
+    ``type``'s own descriptor (a metaclass property never runs)."""
     try:
-        name = type(value).__qualname__
-        return safe_text(name, MAX_NAME)[0] if isinstance(name, str) else NA
+        name = type.__dict__["__qualname__"].__get__(type(value))
+        return safe_text(name, MAX_NAME)[0] if type(name) is str else NA
     except Exception:
         return NA
 
 
 def type_module(value: object) -> str:
     try:
-        mod = type(value).__module__
-        return mod if isinstance(mod, str) else ""
+        mod = type.__dict__["__module__"].__get__(type(value))
+        return mod if type(mod) is str else ""
     except Exception:
         return ""
 
