@@ -225,7 +225,9 @@ class StepBoundary:
         _, active = watches()
         watched: list[tuple[str | None, Any]] | None = None
         if active:
-            watched = [(None, w.model) for w in active if w.optimizer is None and w.model]
+            watched = [
+                (None, m) for w in active if w.optimizer is None and (m := w.model) is not None
+            ]
         self.backward.scan(ns, watched)
 
     def after_step(
