@@ -94,7 +94,7 @@ def test_r53_a_replay_leaves_the_rngs_generators_attributes_and_batch_as_they_we
     msg = res["message"]
     assert "re-ran the forward and backward of model on a copy of step 5's batch" in msg, msg
     assert "Code in SideEffects.forward ran once more" in msg, msg
-    assert "other side effect of it (files, other objects) was not" in msg
+    assert "other side effects of it (files, other objects), if any, are not undone" in msg
 
 
 def test_r53_the_probe_runs_on_a_copy_and_puts_back_what_the_forward_changed() -> None:

@@ -129,8 +129,8 @@ def _rerun_words(name: str, step: int, who: str | None, saved: Saved) -> str:
     if who is not None:
         out += (
             f" Code in {who} ran once more: its changes to the model, the RNG states "
-            "and the notebook's names, lists, dicts and sets were put back, any other side "
-            "effect of it (files, other objects) was not."
+            "and the notebook's names, lists, dicts and sets were put back; other side "
+            "effects of it (files, other objects), if any, are not undone."
         )
     if saved.left:
         out += f" Changed and not put back: {', '.join(saved.left[:3])}."

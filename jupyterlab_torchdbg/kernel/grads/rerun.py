@@ -10,17 +10,20 @@ or change its input in place (``x.div_(2)``). So a re-run:
   ``MAX_DEPTH`` levels deep), never on the user's tensors;
 - saves and puts back (``Saved``) every submodule's attributes, parameters, buffers and
   child modules *by object* (a rebinding such as ``self.calls += 1`` or ``self.ema = ...``
-  is undone, an attribute the run added is removed) and the values of its buffers and
-  tensor attributes (copied when under ``MAX_COPY_BYTES``, and always copied back: a
-  kernel's own update, BatchNorm's running statistics, does not move a tensor's version
-  counter; a parameter, never copied, changed in place is seen by its version counter
-  and named as not put back); the Python ``random`` state,
-  numpy's global one (only if numpy is imported), torch's CPU RNG and, only when CUDA is
-  initialised, CUDA's (never initialising it, R02); every ``torch.Generator``, numpy
-  ``Generator`` / ``RandomState`` and ``random.Random`` found in the namespaces given and
-  in the modules' attributes; and, in those namespaces (the notebook's, the modules
-  where the user's ``forward`` is defined), the names rebound and the lists, dicts and
-  sets whose items changed (up to ``MAX_ITEMS`` items each).
+  is undone, an attribute the run added is removed);
+- copies its buffers and tensor attributes (up to ``MAX_COPY_BYTES``; normalisation
+  layers' always) and copies them back, changed or not: a kernel's own update
+  (BatchNorm's running statistics) does not move a tensor's version counter. A
+  parameter (never copied) or a tensor beyond the bound that was changed in place is
+  seen by its version counter and named as not put back;
+- saves and restores the Python ``random`` state, numpy's global one (only if numpy is
+  imported), torch's CPU RNG and, only when CUDA is initialised, CUDA's (never
+  initialising it, R02), and every ``torch.Generator``, numpy ``Generator`` /
+  ``RandomState`` and ``random.Random`` found in the namespaces given and in the
+  modules' attributes;
+- in those namespaces (the notebook's, the modules where the user's ``forward`` is
+  defined), puts back the names rebound and the lists, dicts and sets whose items
+  changed (up to ``MAX_ITEMS`` items each).
 
 What cannot be undone is any other effect of the user's code: files written, objects
 outside those namespaces, counters in other modules. Hence the rule for running it
@@ -153,6 +156,7 @@ class Saved:
 
     def __init__(self, modules: Iterable[Module], spaces: Iterable[dict[str, Any]]) -> None:
         import torch
+        from torch.nn.modules.batchnorm import _NormBase
 
         self._dicts: list[tuple[dict[str, Any], dict[str, Any]]] = []
         self._values: list[tuple[str, Any, Any, int]] = []  # name, tensor, copy, version
@@ -172,19 +176,25 @@ class Saved:
                 for d in (m.__dict__, m._parameters, m._buffers, m._modules):
                     self._dicts.append((d, dict(d)))
                 params = set(map(id, m._parameters.values()))
+                # running statistics change inside the kernel, unseen by the version
+                # counter: always copied (a channel-sized vector each)
+                norm = isinstance(m, _NormBase)
                 tensors = [(k, v) for k, v in m._buffers.items() if v is not None]
                 tensors += [(k, v) for k, v in m._parameters.items() if v is not None]
                 tensors += [(k, v) for k, v in vars(m).items() if isinstance(v, torch.Tensor)]
                 for k, t in tensors:
                     size = t.numel() * t.element_size()
                     copy = None
-                    if id(t) not in params and size <= budget:
+                    if id(t) not in params and (size <= budget or norm):
                         budget -= size
                         with torch.no_grad():
                             copy = t.detach().clone()
                     self._values.append((f"{prefix}.{k}" if prefix else k, t, copy, _version(t)))
                 found += [v for v in vars(m).values() if _is_rng(v)]
         for ns in spaces:
+            if id(ns) in seen:
+                continue  # the notebook's namespace is also its classes' globals
+            seen.add(id(ns))
             self._dicts.append((ns, dict(ns)))
             for v in list(ns.values()):
                 if type(v) in (list, dict, set) and len(v) <= MAX_ITEMS:
