@@ -253,3 +253,37 @@ async def test_r53_the_issue_repro_a_replay_changes_nothing_the_user_computes(
     assert "the forward was not re-run: code in Counting.forward may have side effects" in msg
     assert "Replay re-runs your forward once, on a click" in msg, msg
     assert "Code in Counting.forward ran once more" in res["message"], res["message"]
+
+
+def test_r53_weights_already_non_finite_are_named_without_re_running_the_users_forward() -> None:
+    """A model of the user's own: its forward is not re-run at the step, but its weights
+    are read (no code of the user's runs for that) and named when already NaN/Inf."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), Counted(), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with session({"model": model, "opt": opt}) as s:
+        s.shell.events.trigger("pre_run_cell", None)
+        s.comm.action("set_stride", {"stride": 1})
+        for i in range(1, 5):
+            if i == 3:
+                with torch.no_grad():
+                    model[2].weight[0, 0] = float("inf")  # code that set them
+            opt.zero_grad()
+            model(torch.randn(16, 4)).pow(2).mean().backward()
+            opt.step()
+        s.end_cell()
+        (a,) = [a for a in s.comm.alerts() if a["kind"] == "non_finite_cause"]
+        assert a["cause"] == "weights" and a["layer"] == "model.2" and a["step"] == 3, a
+        assert "the forward was not re-run: code in Counted.forward" in a["message"]
+        assert model[1].calls == 4  # the user's four steps, no more
+        assert not s.ext.errors
+
+
+class Counted(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return torch.tanh(x)

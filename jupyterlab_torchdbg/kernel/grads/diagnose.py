@@ -188,6 +188,13 @@ def diagnose(
         if who is None:
             spaces = ([ns] if ns is not None else []) + user_globals(modules)
             probe.run(calls, spaces)
+        elif (bad := _first_bad_weights(runnable)) is not None:
+            # not re-run, but the weights can be read without running any code
+            msg = (
+                f"{bad}'s own weights are already NaN/Inf before this step's update (the "
+                f"first such module in module order); {_forward_fact(probe, modules, '', who)}"
+            )
+            return Finding("weights", bad, msg)
         names = ", ".join(n for n, _ in runnable)
         rerun = f"re-ran the forward of {names} on a copy of step {step}'s batch with the "
         rerun += "pre-step weights"
@@ -213,6 +220,21 @@ def diagnose(
         return after_forward(forward, probe.ran, loss, grad_layer, probe.outputs)
     finally:
         probe.remove()
+
+
+def _first_bad_weights(runnable: list[tuple[str, Any]]) -> str | None:
+    """The first module (in module order) whose own parameters hold NaN/Inf."""
+    from .naming import clean_param_name
+    from .probe import MAX_MODULES, params_finite
+
+    for prefix, root in runnable:
+        for i, (name, m) in enumerate(root.named_modules()):
+            if i >= MAX_MODULES:
+                break
+            if not params_finite(m):
+                clean = clean_param_name(root, f"{name}.x").rpartition(".")[0] if name else ""
+                return f"{prefix}.{clean}" if clean else prefix
+    return None
 
 
 def _own_loss_only(
