@@ -104,6 +104,7 @@ def watch(
     *,
     stride: int | None = None,
     skip_nonfinite: bool = False,
+    rerun_forward: bool = False,
 ) -> WatchHandle:
     """Monitor ``model``'s gradients at each optimizer step; returns a removable handle.
 
@@ -112,9 +113,18 @@ def watch(
     explicitly and limits monitoring to the watched models; ``optimizer`` limits it to
     that optimizer's steps; ``stride=N`` samples every N steps (default: automatic, at
     most 1% of the step time); ``skip_nonfinite=True`` skips optimizer steps whose
-    gradients hold NaN/Inf, so the weights stay finite. ``handle.remove()`` or ``with
+    gradients hold NaN/Inf, so the weights stay finite; ``rerun_forward=True`` lets the
+    tool re-run the model's forward on a copy of a non-finite step's batch without a
+    click even when it is not torch's own code (its side effects outside the model and
+    the notebook's namespace are not undone). ``handle.remove()`` or ``with
     watch(model): ...`` ends it. The model and optimizer are held by weakref only.
     """
     from .kernel.grads.api import watch as _watch
 
-    return _watch(model, optimizer, stride=stride, skip_nonfinite=skip_nonfinite)
+    return _watch(
+        model,
+        optimizer,
+        stride=stride,
+        skip_nonfinite=skip_nonfinite,
+        rerun_forward=rerun_forward,
+    )

@@ -112,7 +112,8 @@ async def test_r47_a_custom_loss_modules_log0_is_the_non_finite_loss_and_replays
     msg = a["message"]
     assert "the loss `loss` (criterion(...)) is +Inf" in msg, msg
     assert "loss is finite" not in msg and "backward made" not in msg
-    assert "re-run" in msg  # the module outputs are said finite of the re-run
+    # the module outputs are said finite of the re-run, which says what it re-ran (R53)
+    assert f"re-ran the forward of model on a copy of step {BAD}'s batch" in msg, msg
     res = await replay(loaded, comm_id)
     assert res["loss_root"] == "loss_module:criterion" and res["user_loss"] == "same", res
     assert res["reproduces"] is True and res["cause"] == "forward", res
@@ -285,6 +286,8 @@ async def test_r48_every_step_skipped_from_the_first_is_diagnosed_and_replayable
                     return x + torch.sqrt(x * 0.0)  # finite forward; sqrt'(0) = inf: NaN
             model = nn.Sequential(nn.Linear(4, 8), SqrtAtZero(), nn.Linear(8, 1))
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            from jupyterlab_torchdbg import watch
+            watch(model, rerun_forward=True)  # SqrtAtZero is the user's code (R53)
             """
         )
     )

@@ -136,6 +136,9 @@ def run_one(
 ) -> dict[str, Any]:
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     with session({"model": model, "opt": opt, **kw.pop("ns", {})}) as s:
+        # The workloads are modules of the user's own classes: their forward is re-run
+        # at the step only on the user's word (R53; without it, see test_r53_...).
+        watch(model, rerun_forward=True)
         s.comm.action("set_stride", {"stride": 1})
         train(model, opt, steps, kw.pop("batch", batches()), before, **kw)
         s.end_cell()
@@ -233,6 +236,7 @@ def test_a_loss_module_that_makes_the_nan_on_finite_outputs_is_the_cause() -> No
     data = batches()
     y = torch.randint(0, 3, (16,))
     with session({"model": model, "opt": opt, "ce": ce, "nll": nll}) as s:
+        watch(model, rerun_forward=True)
         s.comm.action("set_stride", {"stride": 1})
         for i in range(1, 6):
             nll.scale = 0.0 if i == BAD else 1.0
@@ -286,6 +290,7 @@ def test_the_diagnosis_leaves_batchnorm_statistics_and_the_rng_as_without_the_to
 
         if tool:
             with session({"model": model, "opt": opt}) as s:
+                watch(model, rerun_forward=True)
                 s.comm.action("set_stride", {"stride": 1})
                 train(model, opt, BAD, batches(), before)
                 s.end_cell()
@@ -488,6 +493,7 @@ def test_cross_entropy_alone_is_not_blamed() -> None:
     y = torch.randint(0, 3, (16,))
     data = batches()
     with session({"model": model, "opt": opt, "ce": ce}) as s:
+        watch(model, rerun_forward=True)
         s.comm.action("set_stride", {"stride": 1})
         for i in range(1, 5):
             model.mid.c = 0.0 if i == BAD else 1.0
@@ -516,6 +522,7 @@ def test_r28_a_compiled_model_is_diagnosed_through_its_wrapper_without_graph_bre
         found: list[dict[str, Any]] = []
         if tool:
             with session({"model": compiled, "opt": opt}) as s:
+                watch(compiled, rerun_forward=True)
                 s.comm.action("set_stride", {"stride": 1})
                 train(compiled, opt, 5, batches(), before)
                 s.end_cell()
@@ -801,6 +808,7 @@ def test_r47_a_loop_that_clips_by_itself_is_not_advised_to_clip() -> None:
     model = Net(SqrtAt())
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     with session({"model": model, "opt": opt}) as s:
+        watch(model, rerun_forward=True)
         s.shell.events.trigger("pre_run_cell", None)
         s.comm.action("set_stride", {"stride": 1})
         for i in range(1, 6):

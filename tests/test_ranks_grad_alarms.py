@@ -13,7 +13,9 @@ worker's side (ranks/rank_signals.py) on a real model with the kernel's diagnosi
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,6 +23,7 @@ import torch
 from test_ranks_job import Harness, w
 from torch import nn
 
+from jupyterlab_torchdbg.kernel.watches import add_watch
 from jupyterlab_torchdbg.ranks import grad_alarms
 from jupyterlab_torchdbg.ranks.rank_signals import RankSignals
 from jupyterlab_torchdbg.ranks.reader import Read, Reader
@@ -297,6 +300,16 @@ class SqrtGate(nn.Module):
         return self.fc(features) * torch.sqrt(features[:, :1])
 
 
+@contextlib.contextmanager
+def rerun_forward(model: nn.Module) -> Iterator[None]:
+    """``watch(model, rerun_forward=True)`` in the rank's process, for the block."""
+    handle = add_watch(model, rerun_forward=True)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
 def one_step(model: nn.Module, x: torch.Tensor) -> tuple[RankSignals, Any]:
     """Two steps of a loop as a rank runs it: the reader finds the model at the first
     read and the signals keep its calls; the second step's batch is ``x``."""
@@ -319,7 +332,9 @@ def test_a_ranks_nan_input_is_named_with_its_tensor_and_index() -> None:
     x[5, 2] = float("nan")
     model = Net()
     signals, finding = one_step(model, x)
-    assert finding["cause"] == "input" and finding["rerun"] is True
+    assert finding["cause"] == "input"
+    # Net.forward is the user's code: only the batch was checked, not re-run (R53)
+    assert finding["rerun"] is False and "Net.forward" in finding["why_not_rerun"]
     assert finding["message"] == (
         "the input batch of model holds NaN: `features` (16x4) at index [5, 2]"
     )
@@ -331,7 +346,9 @@ def test_a_ranks_nan_input_is_named_with_its_tensor_and_index() -> None:
 def test_a_ranks_forward_that_makes_nan_is_named() -> None:
     x = torch.rand(16, 4)
     x[7, 0] = -1.0  # finite, but the forward takes its square root
-    _, finding = one_step(SqrtGate(), x)
+    model = SqrtGate()
+    with rerun_forward(model):  # the user's own forward, re-run on the user's word (R53)
+        _, finding = one_step(model, x)
     assert finding["cause"] == "forward" and finding["layer"] == "model"
     assert finding["message"].startswith("model's forward turns finite inputs into NaN/Inf")
 
@@ -371,13 +388,14 @@ def test_r47_backward_with_a_loss_module_read_says_the_loss_was_checked() -> Non
     bad = torch.rand(8, 4)
     bad[2] = -100.0  # a finite input whose output is masked to 0
     findings = []
-    for batch in (torch.rand(8, 4), bad):
-        opt.zero_grad()
-        criterion(model(batch), torch.ones(8, 1)).backward()
-        frame = sys._getframe()
-        read = reader.read(opt, frame)
-        signals.watch(read.module, read.module_name, frame)
-        findings.append(signals.at_read(len(findings) + 1, read))
+    with rerun_forward(model):  # the user's own forward, re-run on the user's word (R53)
+        for batch in (torch.rand(8, 4), bad):
+            opt.zero_grad()
+            criterion(model(batch), torch.ones(8, 1)).backward()
+            frame = sys._getframe()
+            read = reader.read(opt, frame)
+            signals.watch(read.module, read.module_name, frame)
+            findings.append(signals.at_read(len(findings) + 1, read))
     assert findings[0] is None
     finding = findings[1]
     assert finding["cause"] == "backward" and finding["loss_checked"] is True

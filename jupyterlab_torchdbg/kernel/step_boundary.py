@@ -228,12 +228,12 @@ class StepBoundary:
         if not self.attached:
             return
         self.grads.guard.scan_models(ns)
-        if not self.backward.attached:
-            return
         _, active = watches()
-        watched: Watched = [(None, w.model) for w in active if w.optimizer is None and w.model]
-        self.backward.scan(ns, watched if active else None)
-        self._look_mid_cell, self._next_look = not active, 0.0
+        if self.backward.attached:  # (``is not None``: a compiled model has no len())
+            models = [w.model for w in active if w.optimizer is None]
+            watched: Watched = [(None, m) for m in models if m is not None]
+            self.backward.scan(ns, watched if active else None)
+            self._look_mid_cell, self._next_look = not active, 0.0
 
     def cell_ended(self) -> None:  # a backward outside a cell looks for nothing
         self._look_mid_cell = False

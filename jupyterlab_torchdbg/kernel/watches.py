@@ -29,12 +29,16 @@ class WatchHandle:
         optimizer: Optimizer | None = None,
         stride: int | None = None,
         skip_nonfinite: bool = False,
+        rerun_forward: bool = False,
     ) -> None:
         self._model = weakref.ref(model)
         self._optimizer = None if optimizer is None else weakref.ref(optimizer)
         self.stride = stride
         #: Skip optimizer steps whose gradients are NaN/Inf (grads/nonfinite.py).
         self.skip_nonfinite = skip_nonfinite
+        #: The user's word that the model's forward may be re-run at a non-finite step
+        #: without a click (grads/rerun.py, R53).
+        self.rerun_forward = rerun_forward
         self.removed = False
 
     @property
@@ -85,9 +89,10 @@ def add_watch(
     optimizer: Optimizer | None = None,
     stride: int | None = None,
     skip_nonfinite: bool = False,
+    rerun_forward: bool = False,
 ) -> WatchHandle:
     global _version
-    handle = WatchHandle(model, optimizer, stride, skip_nonfinite)
+    handle = WatchHandle(model, optimizer, stride, skip_nonfinite, rerun_forward)
     with _lock:
         _watches.append(handle)
         _version += 1

@@ -193,7 +193,7 @@ class RankSignals:
         as far as this rank's own data shows."""
         import torch
 
-        from ..kernel.grads import diagnose
+        from ..kernel.grads import diagnose, rerun
 
         layers, names = read.layers or [], read.names or []
         bad = [i for i, v in enumerate(layers) if not math.isfinite(v)]
@@ -227,10 +227,21 @@ class RankSignals:
             )
             why_not = None
             if finding is None:
+                ok = rerun.allowed()
                 why_not = needs_other_ranks(root)
+                if why_not is None and id(root) not in ok:
+                    who = rerun.user_code([root])  # R53: not re-run without a click
+                    why_not = None if who is None else f"code in {who} may have side effects"
                 if why_not is None:
                     finding = diagnose.diagnose(
-                        roots, losses, None, grad_layer, "rank", step, root=backward_root
+                        roots,
+                        losses,
+                        None,
+                        grad_layer,
+                        "rank",
+                        step,
+                        root=backward_root,
+                        rerun_ok=ok,
                     )
                 else:  # the batch only: the forward would wait for the other ranks
                     finding = diagnose.check_inputs(roots)

@@ -1,5 +1,5 @@
-"""``watch(model, optimizer=None, *, stride=None, skip_nonfinite=False)``: name and scope
-what is monitored.
+"""``watch(model, optimizer=None, *, stride=None, skip_nonfinite=False,
+rerun_forward=False)``: name and scope what is monitored.
 
 Without any ``watch()`` every optimizer is monitored and its parameters are named through
 the ``nn.Module``s in the notebook's namespace. ``watch()`` is for when that is not enough:
@@ -28,14 +28,18 @@ def watch(
     *,
     stride: int | None = None,
     skip_nonfinite: bool = False,
+    rerun_forward: bool = False,
 ) -> WatchHandle:
     """Monitor ``model``'s gradients (at ``optimizer``'s steps, or any optimizer's).
 
     ``stride``: sample every N optimizer steps (1 = every step); None picks it
     automatically so the monitor costs at most 1% of the step time. ``skip_nonfinite``:
     an optimizer step whose gradients hold NaN/Inf is skipped, so the weights stay finite
-    (every step is then checked; on CUDA that is one small host sync per step). Returns a
-    handle:
+    (every step is then checked; on CUDA that is one small host sync per step).
+    ``rerun_forward``: the model's forward may be re-run on a copy of the batch at a
+    non-finite step to find where the NaN starts, even though it is not torch's own
+    (its attributes, tensors and the RNGs are put back afterwards, but not other side
+    effects of its code: files, other modules' state). Returns a handle:
     ``handle.remove()`` stops watching, and ``with watch(model): ...`` watches for the
     block. Holds the model and optimizer by weakref only. Loads the extension in an
     IPython kernel if it is not loaded yet. A model no optimizer steps (a loop updating
@@ -54,7 +58,9 @@ def watch(
             raise ValueError(f"stride must be between 1 and {MAX_FIXED_STRIDE}")
     if not isinstance(skip_nonfinite, bool):
         raise TypeError("skip_nonfinite must be True or False")
-    handle = add_watch(model, optimizer, stride, skip_nonfinite)
+    if not isinstance(rerun_forward, bool):
+        raise TypeError("rerun_forward must be True or False")
+    handle = add_watch(model, optimizer, stride, skip_nonfinite, rerun_forward)
     if current() is None:
         _load_or_warn()
     ext = current()

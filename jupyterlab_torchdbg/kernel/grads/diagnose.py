@@ -10,9 +10,12 @@ of an alarm the monitor asks, in this order:
    is checked; the first with a NaN/Inf is named with the index of its first bad element.
    A tensor whose only non-finite values are ``-inf`` and whose name says ``mask`` is an
    additive attention mask, not bad data.
-2. **The forward pass**, run once more on that batch with the pre-step weights (probe.py):
-   the module that turns finite inputs into NaN/Inf, or the first module whose own weights
-   are already non-finite (an earlier, unsampled step applied a NaN).
+2. **The forward pass**, run once more on a copy of that batch with the pre-step weights
+   (probe.py): the module that turns finite inputs into NaN/Inf, or the first module whose
+   own weights are already non-finite (an earlier, unsampled step applied a NaN). Only a
+   forward that is torch's own is re-run without a click (R53, rerun.py): for a model
+   with code of the user's (``Net.forward``, a hook) the alert names that code and says
+   the forward was not re-run; Replay re-runs it on a click.
 3. **The loss**, when every output was finite: what ``backward()`` was called on at this
    step (backward_root.py: a loss module's output, a model's ``.loss``, any expression),
    read at the step; when that was not seen, a non-finite output of a loss module called
@@ -41,6 +44,7 @@ from .backward_root import root_of
 from .finding import Finding
 from .loss_check import LossFacts, after_forward, scalar_of, spell
 from .probe import ForwardProbe, dropout_active, eager_root
+from .rerun import user_code, user_globals
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -158,8 +162,12 @@ def diagnose(
     step: int,
     root: KeptRoot | None = None,
     ns: dict[str, Any] | None = None,
+    rerun_ok: frozenset[int] = frozenset(),
 ) -> Finding:
-    """Input, forward, weights, loss or backward (see the module docstring)."""
+    """Input, forward, weights, loss or backward (see the module docstring).
+    ``rerun_ok``: ids of the models whose forward the user let the tool re-run
+    (``watch(model, rerun_forward=True)``); any other forward is re-run only when it is
+    torch's own (rerun.user_code)."""
     found = check_inputs(roots)
     if found is not None:
         return found
@@ -172,34 +180,65 @@ def diagnose(
             calls.append(call)
     after = max((c.call for _, _, c in roots if c is not None), default=0)
     loss = LossFacts(root_of(root, after), losses, logged_loss, after, ns)
-    probe = ForwardProbe(track, step, runnable)
+    modules = [m for _, m in runnable]
+    # R53: the user's own code (a forward, a hook) is not re-run without a click.
+    who = None if all(id(m) in rerun_ok for m in modules) else user_code(modules)
+    probe = ForwardProbe(track, step, runnable if who is None else [])
     try:
-        probe.run(calls)
-        where = " on this step's batch with the pre-step weights"
+        if who is None:
+            spaces = ([ns] if ns is not None else []) + user_globals(modules)
+            probe.run(calls, spaces)
+        elif (bad := _first_bad_weights(runnable)) is not None:
+            # not re-run, but the weights can be read without running any code
+            msg = (
+                f"{bad}'s own weights are already NaN/Inf before this step's update (the "
+                f"first such module in module order); {_forward_fact(probe, modules, '', who)}"
+            )
+            return Finding("weights", bad, msg)
+        names = ", ".join(n for n, _ in runnable)
+        rerun = f"re-ran the forward of {names} on a copy of step {step}'s batch with the "
+        rerun += "pre-step weights"
+        if probe.left:
+            rerun += f"; it changed {', '.join(probe.left[:3])}, not put back"
         if probe.origin is not None:
             name, weights_ok = probe.origin
-            own = _own_loss_only(name, runnable, probe.outputs, loss)
+            own = _own_loss_only(name, runnable, probe.outputs, loss, rerun)
             if own is not None:
                 return own
             if weights_ok:
-                msg = f"{name}'s forward turns finite inputs into NaN/Inf (re-run{where})"
+                msg = f"{name}'s forward turns finite inputs into NaN/Inf ({rerun})"
                 return Finding("forward", name, msg)
             msg = (
                 f"{name}'s own weights are already NaN/Inf before this step's update (the "
-                "first such module in forward order)"
+                f"first such module in forward order; {rerun})"
             )
             return Finding("weights", name, msg)
         if probe.last_bad is not None:
-            msg = f"the forward pass is non-finite from {probe.last_bad} on (re-run{where})"
+            msg = f"the forward pass is non-finite from {probe.last_bad} on ({rerun})"
             return Finding("forward", probe.last_bad, msg)
-        forward = _forward_fact(probe, [m for _, m in runnable])
+        forward = _forward_fact(probe, modules, rerun, who)
         return after_forward(forward, probe.ran, loss, grad_layer, probe.outputs)
     finally:
         probe.remove()
 
 
+def _first_bad_weights(runnable: list[tuple[str, Any]]) -> str | None:
+    """The first module (in module order) whose own parameters hold NaN/Inf."""
+    from .naming import clean_param_name
+    from .probe import MAX_MODULES, params_finite
+
+    for prefix, root in runnable:
+        for i, (name, m) in enumerate(root.named_modules()):
+            if i >= MAX_MODULES:
+                break
+            if not params_finite(m):
+                clean = clean_param_name(root, f"{name}.x").rpartition(".")[0] if name else ""
+                return f"{prefix}.{clean}" if clean else prefix
+    return None
+
+
 def _own_loss_only(
-    name: str, runnable: list[tuple[str, Any]], outputs: list[Any], loss: LossFacts
+    name: str, runnable: list[tuple[str, Any]], outputs: list[Any], loss: LossFacts, rerun: str
 ) -> Finding | None:
     """The root named by the probe computes its own loss (``outputs.loss``), and that
     loss is the only non-finite part of its output on the re-run: the loss, not the
@@ -221,7 +260,7 @@ def _own_loss_only(
             v = scalar_of(own)
             msg = (
                 f"{said} is {spell(v if v is not None else math.nan)} on this step's batch "
-                f"(re-run with the pre-step weights), while {name}'s other outputs are finite"
+                f"({rerun}), while {name}'s other outputs are finite"
             )
             return Finding("loss", name, msg)
     return None
@@ -238,11 +277,16 @@ def _tensors_of(out: Any) -> list[Any]:
     return []
 
 
-def _forward_fact(probe: ForwardProbe, modules: list[Any]) -> str:
+def _forward_fact(probe: ForwardProbe, modules: list[Any], rerun: str, who: str | None) -> str:
     """What the forward re-run checked, in words (R47: of the re-run, as far as it went)."""
+    if who is not None:
+        return (
+            f"the forward was not re-run: code in {who} may have side effects (Replay "
+            "re-runs your forward once, on a click)"
+        )
     if not probe.ran:
         return "the forward was not re-run (no root model could be run eagerly)"
-    notes = []
+    notes = [rerun]
     if probe.out_max is not None:
         notes.append(f"largest output {probe.out_max:.3g}")
     if dropout_active(modules):
@@ -253,8 +297,7 @@ def _forward_fact(probe: ForwardProbe, modules: list[Any]) -> str:
         else f"the outputs of the first {probe.hooked} modules are finite (the rest were not "
         "looked at)"
     )
-    note = f" ({'; '.join(notes)})" if notes else ""
-    return f"{which} when this step's forward is re-run on its batch{note}"
+    return f"{which} ({'; '.join(notes)})"
 
 
 def unkept(modules: list[Module], grad_layer: str | None, first: bool = True) -> Finding:

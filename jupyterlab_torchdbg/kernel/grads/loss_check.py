@@ -115,9 +115,10 @@ def after_forward(
             f"the forward's intermediate values or in backward{where}"
         )
         return Finding("unchecked", grad_layer, msg)
+    parts = "the loss or in backward" if ran else "the forward, the loss or backward"
     msg = (
         f"{forward}, but the loss was not checked ({loss.why_unchecked()}): the NaN/Inf "
-        f"arises in the loss or in backward{where}"
+        f"arises in {parts}{where}"
     )
     return Finding("unchecked", grad_layer, msg)
 
@@ -126,14 +127,16 @@ def _reevaluate(kept: KeptLoss, outputs: list[Any]) -> float | None:
     """The loss module on a probed output of the kept input's size, with the kept target."""
     import torch
 
+    from .rerun import restored, user_code
+
     module = kept.module()
-    if module is None or kept.input_shape is None:
-        return None
+    if module is None or kept.input_shape is None or user_code([module]) is not None:
+        return None  # R53: a loss module of the user's own code is not re-run unasked
     numel = math.prod(kept.input_shape)
     for out in outputs:
         if isinstance(out, torch.Tensor) and out.numel() == numel and out.is_floating_point():
             try:
-                with torch.no_grad():
+                with torch.no_grad(), restored([module]):
                     return scalar_of(
                         module(out.reshape(kept.input_shape), *kept.rest, **kept.kwargs)
                     )

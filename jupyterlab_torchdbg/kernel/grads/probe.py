@@ -15,11 +15,13 @@ and its output:
 Two ways to run it:
 
 - ``run`` (the at-step diagnosis, diagnose.py): at the bad step, before the optimizer
-  touched the weights, the kept batch (inputs.py) is run through the roots once more,
-  under ``torch.no_grad()``, with the RNG state (CPU, and CUDA when initialised) and the
-  roots' buffers (BatchNorm running statistics) saved and restored, so the training run
-  is not disturbed; every hook is removed right after. A compiled root is run through its
-  eager ``_orig_mod`` (the compiled graph is neither traced again nor given hooks).
+  touched the weights, a copy of the kept batch (inputs.py) is run through the roots
+  once more, under ``torch.no_grad()``, with everything the run may change (the modules'
+  attributes and tensors, BatchNorm's statistics, the RNGs) saved and restored
+  (rerun.py, R53), so the training run is not disturbed; every hook is removed right
+  after. Only roots whose forward is torch's own run without a click (diagnose.py). A
+  compiled root is run through its eager ``_orig_mod`` (the compiled graph is neither
+  traced again nor given hooks).
 - ``arm`` / ``report`` (the fallback when the step could not be checked: on CUDA without
   ``skip_nonfinite``, R26): armed after the flush-time alarm, it watches the *next*
   forward pass of the roots and reports at the next optimizer step — the weights may
@@ -35,9 +37,8 @@ handle only, and the roots' outputs only until the diagnosis is done.
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .alerts import Alert
@@ -157,36 +158,6 @@ def eager_root(module: Module) -> Module | None:
     return None if isinstance(module, torch.jit.ScriptModule) else module
 
 
-@contextlib.contextmanager
-def preserved(modules: list[Module]) -> Iterator[None]:
-    """Restore the RNG state and ``modules``' buffers after a re-run of their forward.
-
-    The buffers (running statistics, counters) are copied for the duration of the probe
-    only — a once-per-alarm cost, dropped right after (R25).
-    """
-    import torch
-
-    cpu_rng = torch.get_rng_state()
-    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    saved: list[tuple[Any, Any]] = []
-    seen: set[int] = set()
-    with torch.no_grad():
-        for m in modules:
-            for b in m.buffers():
-                if id(b) not in seen:
-                    seen.add(id(b))
-                    saved.append((b, b.clone()))
-    try:
-        yield
-    finally:
-        torch.set_rng_state(cpu_rng)
-        if cuda_rng is not None:
-            torch.cuda.set_rng_state_all(cuda_rng)
-        with torch.no_grad():
-            for b, copy in saved:
-                b.copy_(copy)
-
-
 class ForwardProbe:
     """Forward hooks on every submodule of the roots, for one forward pass."""
 
@@ -209,6 +180,8 @@ class ForwardProbe:
         #: Modules whose outputs are checked; ``complete``: every module of the roots.
         self.hooked = 0
         self.complete = True
+        #: What ``run`` changed and could not put back (rerun.py).
+        self.left: list[str] = []
         for prefix, root in roots:
             self._handles.append(root.register_forward_pre_hook(self._pre(prefix)))
             for i, (name, mod) in enumerate(root.named_modules()):
@@ -221,18 +194,25 @@ class ForwardProbe:
                 hook = self._post(full, mod is root)
                 self._handles.append(mod.register_forward_hook(hook, with_kwargs=True))
 
-    def run(self, calls: list[KeptCall | None]) -> None:
-        """Run each root once on its kept call (aligned with the roots), at once, without
-        autograd and without disturbing RNG or buffers; then remove every hook."""
+    def run(self, calls: list[KeptCall | None], spaces: Sequence[dict[str, Any]] = ()) -> None:
+        """Run each root once on a copy of its kept call (aligned with the roots), at
+        once, without autograd; everything the run may change is put back afterwards
+        (rerun.py, R53: the modules' attributes and tensors, the RNGs, the namespaces
+        ``spaces``); then remove every hook."""
         import torch
+
+        from .rerun import copied_call, restored
 
         self._keep_outputs = True
         self.input_bad = "-"  # the caller checked the inputs itself (diagnose.py)
         try:
-            with torch.no_grad(), preserved([m for _, m in self._roots]):
+            with torch.no_grad(), restored([m for _, m in self._roots], spaces) as saved:
                 for (_, root), call in zip(self._roots, calls, strict=True):
                     if call is not None:
-                        root(*call.args, **call.kwargs)
+                        kept = copied_call(call)
+                        root(*kept.args, **kept.kwargs)
+                        del kept
+            self.left = saved.left
         finally:
             self.input_bad = None
             self._remove_hooks()

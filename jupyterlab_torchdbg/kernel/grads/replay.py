@@ -7,8 +7,9 @@ batch (``BadStep.calls``, references the loop holds anyway, R25) and a host copy
 roots' weights and buffers *before* the optimizer applies the non-finite gradient
 (``capture``, on the training thread, inside the optimizer pre-hook). The ``replay_step``
 action then runs forward + backward of that batch once, with anomaly mode on, on a
-functional copy of the model (replay_run.py): the user's parameters, ``.grad``,
-BatchNorm statistics and RNG state are left exactly as they were.
+functional copy of the model (replay_run.py), on a copy of the batch: the user's
+parameters, ``.grad``, BatchNorm statistics, the model's attributes and the RNG states are
+left exactly as they were (rerun.py, R53).
 
 Threads (R34): a forward + backward of the model while the training thread is inside its
 own would race it (a segfault, not an exception). So ``run`` runs on the calling thread
@@ -182,7 +183,8 @@ class Replayer:
             raise ActionError("the extension was unloaded before the replay ran", "refused")
         try:
             self.pause_keeping(True)
-            return replay(bad, snapshot)
+            ns = getattr(getattr(self.host, "shell", None), "user_ns", None)
+            return replay(bad, snapshot, ns if isinstance(ns, dict) else None)
         except ActionError:
             raise
         except Exception as e:  # the user's model raised on replay: say so, do not crash

@@ -109,6 +109,7 @@ def report(res: dict[str, object], root: KeptRoot | None = None) -> dict[str, ob
         msg += f" Buffers holding NaN/Inf: {', '.join(map(str, bad[:3]))}."
     res.pop("bad_buffers", None)
     res.pop("dropout", None)
+    msg += str(res.pop("rerun", "") or "")
     res["message"] = msg
     return res
 

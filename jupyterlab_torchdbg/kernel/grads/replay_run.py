@@ -40,12 +40,14 @@ import re
 import traceback
 import warnings
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..action_registry import ActionError
 from .probe import dropout_active
 from .replay_loss import loss_root, relation
 from .replay_report import Frame, report, user_frames
+from .rerun import Saved, copied, copied_call, restored, user_code, user_globals
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -76,27 +78,38 @@ def eager(module: Module) -> Module:
     return module
 
 
-def replay(bad: BadStep, snapshot: dict[str, dict[str, Any]] | None) -> dict[str, object]:
+def replay(
+    bad: BadStep, snapshot: dict[str, dict[str, Any]] | None, ns: dict[str, Any] | None = None
+) -> dict[str, object]:
     """Replay each root's kept call; the first that reproduces a NaN/Inf is reported,
-    else the one that ran the user's loss (else the first)."""
+    else the one that ran the user's loss (else the first). Each runs on a copy of the
+    batch and of the loss modules' targets, and what it may change is put back
+    (rerun.py, R53; ``ns``: the notebook's namespace)."""
     done: list[dict[str, object]] = []
+    losses = [replace(kl, rest=copied(kl.rest), kwargs=copied(kl.kwargs)) for kl in bad.losses]
+    loss_modules = [m for kl in bad.losses if (m := kl.module()) is not None]
     for name, ref in bad.roots:
         root, call = ref(), bad.calls.get(name)
         if root is None or call is None:
             continue
         snap = snapshot.get(name) if snapshot is not None else None
         module = eager(root)
-        res = _replay_root(module, call, bad.losses, snap, name, bad.root)
+        ran = [module, *loss_modules]
+        spaces = ([ns] if ns is not None else []) + user_globals(ran)
+        with restored(ran, spaces) as saved:
+            res = _replay_root(module, copied_call(call), losses, snap, name, bad.root)
         res = {
             "step": bad.step,
             "track": bad.track,
             "root": name,
             **res,
             "dropout": dropout_active([module]),
+            "rerun": _rerun_words(name, bad.step, user_code(ran), saved),
         }
         if not res["finite"]:
             return _finish(res, bad)
         done.append(res)
+    del losses
     if not done:
         raise ActionError(
             "nothing to replay: the model or its kept batch is gone (deleted or replaced)",
@@ -104,6 +117,24 @@ def replay(bad: BadStep, snapshot: dict[str, dict[str, Any]] | None) -> dict[str
         )
     best = next((r for r in done if r["user_loss"] in ("same", "part")), done[0])
     return _finish(best, bad)
+
+
+def _rerun_words(name: str, step: int, who: str | None, saved: Saved) -> str:
+    """What the replay re-ran and what it put back (only what the code did)."""
+    out = (
+        f" The replay re-ran the forward and backward of {name} on a copy of step {step}'s "
+        "batch; the model's tensors and attributes and the RNG states "
+        f"({', '.join(saved.rng_names)}) were put back afterwards."
+    )
+    if who is not None:
+        out += (
+            f" Code in {who} ran once more: its changes to the model, the RNG states "
+            "and the notebook's names, lists, dicts and sets were put back; other side "
+            "effects of it (files, other objects), if any, are not undone."
+        )
+    if saved.left:
+        out += f" Changed and not put back: {', '.join(saved.left[:3])}."
+    return out
 
 
 def _finish(res: dict[str, object], bad: BadStep) -> dict[str, object]:

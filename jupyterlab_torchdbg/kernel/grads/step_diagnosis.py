@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import cause_alert, diagnose
+from . import cause_alert, diagnose, rerun
 from .alerts import Alert
 from .bad_step import BadStep
 from .loop_clip import NORM, clipping_of
@@ -130,6 +130,7 @@ class StepDiagnosis:
                 track.step,
                 root=root,
                 ns=_user_ns(self.host),
+                rerun_ok=rerun.allowed(),
             )
         finally:
             keeper.paused = False
