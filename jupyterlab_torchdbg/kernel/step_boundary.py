@@ -61,6 +61,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from . import closure_step
 from .backward_boundary import BackwardHooks, ModelSource
 from .runs import Runs
 from .thread_stacks import any_thread_inside
@@ -85,7 +86,7 @@ class Boundary(Protocol):
     """What torch's step hooks call: the kernel's ``StepBoundary``, or a worker
     process's boundary (ranks/worker.py)."""
 
-    def before_step(self, optimizer: Any, args: Any = None, kwargs: Any = None) -> None: ...
+    def before_step(self, optimizer: Any, args: Any = None, kwargs: Any = None) -> Any: ...
 
     def after_step(self, optimizer: Any, args: Any = None, kwargs: Any = None) -> None: ...
 
@@ -158,9 +159,11 @@ class StepBoundary:
 
     def before_step(
         self, optimizer: torch.optim.Optimizer, args: Any = None, kwargs: Any = None
-    ) -> None:
+    ) -> Any:
         """torch's step pre-hook: gradients, then control (which may hold here). The
-        parameters this optimizer steps leave the end-of-backward boundary first."""
+        parameters this optimizer steps leave the end-of-backward boundary first. A step
+        with a closure returns its arguments with the closure wrapped: gradients and
+        control then run once the closure has made the gradients (closure_step.py)."""
         try:
             taken = self.backward.optimizer_seen(optimizer)
         except Exception:
@@ -169,8 +172,26 @@ class StepBoundary:
         for source in taken:
             self._hand_over(source, optimizer)
         self._run(optimizer)
+        try:
+            wrapped = closure_step.wrap(
+                optimizer, args, kwargs, lambda n: self._in_closure(optimizer, n), self._on_error
+            )
+            if wrapped is not None:
+                self.grads.replayer.run_pending()  # between steps (R34), before the closure
+                self.grads.guard.before_closure(optimizer)
+                return wrapped
+        except Exception:
+            self._on_error("step_boundary:closure")
         read = self.grads.on_step(optimizer)
         self.control.at_step(optimizer, read)
+        return None
+
+    def _in_closure(self, optimizer: torch.optim.Optimizer, call: int) -> None:
+        """The step's closure returned (its ``call``-th time in this step)."""
+        if call == 1:
+            self.control.at_step(optimizer, self.grads.on_step(optimizer, pending=False))
+        else:
+            self.grads.guard.closure_again(optimizer)
 
     def _run(self, optimizer: object) -> None:
         """Runs first: the step's run (maybe a new one) is known to the features after."""
@@ -262,10 +283,9 @@ class TorchHooks:
 
     def before_step(
         self, optimizer: torch.optim.Optimizer, args: Any = None, kwargs: Any = None
-    ) -> None:
+    ) -> Any:
         target = self.target
-        if target is not None:
-            target.before_step(optimizer)
+        return None if target is None else target.before_step(optimizer, args, kwargs)
 
     def after_step(
         self, optimizer: torch.optim.Optimizer, args: Any = None, kwargs: Any = None
