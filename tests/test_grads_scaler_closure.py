@@ -101,9 +101,17 @@ def test_r31_norms_are_unscaled_and_a_scaler_skip_is_never_alarmed(
         assert torch.equal(a, b)  # GradScaler (the fused kernel) skipped it
 
 
-def test_r31_r32_clip_of_a_fused_optimizer_under_gradscaler_uses_the_unscaled_norm() -> None:
+@pytest.mark.parametrize("device_path", [False, True], ids=["host", "device_path"])
+def test_r31_r32_clip_of_a_fused_optimizer_under_gradscaler_uses_the_unscaled_norm(
+    device_path: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Clipping scaled gradients by the factor of their unscaled norm: the fused kernel
-    divides afterwards, so the update is the one of clip_grad_norm_ after unscale_."""
+    divides afterwards, so the update is the one of clip_grad_norm_ after unscale_. The
+    step GradScaler skips is no clip refusal (on the accelerator path either, R26)."""
+    from jupyterlab_torchdbg.kernel.control import clip as control_mod
+
+    if device_path:
+        monkeypatch.setattr(control_mod, "HOST_CHECKED", frozenset())
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 2))
     twin = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 2))
@@ -114,6 +122,7 @@ def test_r31_r32_clip_of_a_fused_optimizer_under_gradscaler_uses_the_unscaled_no
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**15)
     g = torch.Generator().manual_seed(2)
     data = [(torch.randn(8, 6, generator=g), torch.randn(8, 2, generator=g)) for _ in range(6)]
+    data[3][0][0, 0] = math.inf  # GradScaler skips this step
     for x, y in data:
         topt.zero_grad()
         tscaler.scale(nn.functional.mse_loss(twin(x), y)).backward()
@@ -128,7 +137,10 @@ def test_r31_r32_clip_of_a_fused_optimizer_under_gradscaler_uses_the_unscaled_no
             scaler.scale(nn.functional.mse_loss(model(x), y)).backward()
             scaler.step(opt)
             scaler.update()
+        s.end_cell()
+        s.ext.control.clipper.check_refusals(wait=True)
         assert s.ext.control.last_refusal is None
+        assert s.comm.alerts() == [] and s.track()["skipped_steps"] == 1
         assert not s.ext.errors
     for a, b in zip(model.parameters(), twin.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)

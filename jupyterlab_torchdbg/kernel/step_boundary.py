@@ -12,7 +12,8 @@ here, in this order, written here and nowhere else:
    DDP's all-reduce, after GradScaler's ``unscale_``). The monitor reads this step's
    per-tensor norms if the step is sampled (every step while clipping is on) and returns
    what it read as a ``StepRead``. It must come first: the recorded norm is the one
-   *before* clipping, which is what a user debugging an explosion needs to see.
+   *before* clipping, which is what a user debugging an explosion needs to see. A step
+   taken with a closure runs 1 and 2 when the closure has returned (closure_step.py).
 2. **control** (``Control.at_step``) — before the step, given that ``StepRead``: learning
    rate changes, clipping (reusing the norms just read: one read of the gradients serves
    both), then pause / single step (holding the training thread here).
