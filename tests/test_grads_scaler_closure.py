@@ -308,3 +308,51 @@ async def test_r31_fused_adam_under_gradscaler_in_a_real_kernel(loaded: KernelDr
     assert not loaded.messages("alert", comm_id)
     track = loaded.messages("grads", comm_id)[-1].data["tracks"][0]
     assert track["skipped_steps"] == 1 and track["skipped_nonfinite"] == 0
+
+
+async def test_r48_lbfgs_skip_in_a_real_kernel(loaded: KernelDriver) -> None:
+    """A real kernel: LBFGS with skipping on, a NaN batch at one step; the weights and
+    the optimizer's state after that step are those before it, and the alert says so."""
+    comm_id = await loaded.open_comm()
+    r = await loaded.run(
+        textwrap.dedent(
+            """
+            import json, math, torch, torch.nn as nn
+            from jupyterlab_torchdbg import watch
+            torch.manual_seed(0)
+            model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+            opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=4)
+            h = watch(model, opt, skip_nonfinite=True)
+            out = {}
+            for i in range(8):
+                g = torch.Generator().manual_seed(i)
+                x, y = torch.randn(16, 4, generator=g), torch.randn(16, 1, generator=g)
+                if i == 4:
+                    x[2, 1] = math.nan
+                def closure():
+                    opt.zero_grad()
+                    loss = nn.functional.mse_loss(model(x), y)
+                    loss.backward()
+                    return loss
+                if i == 4:
+                    before = [p.detach().clone() for p in model.parameters()]
+                    evals = opt.state[model[0].weight]['func_evals']
+                opt.step(closure)
+                if i == 4:
+                    out['same'] = all(torch.equal(a, b) for a, b in
+                                      zip(before, model.parameters()))
+                    out['evals'] = opt.state[model[0].weight]['func_evals'] - evals
+            out['finite'] = all(bool(torch.isfinite(p).all()) for p in model.parameters())
+            print(json.dumps(out))
+            """
+        )
+    )
+    out = json.loads(r.stdout)
+    assert out == {"same": True, "evals": 0, "finite": True}
+    await loaded.drain(0.3)
+    alerts = [a for m in loaded.messages("alert", comm_id) for a in m.data["alerts"]]
+    cause = [a for a in alerts if a["kind"] == "non_finite_cause"]
+    assert [a["step"] for a in cause] == [5] and cause[0]["cause"] == "input"
+    assert "put back from a copy taken before the step" in cause[0]["message"]
+    track = loaded.messages("grads", comm_id)[-1].data["tracks"][0]
+    assert track["skipped_nonfinite"] == 1
