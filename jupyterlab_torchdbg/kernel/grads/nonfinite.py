@@ -18,6 +18,11 @@ norms is non-finite:
   so the model is as if the batch never ran (R48); the alert names what was restored and
   what was not.
 
+Only NaN/Inf values are skipped: a norm that is non-finite because finite values overflow
+float32's sum of squares is an explosion, applied and said so. A step GradScaler skips in a
+fused optimizer's kernel (``found_inf``, gradscaler.py) is never alarmed here. A step taken
+with a closure is checked when the closure has returned (closure_skip.py).
+
 Remedies fit what happened before: at a step before which this optimizer applied no
 update the tool saw (the first, or every one so far skipped), the learning rate has not
 acted on these gradients, and no remedy says to lower it.
@@ -278,8 +283,10 @@ class NonFiniteGuard:
     def after_step(self, optimizer: torch.optim.Optimizer) -> None:
         """The optimizer's post-hook: a skipped step with a closure is put back from its
         copy (weights, state); gradients hidden from a skipped step come back."""
-        self.closures.end(optimizer, self.skipper.hidden(optimizer))
-        self.skipper.restore(optimizer)
+        try:
+            self.closures.end(optimizer, self.skipper.hidden(optimizer))
+        finally:
+            self.skipper.restore(optimizer)
 
     def covers(self, track: Track, step: int) -> bool:
         """Whether the flush-time non-finite alarm at ``step`` was diagnosed here."""
