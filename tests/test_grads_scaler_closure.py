@@ -356,3 +356,45 @@ async def test_r48_lbfgs_skip_in_a_real_kernel(loaded: KernelDriver) -> None:
     assert "put back from a copy taken before the step" in cause[0]["message"]
     track = loaded.messages("grads", comm_id)[-1].data["tracks"][0]
     assert track["skipped_nonfinite"] == 1
+
+
+def test_r31_a_scaler_skip_read_only_at_the_alarm_check_is_not_alarmed() -> None:
+    """The accelerator path, run on the CPU: no check at the step (no sync), so only the
+    alarm check, from the copied found_inf, keeps GradScaler's skip from an alarm."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 2))
+    opt = make_opt("fused", model.parameters())
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**15)
+    with session({"model": model, "opt": opt, "scaler": scaler}) as s:
+        s.comm.action("set_stride", {"stride": 1})
+        s.monitor.guard.check_on_cpu = False
+        train_scaled(model, opt, scaler, False, 14)
+        s.end_cell()
+        assert s.comm.alerts() == [] and s.track()["skipped_steps"] == 1
+        assert not s.ext.errors
+
+
+def test_r31_amp_skip_flags_in_flight_are_read_at_the_check_in_order() -> None:
+    """Flags copied without blocking (an accelerator's) are read only at the alarm check,
+    up to the rows judged; each skipped step is told once."""
+    from jupyterlab_torchdbg.kernel.grads.amp_skips import AmpSkips
+
+    class Done:
+        def __init__(self) -> None:
+            self.waited = 0
+
+        def query(self) -> bool:
+            return True
+
+        def synchronize(self) -> None:
+            self.waited += 1
+
+    flags = AmpSkips()
+    done = Done()
+    for step, flag in ((3, 0.0), (4, 1.0), (5, 0.0), (9, 1.0)):
+        flags._pending.append((step, torch.tensor(flag), done))
+    assert flags.skipped(5) == {4}
+    assert flags.skipped(5) == set()  # told once
+    assert flags.skipped(12) == {9} and done.waited == 0
+    flags.note(13, torch.tensor(1.0))  # a CPU flag: known at once
+    assert flags.skipped(13) == {13}
