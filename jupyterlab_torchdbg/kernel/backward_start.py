@@ -16,7 +16,7 @@ our code runs before the engine starts and has returned before it runs, so an er
 the user's backward shows exactly the frames it shows without the extension (R15; a
 wrapper around the engine call would add one). The public functions stay the objects
 torch made. On the thread that called ``backward()`` and outside any backward pass of
-its own, the boundary decides whether to look (``StepBoundary.backward_starts``: while a
+its own, the boundary decides whether to look (``CellLook.backward_starts``: while a
 cell runs, no optimizer has stepped in it and no ``watch()`` picks the models, at most
 once per ``SCAN_INTERVAL_S``) and hooks the new models found in the user's namespaces
 (``BackwardHooks.scan(starting=...)``: never while another thread is inside backward;
@@ -38,6 +38,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -148,6 +149,31 @@ class BackwardStartHook:
                 listener(engine_frame)
         except Exception:
             self.on_error("backward_start")
+
+
+class CellLook:
+    """Whether a backward about to start looks for the models the running cell made:
+    while a cell runs in which no optimizer has stepped and no ``watch()`` picks the
+    models (``on``), at most once per ``SCAN_INTERVAL_S``. ``hooks`` is the step
+    boundary's ``BackwardHooks``."""
+
+    def __init__(self, hooks: Any) -> None:
+        self.hooks = hooks
+        self.on = False
+        self._next = 0.0
+
+    def cell_started(self, watching: bool) -> None:
+        self.on, self._next = not watching, 0.0
+
+    def backward_starts(self, engine_frame: FrameType) -> None:
+        """The listener: hook the cell's new models before this pass runs."""
+        if not self.on or not self.hooks.attached:
+            return
+        now = time.monotonic()
+        if now < self._next:
+            return
+        self._next = now + SCAN_INTERVAL_S
+        self.hooks.scan(user_names(engine_frame.f_back), None, starting=engine_frame)
 
 
 def user_names(frame: FrameType | None) -> dict[str, Any]:

@@ -303,7 +303,7 @@ class Extension:
             self._guarded("memory:post_run_cell", self.memory.post_run_cell, result)
         self._guarded("post_run_cell", self.stream.flush)
         if self.boundary is not None and not self.others_running():
-            self._guarded("backward:cell_ended", self.boundary.cell_ended)
+            self.boundary.look.on = False  # a backward outside a cell looks for nothing
         self._guarded("runs", self.runs.cell_ended)  # the run this cell started ends
 
     def scan_models(self) -> None:

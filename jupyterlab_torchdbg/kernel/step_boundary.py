@@ -12,7 +12,8 @@ here, in this order, written here and nowhere else:
    DDP's all-reduce, after GradScaler's ``unscale_``). The monitor reads this step's
    per-tensor norms if the step is sampled (every step while clipping is on) and returns
    what it read as a ``StepRead``. It must come first: the recorded norm is the one
-   *before* clipping, which is what a user debugging an explosion needs to see.
+   *before* clipping, which is what a user debugging an explosion needs to see. A step
+   taken with a closure runs 1 and 2 when the closure has returned (closure_step.py).
 2. **control** (``Control.at_step``) — before the step, given that ``StepRead``: learning
    rate changes, clipping (reusing the norms just read: one read of the gradients serves
    both), then pause / single step (holding the training thread here).
@@ -25,11 +26,9 @@ user's own KeyboardInterrupt while paused. A worker process of a multi-process j
 (ranks/worker.py) has its own boundary, which the same hooks call (``HOOKS.adopt``; in a
 forked child ``HOOKS.pin``, which the parent's load can no longer replace).
 
-The loop's own clip (user_clip.py): ``clip_grad_norm_`` and ``clip_grad_value_`` tell
-this boundary which parameters they clipped, right after clipping (``user_clip``): the
-gradient monitor learns which tracks clip by themselves (remedies never advise that
-clip), and a loop without torch.optim that clips by norm is read there, after its clip
-(the end of backward then counts the step and defers its read).
+The loop's own clip (user_clip.py) tells this boundary what it clipped (``user_clip``):
+remedies never advise that clip, and a loop without torch.optim that clips by norm is
+read there, after its clip (the end of backward counts the step, defers the read).
 
 The end of backward, for loops without torch.optim (``p.data.add_(p.grad, alpha=-lr)``):
 models whose parameters no optimizer steps are read when their backward pass ends
@@ -38,7 +37,7 @@ owns): gradients (``GradMonitor.on_backward``, the same read and alarms on a tra
 after the model) -> control (clipping and pause work there, before the manual update;
 learning-rate scaling is refused: there is no optimizer to scale). Memory is left to the
 next optimizer step or the cell's end. Models are hooked at cell starts, ``watch()``
-(``scan_models``) and before a running cell's backward (``backward_starts``); an
+(``scan_models``) and before a running cell's backward (backward_start.py); an
 optimizer stepping a hooked parameter takes it over (``before_step``).
 
 Loading and unloading while another thread trains (R41, R01). torch iterates its global
@@ -58,12 +57,12 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from . import closure_step
 from .backward_boundary import BackwardHooks, ModelSource, Watched
-from .backward_start import SCAN_INTERVAL_S, STARTS, user_names
+from .backward_start import STARTS, CellLook
 from .runs import Runs
 from .thread_stacks import any_thread_inside
 from .user_clip import CLIPS
@@ -87,7 +86,7 @@ class Boundary(Protocol):
     """What torch's step hooks call: the kernel's ``StepBoundary``, or a worker
     process's boundary (ranks/worker.py)."""
 
-    def before_step(self, optimizer: Any, args: Any = None, kwargs: Any = None) -> None: ...
+    def before_step(self, optimizer: Any, args: Any = None, kwargs: Any = None) -> Any: ...
 
     def after_step(self, optimizer: Any, args: Any = None, kwargs: Any = None) -> None: ...
 
@@ -113,9 +112,8 @@ class StepBoundary:
         self._handles: list[RemovableHandle] = []
         #: The end-of-backward hooks of models no optimizer steps.
         self.backward = BackwardHooks(self.at_backward_end, on_error)
-        #: A backward about to start may look for models the cell made (while a cell
-        #: runs in which no optimizer has stepped: ``backward_starts``), not before then.
-        self._look_mid_cell, self._next_look = False, 0.0
+        #: Models the running cell made are hooked as their backward starts.
+        self.look = CellLook(self.backward)
 
     @property
     def attached(self) -> bool:
@@ -133,7 +131,7 @@ class StepBoundary:
             self._on_error("step_boundary:backward")
         try:
             CLIPS.adopt(self.user_clip, self._on_error)
-            STARTS.adopt(self.backward_starts, self._on_error)
+            STARTS.adopt(self.look.backward_starts, self._on_error)
         except Exception:
             self._on_error("step_boundary:user_clip")
         return self.detach
@@ -151,7 +149,7 @@ class StepBoundary:
             self._on_error("step_boundary:detach")
         try:
             CLIPS.release(self.user_clip)
-            STARTS.release(self.backward_starts)
+            STARTS.release(self.look.backward_starts)
         except Exception:
             self._on_error("step_boundary:detach")
         self.grads.detach_torch()
@@ -165,10 +163,12 @@ class StepBoundary:
 
     def before_step(
         self, optimizer: torch.optim.Optimizer, args: Any = None, kwargs: Any = None
-    ) -> None:
+    ) -> Any:
         """torch's step pre-hook: gradients, then control (which may hold here). The
-        parameters this optimizer steps leave the end-of-backward boundary first."""
-        self._look_mid_cell = False  # an optimizer steps: its boundary is the step
+        parameters this optimizer steps leave the end-of-backward boundary first. A step
+        with a closure returns its arguments with the closure wrapped: gradients and
+        control then run once the closure has made the gradients (closure_step.py)."""
+        self.look.on = False  # an optimizer steps: its boundary is the step
         try:
             taken = self.backward.optimizer_seen(optimizer)
         except Exception:
@@ -177,8 +177,26 @@ class StepBoundary:
         for source in taken:
             self._hand_over(source, optimizer)
         self._run(optimizer)
+        try:
+            wrapped = closure_step.wrap(
+                optimizer, args, kwargs, lambda n: self._in_closure(optimizer, n), self._on_error
+            )
+            if wrapped is not None:
+                self.grads.replayer.run_pending()  # between steps (R34), before the closure
+                self.grads.guard.before_closure(optimizer)
+                return wrapped
+        except Exception:
+            self._on_error("step_boundary:closure")
         read = self.grads.on_step(optimizer)
         self.control.at_step(optimizer, read)
+        return None
+
+    def _in_closure(self, optimizer: torch.optim.Optimizer, call: int) -> None:
+        """The step's closure returned (its ``call``-th time in this step)."""
+        if call == 1:
+            self.control.at_step(optimizer, self.grads.on_step(optimizer, pending=False))
+        else:
+            self.grads.guard.closure_again(optimizer)
 
     def _run(self, optimizer: object) -> None:
         """Runs first: the step's run (maybe a new one) is known to the features after."""
@@ -233,22 +251,7 @@ class StepBoundary:
             models = [w.model for w in active if w.optimizer is None]
             watched: Watched = [(None, m) for m in models if m is not None]
             self.backward.scan(ns, watched if active else None)
-            self._look_mid_cell, self._next_look = not active, 0.0
-
-    def cell_ended(self) -> None:  # a backward outside a cell looks for nothing
-        self._look_mid_cell = False
-
-    def backward_starts(self, frame: Any) -> None:
-        """A ``backward()`` is about to start on this thread (backward_start.py): in a
-        cell where no optimizer has stepped, at most once per ``SCAN_INTERVAL_S``, the
-        models the cell made get their end-of-backward hooks before this pass runs."""
-        if not self._look_mid_cell or not self.backward.attached:
-            return
-        now = time.monotonic()
-        if now < self._next_look:
-            return
-        self._next_look = now + SCAN_INTERVAL_S
-        self.backward.scan(user_names(frame.f_back), None, starting=frame)
+            self.look.cell_started(watching=bool(active))
 
     def after_step(
         self, optimizer: torch.optim.Optimizer, args: Any = None, kwargs: Any = None
@@ -284,10 +287,9 @@ class TorchHooks:
 
     def before_step(
         self, optimizer: torch.optim.Optimizer, args: Any = None, kwargs: Any = None
-    ) -> None:
+    ) -> Any:
         target = self.target
-        if target is not None:
-            target.before_step(optimizer)
+        return None if target is None else target.before_step(optimizer, args, kwargs)
 
     def after_step(
         self, optimizer: torch.optim.Optimizer, args: Any = None, kwargs: Any = None
@@ -353,7 +355,7 @@ class TorchHooks:
         old = sys.getswitchinterval()
         sys.setswitchinterval(1.0)
         try:
-            if _any_thread_stepping(optim_mod.__file__):
+            if any_thread_inside("wrapper", optim_mod.__file__):  # in Optimizer.step's
                 return False
             if op == "install":
                 if not self._handles:
@@ -388,11 +390,6 @@ class TorchHooks:
                     self._maintainer = None
                     return
             stop.wait(RETRY_S)
-
-
-def _any_thread_stepping(optimizer_file: str) -> bool:
-    """Some thread (this one too) is inside ``Optimizer.step``'s hook-calling wrapper."""
-    return any_thread_inside("wrapper", optimizer_file)
 
 
 #: The process's hooks (one per process, whichever extension instance is loaded).

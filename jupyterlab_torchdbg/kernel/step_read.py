@@ -29,3 +29,6 @@ class StepRead:
     #: The optimizer step is skipped (non-finite gradients, ``skip_nonfinite``): its
     #: gradients are hidden until the step's post-hook; nothing is clipped.
     skipped: bool = False
+    #: GradScaler's inf/NaN flag for a fused optimizer's step (gradscaler.py; non-zero:
+    #: its kernel skips the update, nothing to clip), a device tensor; else None.
+    found_inf: torch.Tensor | None = None

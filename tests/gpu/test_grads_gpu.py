@@ -137,6 +137,64 @@ def test_r31_amp_on_cuda_unscaled_and_skip_counted() -> None:
         assert got == pytest.approx(refs, rel=1e-3)
 
 
+def test_r31_r26_fused_adam_under_gradscaler_unscaled_unalarmed_and_sync_free() -> None:
+    """A fused optimizer gets GradScaler's scale and found_inf in its kernel: the hooks
+    see scaled gradients (the norms are divided on the device) and the skipped step too
+    (told by found_inf, copied without a sync, never alarmed); no sync is added."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 8)).cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
+    scaler = torch.amp.GradScaler("cuda")
+    x = torch.randn(32, 64, device="cuda")
+
+    def amp_step(poison: bool = False) -> None:
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x).float().pow(2).mean()
+        if poison:
+            loss = loss * math.inf
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+
+    amp_step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        amp_step()  # the baseline: without the tool, sync-free
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    refs: list[float] = []
+    with _session({"model": model, "opt": opt, "scaler": scaler}) as s:
+        s.comm.action("set_stride", {"stride": 1})
+        s.ext.stream.interval_s = 0.0
+        for _ in range(6):  # the plan is built; the references read the grads (syncs)
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = model(x).float().pow(2).mean()
+            scaler.scale(loss).backward()
+            grads = [p.grad for p in model.parameters()]
+            refs.append(float(torch.nn.utils.get_total_norm(grads)) / scaler.get_scale())
+            scaler.step(opt)
+            scaler.update()
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for i in range(30):
+                amp_step(poison=i == 10)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        assert s.ext.errors == {}, dict(s.ext.errors)
+        s.end_cell()
+        assert s.comm.alerts() == [], s.comm.alerts()
+        track = s.track()
+        assert track["skipped_steps"] == 1 and track["skipped_nonfinite"] == 0
+        xs, total = s.comm.series()["grad/opt/total"]
+        assert xs.tolist() == list(range(1, 37))
+        assert total[:6].tolist() == pytest.approx(refs, rel=1e-3)
+        assert not math.isfinite(total[16])  # the step GradScaler's kernel skipped
+
+
 def test_r26_clip_action_adds_no_sync_and_equals_clip_grad_norm() -> None:
     """The clip action on CUDA: the norm's finiteness is never asked of the host per step
     (a device-side guard; the flag comes back later), and the result is clip_grad_norm_'s."""

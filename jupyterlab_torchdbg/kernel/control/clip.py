@@ -5,8 +5,11 @@ The same total norm (``get_total_norm``) and the same in-place scaling
 monitor read at this very step (it reads every step while clipping is on; see
 ``StepRead``), so one read of the gradients serves both. A step whose total norm is
 non-finite, or whose gradients still carry GradScaler's loss scale, is not clipped and
-the refusal is reported (R32). On an accelerator no host sync is added (R26): the
-finiteness guard stays on the device and is read back later.
+the refusal is reported (R32). A fused optimizer stepped by GradScaler unscales in its
+kernel: its gradients are scaled by the factor of their unscaled norm (the monitor's
+norms are unscaled), and a step GradScaler skips (``found_inf``) is left alone,
+unreported. On an accelerator no host sync is added (R26): the finiteness guard stays on
+the device and is read back later.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from ..gradscaler import still_scaled
+from ..gradscaler import kernel_scale, still_scaled
 
 if TYPE_CHECKING:
     import torch
@@ -53,11 +56,15 @@ class Clipper:
         total = _reused_total(read, params)
         if total is None:
             total = torch.nn.utils.get_total_norm([p.grad for p in params], 2.0)
+            if (unscale := kernel_scale(optimizer)) is not None:  # a fused kernel's scale
+                total = total / unscale.to(total.device, non_blocking=True)
         else:
             self.reused += 1
+        found_inf = read.found_inf if read is not None else None
         if total.device.type in HOST_CHECKED:
             if not bool(torch.isfinite(total)):  # a host value: no sync to ask
-                self._refuse_non_finite(step, float(total))
+                if found_inf is None or not bool(found_inf != 0):  # else GradScaler's skip
+                    self._refuse_non_finite(step, float(total))
                 return
             torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
             return
@@ -69,7 +76,7 @@ class Clipper:
         finite = torch.isfinite(total)
         guarded = torch.where(finite, total, torch.zeros_like(total))
         torch.nn.utils.clip_grads_with_norm_(params, max_norm, guarded)
-        self._watch_finite(step, finite, total)
+        self._watch_finite(step, finite, total, found_inf)
         self.check_refusals()
 
     def _refuse_non_finite(self, step: int, total: float) -> None:
@@ -78,13 +85,19 @@ class Clipper:
             "(clipping cannot repair NaN/Inf gradients: see the gradient alarms)"
         )
 
-    def _watch_finite(self, step: int, finite: torch.Tensor, total: torch.Tensor) -> None:
-        """Start a non-blocking copy of this step's finiteness flag to the host."""
+    def _watch_finite(
+        self, step: int, finite: torch.Tensor, total: torch.Tensor, found_inf: Any = None
+    ) -> None:
+        """Start a non-blocking copy of this step's finiteness flag to the host (a step
+        GradScaler skips counts as finite: nothing to report)."""
         import torch
 
         if len(self._checks) >= MAX_PENDING_CHECKS:
             return  # the device is far behind: skip a report rather than wait
-        flags = torch.stack([finite.float(), total.float()])
+        ok = finite.float()
+        if found_inf is not None:
+            ok = torch.maximum(ok, (found_inf.to(ok.device, non_blocking=True) != 0).float())
+        flags = torch.stack([ok, total.float()])
         if total.device.type != "cuda":  # other accelerators: no event API here, so wait
             self._checks.append((step, flags.cpu(), None))
             return

@@ -183,7 +183,7 @@ class Detector:
         else:
             msg = (
                 f"Non-finite gradient at step {step}: first {where}{more} "
-                "(NaN/Inf values, or a norm beyond the float32 range)."
+                "(NaN/Inf values, or finite values whose norm overflows float32)."
             )
             # a clip there is (the panel's or the loop's own) cannot help a NaN
             remedy = REMEDY["non_finite_clipping" if clip.any else "non_finite"]

@@ -72,7 +72,7 @@ SKIP_HINT = {
 #: ``clip_grad_norm_``): never advise clipping; clipping by norm cannot scale gradients
 #: whose norm overflows, nor make NaN finite.
 REMEDY_CLIPPING = {
-    "overflow": "Clipping by norm is on, but this norm is beyond the float32 range, so it "
+    "overflow": "Clipping by norm is on, but this norm overflows float32, so it "
     "cannot scale these gradients: lower the learning rate, clip by value "
     "(torch.nn.utils.clip_grad_value_), or check the loss's scale.",
     "weights": "The weights were already NaN/Inf before this step (an earlier update, or "
@@ -132,6 +132,9 @@ def alert(
         if skipped
         else " Found at the end of backward, before the loop's own update of the weights."
         if manual
+        else " Found before the optimizer applied it; it is applied now (its values are "
+        "finite: skip_nonfinite skips only steps whose gradients hold NaN/Inf)."
+        if finding.cause == "overflow"
         else " Found before the optimizer applied it (it is applied now; skip_nonfinite "
         "skips such steps and keeps the weights finite)."
     )

@@ -5,7 +5,9 @@ The detector (alarms.py) judges the rows, told what clips them and the optimizer
 learning rate (loop_clip.py); the logged loss's jumps join its alerts (divergence.py);
 the layer table's statistics are folded in; a climbing norm makes the auto stride
 sample every step for a while (stride.boost, which a cooldown bounds); a step the
-non-finite guard diagnosed at the step is not alarmed again.
+non-finite guard diagnosed at the step is not alarmed again. A step GradScaler skipped
+inside a fused optimizer's kernel is left out, as if it never reached the hooks (R31,
+amp_skips.py).
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ def check(mon: Any, track: Track) -> list[Alert]:
         return []
     xs = [x for r, _ in rows for x in r]
     m = torch.cat([m for _, m in rows]) if len(rows) > 1 else rows[0][1]
+    amp_skipped = track.amp_skips.skipped(max(xs))
+    if amp_skipped:
+        keep = [i for i, x in enumerate(xs) if int(x) not in amp_skipped]
+        xs, m = [xs[i] for i in keep], m[keep]
+        if not xs:
+            return []
     det = track.detector
     skipped = det.skipped
     alerts = det.evaluate(

@@ -98,12 +98,17 @@ class Row:
 
 @torch.no_grad()
 def grad_row(
-    params: Sequence[Tensor], scale: Tensor | None = None, amp: bool = False
+    params: Sequence[Tensor],
+    scale: Tensor | None = None,
+    amp: bool = False,
+    unscale: Tensor | None = None,
 ) -> Row | None:
     """Norms of ``p.grad`` for each of ``params`` (0 where grad is None) as one tensor.
 
     With ``amp`` the row gets one more value: ``scale`` (GradScaler's scale at this step)
-    or NaN when this step did not come through the scaler.
+    or NaN when this step did not come through the scaler. ``unscale``: the gradients
+    are still multiplied by it (a fused optimizer stepped by GradScaler divides them in
+    its kernel, gradscaler.py): the norms are divided by it, on the device (R31).
     """
     grads = [p.grad for p in params]
     present = [g for g in grads if g is not None]
@@ -125,7 +130,27 @@ def grad_row(
             norms.append(scale.detach().reshape(()).to(device, torch.float32, non_blocking=True))
         else:
             norms.append(_cached(_nans, device, float("nan")))
-    return Row(torch.stack(norms), len(present), local_shard)
+    values = torch.stack(norms)
+    if unscale is not None:
+        values[: len(grads)].div_(unscale.detach().reshape(()).to(device, non_blocking=True))
+    return Row(values, len(present), local_shard)
+
+
+def values_nonfinite(params: Sequence[Tensor], norms: Tensor) -> bool:
+    """Whether a gradient whose norm is non-finite holds NaN/Inf (finite values can
+    overflow float32's sum of squares: ~1e19 each). Host reads, one per such tensor:
+    only where the caller may read the device (the norms are known non-finite)."""
+    bad = (~torch.isfinite(norms)).nonzero().flatten().tolist()
+    for i in bad:
+        g = params[i].grad if i < len(params) else None
+        if g is None:
+            return True  # a norm without a gradient: not ours to explain, counted bad
+        v = _local(g)[0]
+        if v.layout != torch.strided:
+            v = v.coalesce().values() if v.layout == torch.sparse_coo else v.values()
+        if not bool(torch.isfinite(v).all()):
+            return True
+    return False
 
 
 @torch.no_grad()

@@ -1,16 +1,14 @@
 """The gradient monitor: samples gradient norms at every optimizer step boundary.
 
 Zero code change: the step boundary (``step_boundary.py``, torch's global optimizer step
-pre-hook) calls ``on_step`` before every ``optimizer.step()`` of every optimizer.
-Gradients are final there — after DDP's all-reduce (R34) and after GradScaler's
-``unscale_`` (a step GradScaler skips never gets here, R31). Per optimizer a ``Track``
-(track.py) keeps the step count, the sampling stride, the plan (names and layers), the
-stream block its rows go to and the alarm state. What was read is returned as a
-``StepRead`` for training control in the same step.
-
-Cost per step when not sampling: a dict lookup, a counter and a clock read. Sampled: one
-foreach norm pass, one stack, one row queued; the rest at flush, at most 10 times a second.
-R11: nothing here raises into ``step()``; failures are counted in ``host.errors``.
+pre-hook) calls ``on_step`` before every ``optimizer.step()``. Gradients are final there:
+after DDP's all-reduce (R34), after GradScaler's ``unscale_`` or divided by the scale a
+fused kernel unscales by (R31, gradscaler.py), after the closure of ``step(closure)``
+(closure_step.py). Per optimizer a ``Track`` (track.py) keeps the step count, stride,
+plan, stream block and alarm state. What was read is returned as a ``StepRead`` for
+training control in the same step. Cost per step when not sampling: a dict lookup, a
+counter and a clock read; sampled: one foreach norm pass, one stack, one row queued; the
+rest at flush. R11: nothing here raises into ``step()``; failures are counted.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from ...protocol import jsonable
-from ..gradscaler import scale_of_step
+from ..gradscaler import kernel_found_inf, kernel_scale, scale_of_step
 from ..step_read import StepRead
 from ..watches import watch_version
 from . import check, loop_clip, naming, per_run
@@ -130,10 +128,13 @@ class GradMonitor:
             return None
         return deferred if deferred is not None else self.on_step(key, replay=False)
 
-    def on_step(self, optimizer: torch.optim.Optimizer, replay: bool = True) -> StepRead | None:
+    def on_step(
+        self, optimizer: torch.optim.Optimizer, replay: bool = True, pending: bool = True
+    ) -> StepRead | None:
         """Before ``optimizer.step()``: sample this step's norms if due (always while
-        clipping), then the periodic flush and alarm checks. Returns what was read."""
-        if replay:
+        clipping), then the periodic flush and alarm checks. Returns what was read.
+        ``pending``: a queued replay runs first (not inside a step's closure, R34)."""
+        if replay and pending:
             self.replayer.run_pending()  # a queued replay (R34: between steps), unbilled
         try:
             now = self.clock()
@@ -152,9 +153,7 @@ class GradMonitor:
         run = per_run.current_run(self.ext)
         if run != self.run:
             per_run.start_run(self, run)
-        track = self.tracks.get(optimizer)
-        if track is None:
-            track = self._new_track(optimizer)
+        track = self.tracks.get(optimizer) or self._new_track(optimizer)
         track.step += 1
         track.note_clip(self.clipping())
         if track.probe is not None:
@@ -185,6 +184,7 @@ class GradMonitor:
             norms=norms,
             scaler=plan.scaler() if plan is not None and plan.scaler is not None else None,
             skipped=skipped,
+            found_inf=kernel_found_inf(optimizer),
         )
 
     def user_clip(self, tensors: Sequence[Any], kind: str, bound: float, grads: bool) -> None:
@@ -210,9 +210,8 @@ class GradMonitor:
     def _new_track(self, optimizer: torch.optim.Optimizer) -> Track:
         taken = {t.name for t in self.tracks.values()}
         name = naming.optimizer_name(optimizer, self._ns(), taken)
-        mode, fixed = self.mode
         sampler = Sampler()
-        sampler.set_mode(mode, fixed)
+        sampler.set_mode(*self.mode)
         track = Track(optimizer, name, sampler, self.thresholds)
         track.run = self.run
         # A new optimizer under the same name continues the x axis of the same series.
@@ -241,7 +240,8 @@ class GradMonitor:
         col = self._collector
         amp = bool(track.layout.amp)
         scaler = plan.scaler() if amp and plan.scaler is not None else None
-        row: collector.Row | None = col.grad_row(plan.params, scale_of_step(scaler, optimizer), amp)
+        scale, unscale = scale_of_step(scaler, optimizer), kernel_scale(optimizer)
+        row: collector.Row | None = col.grad_row(plan.params, scale, amp, unscale)
         if row is None:
             self._set_state(track, "no_grads", NO_GRADS_REASON)
             return None
@@ -250,6 +250,8 @@ class GradMonitor:
             track.local_shard = True
             self._status_dirty = True
         track.recorder.record(row.values, track.step, track.layout)
+        if (found_inf := kernel_found_inf(optimizer)) is not None:
+            track.amp_skips.note(track.step, found_inf)  # R31: its kernel may skip it
         track.sampled += 1
         self.step_base[track.name] = track.step
         t_read = self.clock()
@@ -323,9 +325,8 @@ class GradMonitor:
                 self.guard.finish_probe(t, cell_end=True)
         alerts = self.alerts.take(force)
         if alerts:
-            self.ext.hub.broadcast(
-                jsonable({"method": "alert", "alerts": [a.to_json() for a in alerts]})
-            )
+            msg = {"method": "alert", "alerts": [a.to_json() for a in alerts]}
+            self.ext.hub.broadcast(jsonable(msg))
         self.maybe_send_status(force)
 
     # --- status ----------------------------------------------------------------------
@@ -389,8 +390,7 @@ class GradMonitor:
         self._status_dirty = True
 
     def set_thresholds(self, changes: dict[str, Any]) -> Thresholds:
-        th = Thresholds(**{**self.thresholds.to_json(), **changes})
-        self.thresholds = th
+        self.thresholds = th = Thresholds(**{**self.thresholds.to_json(), **changes})
         for t in list(self.tracks.values()):
             t.detector.th = th
         self._status_dirty = True

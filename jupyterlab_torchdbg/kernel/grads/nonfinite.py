@@ -18,6 +18,11 @@ norms is non-finite:
   so the model is as if the batch never ran (R48); the alert names what was restored and
   what was not.
 
+Only NaN/Inf values are skipped: a norm that is non-finite because finite values overflow
+float32's sum of squares is an explosion, applied and said so. A step GradScaler skips in a
+fused optimizer's kernel (``found_inf``, gradscaler.py) is never alarmed here. A step taken
+with a closure is checked when the closure has returned (closure_skip.py).
+
 Remedies fit what happened before: at a step before which this optimizer applied no
 update the tool saw (the first, or every one so far skipped), the learning rate has not
 acted on these gradients, and no remedy says to lower it.
@@ -39,10 +44,11 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..gradscaler import kernel_found_inf
 from ..watches import watches
 from . import hookup, skip_facts
 from .alarms import REARM_SAMPLES
-from .alerts import Alert
+from .closure_skip import ClosureSkips
 from .skip import StepSkipper
 from .skip_facts import SkipFacts
 from .step_diagnosis import AlarmState, StepDiagnosis
@@ -57,11 +63,6 @@ if TYPE_CHECKING:
     from .probe import ForwardProbe
     from .replay import Replayer
     from .track import Track
-
-SKIP_REMEDY = (
-    "Skipped steps train on nothing: find the cause (the first alert of this run) and fix "
-    "the data or the model; turn skip_nonfinite off to let such steps through."
-)
 
 
 class _HasTracks(Protocol):
@@ -95,6 +96,7 @@ class NonFiniteGuard:
         self.check_on_cpu = True
         self.keeper: InputKeeper | None = None
         self.skipper = StepSkipper()
+        self.closures = ClosureSkips()
         self._diagnosis = StepDiagnosis(host, alerts, replayer, on_change, self._clipping)
         self._state: weakref.WeakKeyDictionary[Track, AlarmState] = weakref.WeakKeyDictionary()
         #: id(compiled module) -> its OptimizedModule wrapper (hooked in its place).
@@ -123,6 +125,7 @@ class NonFiniteGuard:
         if self.keeper is not None:
             self.keeper.clear()
         self.skipper.clear()
+        self.closures.clear()
         self._state = weakref.WeakKeyDictionary()
         self._wrappers = {}
         self._candidates = []
@@ -176,7 +179,7 @@ class NonFiniteGuard:
         self.on_change()  # the status carries the setting itself too
 
     def _set_skip(self, track: Track) -> None:
-        on = self.skip_all or _watched_skip(track)
+        on = self.skip_all or skip_facts.watched_skip(track)
         if on != track.skip_nonfinite:
             track.skip_nonfinite = on
             self.on_change()
@@ -196,7 +199,7 @@ class NonFiniteGuard:
         torch.optim: its update is the user's own code, which needs the gradients.
         """
         self.skipper.forget(optimizer)
-        skipped = False
+        skipped: bool | None = False
         try:
             skipped = self._check(track, optimizer, norms, can_skip)
         finally:
@@ -204,12 +207,12 @@ class NonFiniteGuard:
                 self.keeper.epoch += 1
             if track.skip_nonfinite:
                 self._rearm_norms(track)  # the next forward copies the statistics again
-            if not skipped:
+            if skipped is False:
                 try:
                     self._applied[optimizer] = self._applied.get(optimizer, 0) + 1
                 except TypeError:
                     pass  # not weakly referenceable: every step counts as the first
-        return skipped
+        return bool(skipped)
 
     def _check(
         self,
@@ -217,8 +220,11 @@ class NonFiniteGuard:
         optimizer: torch.optim.Optimizer,
         norms: torch.Tensor | None,
         can_skip: bool,
-    ) -> bool:
+    ) -> bool | None:
+        """True: skipped; None: GradScaler skips it (a fused kernel's ``found_inf``)."""
         import torch
+
+        from .collector import values_nonfinite
 
         skip = track.skip_nonfinite and can_skip
         if norms is None or norms.numel() == 0:
@@ -228,13 +234,20 @@ class NonFiniteGuard:
         state = self._state.get(track)
         if state is None:
             state = self._state[track] = AlarmState()
-        if bool(torch.isfinite(norms.sum())):
+        if bool(torch.isfinite(norms).all()):
             state.calm += 1
             if not state.armed and state.calm >= REARM_SAMPLES:
                 state.armed, state.told_skip, state.retried = True, False, False
                 if state.episodes and state.episodes[-1][1] is None:
                     state.episodes[-1][1] = state.last_bad
             return False
+        found_inf = kernel_found_inf(optimizer)
+        if found_inf is not None and bool(found_inf != 0):
+            return None  # GradScaler's own skip (R31): never alarmed, nothing to hide
+        # Only NaN/Inf values are skipped: finite values whose float32 norm overflows are
+        # an explosion, applied (the overflow diagnosis says so).
+        plan = track.plan
+        skip = skip and (plan is None or values_nonfinite(plan.params, norms))
         state.calm, state.last_bad = 0, track.step
         # Before the diagnosis: its forward re-run and the replay's copy then see the
         # statistics of before this batch, as the skipped step leaves them.
@@ -264,12 +277,16 @@ class NonFiniteGuard:
             self.on_change()
             if not state.told_skip:
                 state.told_skip = True
-                self.alerts.add([self._skip_alert(track, optimizer, kept)])
+                self.alerts.add([skip_facts.skip_alert(track, kept)])
         return skip
 
     def after_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """The optimizer's post-hook: gradients hidden from a skipped step come back."""
-        self.skipper.restore(optimizer)
+        """The optimizer's post-hook: a skipped step with a closure is put back from its
+        copy (weights, state); gradients hidden from a skipped step come back."""
+        try:
+            self.closures.end(optimizer, self.skipper.hidden(optimizer))
+        finally:
+            self.skipper.restore(optimizer)
 
     def covers(self, track: Track, step: int) -> bool:
         """Whether the flush-time non-finite alarm at ``step`` was diagnosed here."""
@@ -317,7 +334,8 @@ class NonFiniteGuard:
     def _restore_norms(self, track: Track) -> SkipFacts | None:
         """Put back the running statistics the skipped batch updated; what was done."""
         try:
-            return skip_facts.restore(track.opt_ref(), self._shadows(track))
+            opt = track.opt_ref()
+            return skip_facts.restore(opt, self._shadows(track), self.closures.holds(opt))
         except Exception:
             self.host.count_error("grads:norms")
             return None
@@ -351,32 +369,28 @@ class NonFiniteGuard:
             probe.remove()
             self.host.count_error("grads:probe")
 
-    def _skip_alert(self, track: Track, optimizer: Any, kept: SkipFacts | None) -> Alert:
-        facts = f" {kept.text()}" if kept is not None else ""
-        msg = (
-            f"Skipping non-finite steps: step {track.step} of {track.name} had a NaN/Inf "
-            f"gradient and was skipped.{facts} Further ones are skipped and counted in the "
-            "gradients panel."
-        )
-        return Alert(
-            "non_finite_skipped", "warning", track.step, None, msg, SKIP_REMEDY, track.name
-        )
+    # --- a step with a closure (closure_step.py, closure_skip.py) ----------------------
 
+    def before_closure(self, optimizer: torch.optim.Optimizer) -> None:
+        """A step with a closure begins: with skipping on, a copy to put it back from."""
+        track = self._owner.tracks.get(optimizer) if self._owner is not None else None
+        on = self.skip_all or (track is not None and track.skip_nonfinite)
+        self.closures.begin(optimizer, on)
 
-def _watched_skip(track: Track) -> bool:
-    """A ``watch(model, opt, skip_nonfinite=True)`` covers this track's parameters."""
-    plan, opt = track.plan, track.opt_ref()
-    active = [w for w in watches()[1] if w.skip_nonfinite]
-    if not active or plan is None or opt is None:
-        return False
-    ids = {id(p) for p in plan.params}
-    for w in active:
-        model = w.model
-        if model is None or (w.optimizer is not None and w.optimizer is not opt):
-            continue
-        try:
-            if any(id(p) in ids for p in model.parameters()):
-                return True
-        except Exception:
-            continue
-    return False
+    def closure_again(self, optimizer: torch.optim.Optimizer) -> None:
+        """A later evaluation of the step's closure returned: a first non-finite one skips
+        the step (put back from the copy at the post-hook); the gradients are hidden."""
+        first = self.closures.later(optimizer)
+        if not (first or self.closures.bad(optimizer)):
+            return
+        self.skipper.forget(optimizer)
+        self.skipper.hide(optimizer)
+        track = self._owner.tracks.get(optimizer) if self._owner is not None else None
+        if first and track is not None:
+            track.skipped_nonfinite += 1
+            self.on_change()
+            state = self._state.setdefault(track, AlarmState())
+            kept = self._restore_norms(track)
+            if not state.told_skip:
+                state.told_skip = True
+                self.alerts.add([skip_facts.skip_alert(track, kept, later=True)])

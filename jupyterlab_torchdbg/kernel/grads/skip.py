@@ -8,7 +8,8 @@ kept in a list only until the step's post-hook, which puts them back — code af
 ``step()`` (``zero_grad``, a gradient printout) sees what it would have seen. An
 optimizer that touches parameters without gradients (a custom one decaying every weight)
 is not kept from doing so; the ``StepRead`` says ``skipped=True`` so training control does
-not clip either.
+not clip either. A step with a closure is checked after the closure ran; one whose
+optimizer evaluates the closure again (LBFGS) is put back from a copy (closure_skip.py).
 
 Holds gradients only within one ``step()`` call (R25): a step that raises leaves them
 hidden, and the next step of that optimizer forgets them (its backward made new ones).
@@ -42,6 +43,10 @@ class StepSkipper:
         with self._lock:
             self._hidden[id(optimizer)] = hidden
         return len(hidden)
+
+    def hidden(self, optimizer: torch.optim.Optimizer) -> bool:
+        """This optimizer's step now ending was skipped (its gradients are hidden)."""
+        return bool(self._hidden) and id(optimizer) in self._hidden
 
     def forget(self, optimizer: torch.optim.Optimizer) -> None:
         """A new step began: grads hidden by a step that raised are not put back."""

@@ -13,10 +13,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..watches import watches
+from .alerts import Alert
+
 if TYPE_CHECKING:
     from torch.nn import Module
 
     from .inputs import InputKeeper
+    from .track import Track
+
+SKIP_REMEDY = (
+    "Skipped steps train on nothing: find the cause (the first alert of this run) and fix "
+    "the data or the model; turn skip_nonfinite off to let such steps through."
+)
 
 #: (root name, root module, its NormShadow or None)
 Shadows = list[tuple[str, "Module", Any]]
@@ -35,9 +44,17 @@ class SkipFacts:
         self.missed: list[str] = []
         #: Other buffers of the roots that hold NaN/Inf now (not snapshotted).
         self.bad_buffers: list[str] = []
+        #: The step is put back from a copy taken before it (closure_skip.py).
+        self.copied = False
 
     def text(self) -> str:
-        if self.torch_optimizer:
+        if self.copied:
+            out = (
+                "The optimizer step was skipped: weights and optimizer state are put back "
+                f"from a copy taken before the step ({self.optimizer or 'the optimizer'} "
+                "evaluates its closure again within a step)."
+            )
+        elif self.torch_optimizer:
             out = (
                 f"The optimizer step was skipped: weights and optimizer state unchanged "
                 f"({self.optimizer} leaves parameters without gradients untouched)."
@@ -85,12 +102,14 @@ def nonfinite_buffers(name: str, module: Module) -> list[str]:
     return out
 
 
-def restore(optimizer: Any, shadows: Shadows) -> SkipFacts:
-    """Put back the running statistics the skipped batch updated; what was done."""
+def restore(optimizer: Any, shadows: Shadows, copied: bool = False) -> SkipFacts:
+    """Put back the running statistics the skipped batch updated; what was done
+    (``copied``: the step itself is put back from a copy, closure_skip.py)."""
     from .norm_stats import norm_buffers
 
     facts = SkipFacts(type(optimizer).__name__ if optimizer is not None else "")
     facts.torch_optimizer = skips_without_grad(optimizer)
+    facts.copied = copied
     for name, module, shadow in shadows:
         if shadow is not None:
             done, missed = shadow.restore()
@@ -134,3 +153,38 @@ def updates_before(optimizer: Any, seen_applied: int) -> str | None:
     if steps and all(float(s) == 0 for s in steps):
         return "none"  # Adagrad makes its state (step 0) before any update
     return None
+
+
+def skip_alert(track: Track, kept: SkipFacts | None, later: bool = False) -> Alert:
+    """The first skipped step's alert (``later``: found at a later evaluation of the
+    step's closure, after the optimizer had moved the weights within the step)."""
+    facts = f" {kept.text()}" if kept is not None else ""
+    what = (
+        "a later evaluation of its closure within the step gave NaN/Inf gradients"
+        if later
+        else "had a NaN/Inf gradient"
+    )
+    msg = (
+        f"Skipping non-finite steps: step {track.step} of {track.name} {what} and was "
+        f"skipped.{facts} Further ones are skipped and counted in the gradients panel."
+    )
+    return Alert("non_finite_skipped", "warning", track.step, None, msg, SKIP_REMEDY, track.name)
+
+
+def watched_skip(track: Track) -> bool:
+    """A ``watch(model, opt, skip_nonfinite=True)`` covers this track's parameters."""
+    plan, opt = track.plan, track.opt_ref()
+    active = [w for w in watches()[1] if w.skip_nonfinite]
+    if not active or plan is None or opt is None:
+        return False
+    ids = {id(p) for p in plan.params}
+    for w in active:
+        model = w.model
+        if model is None or (w.optimizer is not None and w.optimizer is not opt):
+            continue
+        try:
+            if any(id(p) in ids for p in model.parameters()):
+                return True
+        except Exception:
+            continue
+    return False

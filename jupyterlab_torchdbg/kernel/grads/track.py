@@ -20,6 +20,7 @@ from ..stream import bound_name
 from ..watches import watch_version, watches
 from . import naming
 from .alarms import Detector, Thresholds
+from .amp_skips import AmpSkips
 from .divergence import EARLY_UPDATES
 from .stride import Sampler, stride_reason
 
@@ -66,6 +67,8 @@ class Track:
         self.param_recorder: BlockSeries | None = None
         self.last_param_t = -math.inf
         self.detector = Detector(name, th)
+        #: Steps a fused optimizer's kernel skipped for GradScaler (amp_skips.py, R31).
+        self.amp_skips = AmpSkips()
         self.state = "waiting"
         self.reason: str | None = None
         self.local_shard = False
