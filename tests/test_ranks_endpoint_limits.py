@@ -301,6 +301,67 @@ def test_r55_messages_over_the_frame_or_byte_limit_are_dropped_by_reason() -> No
         ep.close()
 
 
+KEYED_FLOODER = r"""
+import sys, time, zmq
+from jupyterlab_torchdbg.ranks import wire
+address, key, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+ctx, sock = wire.connect(address, key)  # it may connect, but signs nothing
+forged = [b"<IDS|MSG>", b"f" * 64, b'{"msg_type": "tick"}', b"{}", b"{}", b'{"i": -1}']
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    try:
+        sock.send_multipart(forged, zmq.NOBLOCK)
+    except zmq.Again:
+        time.sleep(0.001)
+sock.close(0)
+ctx.term()
+"""
+
+
+def test_r55_forged_messages_from_a_connected_peer_are_throttled_not_a_signed_worker() -> None:
+    """A peer that got in (a leaked token, a broken worker) and sends forged messages as
+    fast as it can: past the endpoint's verification budget they are dropped unread
+    (``throttled``), while a worker that has proven itself keeps every message."""
+    from jupyterlab_torchdbg.ranks import gate
+
+    got: list[int] = []
+    ep = Endpoint(lambda w, t, c: got.append(c["i"]) if t == "tick" else None)
+    ctx, sock = _client(ep.address, ep.key)
+    flooder = None
+    try:
+        sess = wire.session(ep.key)
+        assert wire.send(sess, sock, "hello", {})
+        assert _wait(lambda: ep.received == 1)  # proven
+        seconds = 4.0
+        flooder = subprocess.Popen(
+            [sys.executable, "-c", KEYED_FLOODER, ep.address, ep.key, str(seconds)],
+            env=_env(),
+        )
+        start = time.monotonic()
+        assert _wait(lambda: ep.refusals["throttled"] > 0, 20)
+        for i in range(200):
+            assert wire.send(sess, sock, "tick", {"i": i})
+            time.sleep(0.01)
+        assert _wait(lambda: len(got) == 200, 20), len(got)
+        assert got == list(range(200))
+        flooder.wait(30)
+        verified = ep.refusals["signature"]
+        budget = gate.VERIFY_BURST + gate.VERIFY_RATE * (time.monotonic() - start + 1)
+        assert verified <= budget, (verified, budget, dict(ep.refusals))
+    finally:
+        if flooder is not None:
+            _stop_popen(flooder)
+        sock.close(0)
+        ctx.term()
+        ep.close()
+
+
+def _stop_popen(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(10)
+
+
 def test_r52_unsigned_and_replayed_messages_are_refused_by_reason() -> None:
     got: list[dict[str, Any]] = []
     ep = Endpoint(lambda w, t, c: got.append(c))
