@@ -57,16 +57,16 @@ def endpoint() -> Any:
     ep.close()
 
 
-def _client(address: str) -> tuple[zmq.Context[Any], zmq.Socket[Any]]:
-    ctx, sock = wire.connect(address)
+def _client(address: str, key: str) -> tuple[zmq.Context[Any], zmq.Socket[Any]]:
+    ctx, sock = wire.connect(address, key)
     sock.setsockopt(zmq.LINGER, 0)
     return ctx, sock
 
 
 def test_endpoint_delivers_signed_messages_and_answers(endpoint: Any) -> None:
     ep, rec = endpoint
-    assert ep.address.startswith("tcp://127.0.0.1:") and len(ep.key) == 64
-    ctx, sock = _client(ep.address)
+    assert ep.address.startswith("ipc://") and len(ep.key) == 64
+    ctx, sock = _client(ep.address, ep.key)
     try:
         sess = wire.session(ep.key)
         assert wire.send(sess, sock, "hello", {"x": 1, "norm": wire.finite_or_special(1e400)})
@@ -84,24 +84,30 @@ def test_endpoint_delivers_signed_messages_and_answers(endpoint: Any) -> None:
         ctx.term()
 
 
-def test_wrong_key_is_refused_and_replays_too(endpoint: Any) -> None:
-    """A process without the key gets nothing in: counted, never delivered; a captured
-    signed message sent again is refused by the session's replay check."""
+def test_r52_wrong_key_is_refused_and_replays_too(endpoint: Any) -> None:
+    """A process without the key gets nothing in: its connection is refused at zmq's
+    handshake (counted as ``key``), nothing it sends is delivered; a captured signed
+    message sent again is refused by the session's replay check."""
     ep, rec = endpoint
-    ctx, sock = _client(ep.address)
+    ctx, sock = _client(ep.address, wire.new_key())
     try:
         wrong = wire.session(wire.new_key())
         for _ in range(3):
             wire.send(wrong, sock, "hello", {"evil": True})
         sock.send_multipart([b"not", b"a", b"jupyter", b"message"])
-        assert _wait(lambda: ep.refused == 4)
+        assert _wait(lambda: ep.refusals["key"] >= 1 and ep.refused >= 1)
+    finally:
+        sock.close(0)
+        ctx.term()
+    ctx, sock = _client(ep.address, ep.key)
+    try:
         right = wire.session(ep.key)
         msg = right.msg("hello", {"ok": True})
         frames = right.serialize(msg)
         sock.send_multipart(frames)
         rec.wait(1)
         sock.send_multipart(frames)  # the same signature again
-        assert _wait(lambda: ep.refused == 5)
+        assert _wait(lambda: ep.refusals["replay"] == 1)
         assert [m[1:] for m in rec.messages] == [("hello", {"ok": True})]
     finally:
         sock.close(0)
@@ -120,13 +126,14 @@ def test_close_ends_the_thread_and_removes_its_env(monkeypatch: pytest.MonkeyPat
     ep.send(b"gone", "config", {})  # after close: nothing, no error
 
 
-def test_listen_host_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_r55_listen_host_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """TORCHDBG_LISTEN=0.0.0.0 binds every interface (remote workers); local workers
     still get a loopback address."""
     monkeypatch.setenv(wire.LISTEN_ENV, "0.0.0.0")
     ep = Endpoint(Recorder())
     try:
         assert ep.host == "0.0.0.0" and ep.address == f"tcp://127.0.0.1:{ep.port}"
+        assert ep.transport == "tcp"
         last = ep._sock.getsockopt(zmq.LAST_ENDPOINT)
         assert isinstance(last, bytes) and last.decode().startswith("tcp://0.0.0.0:")
     finally:

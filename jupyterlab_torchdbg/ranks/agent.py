@@ -130,7 +130,7 @@ class Agent:
 
     def _run(self) -> None:
         try:
-            ctx, sock = wire.connect(self.worker.address)
+            ctx, sock = wire.connect(self.worker.address, self.worker.key)
             sess = wire.session(self.worker.key)
         except Exception:
             self.errors["connect"] += 1

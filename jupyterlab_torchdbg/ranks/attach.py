@@ -1,11 +1,13 @@
 """Wiring the ranks into the loaded extension (``extension.py`` calls ``attach_to``).
 
-On load: the endpoint binds (a ROUTER on loopback, or on ``$TORCHDBG_LISTEN``) and is
+On load: the endpoint binds (an owner-only ipc socket, or TCP on ``$TORCHDBG_LISTEN``) and is
 published to every process the notebook starts (``worker_env.install``: the env vars, the
 boot dir on ``PYTHONPATH``, the fork handler, the mp.spawn patch); the hub gets the
 endpoint's messages, registers the ``ranks_*`` actions and its snapshot part, and hears
 the cell events (the cell that starts a job is the one its workers' exceptions name).
-A bind that fails leaves the feature off (``endpoint.transport: "off"``), counted.
+A bind that fails leaves the feature off (``endpoint.transport: "off"``), counted, and
+says why on stderr (the ``%load_ext`` cell's output): a bad ``TORCHDBG_LISTEN`` names the
+value and what to set instead (R55).
 
 On unload, in this order: paused workers are released (``resume``), the environment is
 put back, the endpoint closes, the hub's thread ends, the actions and parts go.
@@ -13,19 +15,15 @@ put back, the endpoint closes, the hub's thread ends, the actions and parts go.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .aggregator import RankHub
+from .listen import ListenError
 
 if TYPE_CHECKING:
     from ..kernel.host import Host
-
-
-def _transport(host: str) -> str:
-    """``ipc``: only this machine's processes can reach the endpoint; ``tcp``: bound on
-    a network interface (``TORCHDBG_LISTEN``), so workers on other hosts can."""
-    return "ipc" if host in ("127.0.0.1", "localhost", "::1") else "tcp"
 
 
 def attach_to(host: Host) -> tuple[RankHub, Callable[[], None]]:
@@ -39,14 +37,18 @@ def attach_to(host: Host) -> tuple[RankHub, Callable[[], None]]:
 
         endpoint = Endpoint(hub.on_message)
         hub.endpoint = endpoint
-        hub.transport = _transport(endpoint.host)
+        hub.transport = endpoint.transport
         cleanups.append(endpoint.close)
         # torch's import is watched by the extension, which tells the hub (torch_imported)
         cleanups.append(install(endpoint.address, endpoint.key, watch_torch=False))
         hub.on_torch = torch_imported
         cell_setter = set_cell
-    except Exception:
+    except ListenError as e:
+        host.count_error("ranks:listen")
+        _say(str(e))
+    except Exception as e:
         host.count_error("ranks:endpoint")
+        _say(f"the ranks endpoint could not start ({e}). Multi-process monitoring is off.")
 
     def cleanup() -> None:
         for fn in reversed(cleanups):
@@ -61,6 +63,14 @@ def attach_to(host: Host) -> tuple[RankHub, Callable[[], None]]:
     except Exception:
         host.count_error("ranks:attach")
     return hub, cleanup
+
+
+def _say(text: str) -> None:
+    """Tell the user (stderr: the ``%load_ext`` cell's output, else the kernel's log)."""
+    try:
+        print(f"jupyterlab_torchdbg: {text}", file=sys.stderr)
+    except Exception:
+        pass
 
 
 def _wire(

@@ -1,12 +1,17 @@
 """The kernel's end of the rank transport: one ROUTER, one poller thread.
 
 zmq sockets are not thread-safe, so the ROUTER lives on one daemon thread that does
-everything with it: it receives and verifies workers' messages (wire.py: Jupyter's HMAC
-and replay check) and hands each verified one to ``on_message(worker_id, msg_type,
-content)``; it sends what other threads queued with ``send``, which only appends to a
-queue and wakes the thread through an inproc PAIR (itself used under a lock). A message
-that fails verification is dropped and counted in ``refused``: nothing from a process
-without the key ever reaches the callback.
+everything with it: it admits connections (gate.py: the ZAP handler, only the key's
+token gets in), receives and verifies workers' messages (wire.py: frame/byte limits
+before reading, Jupyter's HMAC and replay check) and hands each verified one to
+``on_message(worker_id, msg_type, content)``; it sends what other threads queued with
+``send``, which only appends to a queue and wakes the thread through an inproc PAIR
+(itself used under a lock). Whatever is refused is dropped and counted, by reason, in
+``refusals`` (``refused``: the total): nothing from a process without the key ever
+reaches the callback, and it costs the kernel no buffered frame (R55).
+
+Where it listens (listen.py): an ipc socket in a 0700 directory unless
+``TORCHDBG_LISTEN`` asks for TCP; a bad ``TORCHDBG_LISTEN`` raises ``ListenError``.
 """
 
 from __future__ import annotations
@@ -18,46 +23,83 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from . import wire
+from . import listen, wire
+from .gate import Gate
 
 OnMessage = Callable[[bytes, str, dict[str, Any]], None]
 #: How long the poller waits for a message or a wake-up before looking again (ms).
 POLL_MS = 200
+#: A connection that has not finished zmq's handshake by then is dropped (ms).
+HANDSHAKE_MS = 5000
+ZAP_ADDRESS = "inproc://zeromq.zap.01"
 
 
 class Endpoint:
-    """Binds on construction (``host`` None: ``$TORCHDBG_LISTEN`` or loopback) and
-    starts its thread; ``close()`` ends both. Only the bind may raise."""
+    """Binds on construction (``host`` None: ``$TORCHDBG_LISTEN``, else an ipc socket)
+    and starts its thread; ``close()`` ends both. Only the bind may raise
+    (``listen.ListenError`` for a bad ``TORCHDBG_LISTEN``)."""
 
     def __init__(self, on_message: OnMessage, key: str | None = None, host: str | None = None):
         import zmq
 
         self.key = key or wire.new_key()
-        self.host = host or os.environ.get(wire.LISTEN_ENV) or wire.DEFAULT_HOST
         self._on_message = on_message
         self._session = wire.session(self.key)
-        self._ctx, self._sock, self.port = wire.bind(self.host)
-        connect_host = "127.0.0.1" if self.host in ("0.0.0.0", "*") else self.host
-        #: What workers connect to (local ones; remote ones use this host's address).
-        self.address = f"tcp://{connect_host}:{self.port}"
-        #: Messages dropped: bad signature, replayed, malformed.
+        self._gate = Gate(wire.connect_token(self.key))
+        #: Refusals by reason (gate.py, wire.Refused): the same Counter the gate fills.
+        self.refusals = self._gate.refusals
+        #: Everything refused: connections without the key, messages over the limits,
+        #: unsigned, replayed, malformed or throttled.
         self.refused = 0
         #: Messages delivered to the callback.
         self.received = 0
         #: Errors caught (never raised): site -> count.
         self.errors: Counter[str] = Counter()
+        self._ctx: zmq.Context[Any] = zmq.Context()
+        try:
+            self._open(host if host is not None else os.environ.get(wire.LISTEN_ENV))
+        except BaseException:
+            self._ctx.destroy(0)
+            raise
+        b = self._binding
+        #: ``ipc`` (this user's processes on this machine) or ``tcp``.
+        self.transport = b.transport
+        self.host = b.host
+        self.port = b.port
+        #: What workers on this machine connect to (remote ones use this host's address).
+        self.address = b.address
         self._outbox: queue.SimpleQueue[tuple[bytes, str, dict[str, Any]] | None] = (
             queue.SimpleQueue()
         )
-        wake = f"inproc://torchdbg-wake-{id(self)}"
-        self._wake_rx = self._ctx.socket(zmq.PAIR)
-        self._wake_rx.bind(wake)
-        self._wake_tx = self._ctx.socket(zmq.PAIR)
-        self._wake_tx.connect(wake)
         self._wake_lock = threading.Lock()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="torchdbg-ranks", daemon=True)
         self._thread.start()
+
+    def _open(self, listen_on: str | None) -> None:
+        """The ZAP handler first (no connection before it answers), then the ROUTER."""
+        import zmq
+
+        ctx = self._ctx
+        self._zap = ctx.socket(zmq.REP)
+        self._zap.setsockopt(zmq.LINGER, 0)
+        self._zap.bind(ZAP_ADDRESS)
+        sock = self._sock = ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, wire.HWM)
+        sock.setsockopt(zmq.RCVHWM, wire.HWM)
+        sock.setsockopt(zmq.MAXMSGSIZE, wire.MAX_MESSAGE_BYTES)
+        sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
+        sock.setsockopt(zmq.PLAIN_SERVER, 1)
+        self._monitor = sock.get_monitor_socket(
+            zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+        )
+        self._binding = listen.bind(sock, listen_on)
+        wake = f"inproc://torchdbg-wake-{id(self)}"
+        self._wake_rx = ctx.socket(zmq.PAIR)
+        self._wake_rx.bind(wake)
+        self._wake_tx = ctx.socket(zmq.PAIR)
+        self._wake_tx.connect(wake)
 
     # --- any thread ----------------------------------------------------------------------
 
@@ -87,11 +129,11 @@ class Endpoint:
         try:
             with self._wake_lock:
                 self._wake_tx.close(0)
-            self._wake_rx.close(0)
-            self._sock.close(0)
-            self._ctx.term()
+            self._sock.disable_monitor()
+            self._ctx.destroy(0)
         except Exception:
             self.errors["close"] += 1
+        listen.release(self._binding)
 
     def _wake(self) -> None:
         import zmq
@@ -113,6 +155,9 @@ class Endpoint:
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
         poller.register(self._wake_rx, zmq.POLLIN)
+        poller.register(self._zap, zmq.POLLIN)
+        poller.register(self._monitor, zmq.POLLIN)
+        gate = self._gate
         while True:
             try:
                 ready = dict(poller.poll(POLL_MS))
@@ -125,8 +170,16 @@ class Endpoint:
                 self._drain_wakes()
             if not self._flush_outbox():
                 return
+            try:
+                if self._zap in ready:
+                    gate.answer_zap(self._zap)
+                if self._monitor in ready:
+                    gate.count_handshakes(self._monitor)
+            except Exception:
+                self.errors["gate"] += 1
             if self._sock in ready:
                 self._receive_all()
+            self.refused = gate.refused
 
     def _drain_wakes(self) -> None:
         import zmq
@@ -156,21 +209,34 @@ class Endpoint:
                 self.errors["send"] += 1
 
     def _receive_all(self, limit: int = 1000) -> None:
+        gate = self._gate
         for _ in range(limit):
             try:
-                got = wire.recv(self._session, self._sock)
-            except ValueError:
-                self.refused += 1
+                frames = wire.read_frames(self._sock)
+            except wire.Refused as r:
+                gate.refuse(r.reason)
                 continue
             except Exception:
                 self.errors["recv"] += 1
                 return
-            if got is None:
+            if frames is None:
                 return
-            ident, msg_type, content = got
-            if ident is None:
-                self.refused += 1
+            peer = frames[0].bytes
+            if not gate.admit(peer, sum(len(f) for f in frames)):
+                gate.refuse("throttled")
                 continue
+            try:
+                ident, msg_type, content = wire.verify(self._session, frames)
+            except wire.Refused as r:
+                gate.refuse(r.reason, peer)
+                continue
+            except Exception:
+                self.errors["verify"] += 1
+                continue
+            if ident is None:
+                gate.refuse("malformed", peer)
+                continue
+            gate.proved(peer)
             self.received += 1
             try:
                 self._on_message(ident, msg_type, content)

@@ -7,11 +7,19 @@ The kernel binds one ROUTER (endpoint.py); each worker process connects one DEAL
 (agent.py). Where the endpoint is, and its key, travel in the environment every process
 the notebook starts inherits:
 
-- ``TORCHDBG_ENDPOINT``: ``tcp://127.0.0.1:PORT`` (the kernel's ROUTER);
+- ``TORCHDBG_ENDPOINT``: ``ipc://<0700 dir>/ranks`` (the kernel's ROUTER), or
+  ``tcp://HOST:PORT`` when the kernel was asked to listen on TCP;
 - ``TORCHDBG_KEY``: the HMAC key, 64 hex digits (32 random bytes from ``secrets``);
 - ``TORCHDBG_JOB_CELL``: the notebook cell running when the job started (optional);
-- ``TORCHDBG_LISTEN``: read by the kernel only: the interface to bind (``0.0.0.0`` for
-  workers on other hosts; default ``127.0.0.1``). Without the key nothing is accepted.
+- ``TORCHDBG_LISTEN``: read by the kernel only: the interface to listen on for workers
+  on other hosts (listen.py); unset, the endpoint is an owner-only ipc socket.
+
+A connection is admitted only with a token derived from the key (``connect_token``,
+checked by the endpoint's ZAP handler during zmq's PLAIN handshake): a process without
+the key never gets a frame into the kernel's queue (R55). Each message is then read one
+frame at a time and dropped, without keeping its frames, once over ``MAX_FRAMES`` or
+``MAX_MESSAGE_BYTES`` (a single frame over that is refused by libzmq itself, which drops
+the connection), before any HMAC or JSON; what fails raises ``Refused`` with its reason.
 
 Sends never block (``NOBLOCK``; a full queue drops the message and says so), and
 floats that JSON cannot carry go as the strings ``"NaN"``, ``"Infinity"``,
@@ -20,6 +28,8 @@ floats that JSON cannot carry go as the strings ``"NaN"``, ``"Infinity"``,
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import math
 import secrets
 from typing import TYPE_CHECKING, Any
@@ -32,13 +42,17 @@ ENDPOINT_ENV = "TORCHDBG_ENDPOINT"
 KEY_ENV = "TORCHDBG_KEY"
 CELL_ENV = "TORCHDBG_JOB_CELL"
 LISTEN_ENV = "TORCHDBG_LISTEN"
-#: Loopback unless TORCHDBG_LISTEN says otherwise.
-DEFAULT_HOST = "127.0.0.1"
 #: Messages a socket queues for a slow or absent peer before dropping more.
 HWM = 1000
-#: Largest message the kernel takes (a peer sending more is disconnected): bounds what
-#: a process without the key can make the kernel hold before the signature check.
-MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+#: Largest message taken, all frames together (one frame over it: the peer is dropped
+#: by libzmq, ``MAXMSGSIZE``). A worker's largest is an exception body, a few MB.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+#: Most frames in a message: a signed one has 7 (identity, delimiter, signature, header,
+#: parent, metadata, content).
+MAX_FRAMES = 16
+#: The PLAIN user name workers present (the password is ``connect_token(key)``).
+USER = b"torchdbg"
+DELIM = b"<IDS|MSG>"
 #: How long a closing worker socket keeps trying to deliver what is queued (ms).
 LINGER_MS = 1500
 
@@ -83,52 +97,102 @@ def send(
     return True
 
 
-def recv(sess: Session, sock: zmq.Socket[Any]) -> tuple[bytes | None, str, dict[str, Any]] | None:
-    """One waiting message as ``(sender identity or None, msg_type, content)``; None if
-    nothing waits. A message whose signature fails (wrong key, replay, tampering) or
-    that is not a Jupyter message raises ValueError (the caller counts it, drops it)."""
+class Refused(ValueError):
+    """A message (or connection) refused, with a short reason: ``frames``, ``size``,
+    ``malformed``, ``signature``, ``replay``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"refused: {reason}")
+        self.reason = reason
+
+
+def connect_token(key: str) -> bytes:
+    """What a worker presents to connect: an HMAC of a fixed label under the key (the key
+    itself never crosses the wire; the token alone cannot sign a message)."""
+    return hmac.new(key.encode("ascii"), b"torchdbg-connect", hashlib.sha256).hexdigest().encode()
+
+
+def read_frames(
+    sock: zmq.Socket[Any], max_frames: int = MAX_FRAMES, max_bytes: int = MAX_MESSAGE_BYTES
+) -> list[zmq.Frame] | None:
+    """One waiting message's frames (zero-copy), or None if nothing waits. Over the
+    limits, the rest of the message is read and dropped frame by frame (none kept) and
+    ``Refused("frames" | "size")`` is raised."""
     import zmq
 
     try:
-        frames = sock.recv_multipart(flags=zmq.NOBLOCK)
+        first = sock.recv(flags=zmq.NOBLOCK, copy=False)
     except zmq.Again:
         return None
+    frames = [first]
+    size = len(first)
+    reason = None
+    more = first.more
+    while more:
+        frame = sock.recv(copy=False)  # the rest is there: zmq delivers whole messages
+        more = frame.more
+        if reason is not None:
+            continue
+        size += len(frame)
+        if len(frames) >= max_frames:
+            reason = "frames"
+        elif size > max_bytes:
+            reason = "size"
+        if reason is not None:
+            frames.clear()
+        else:
+            frames.append(frame)
+    if reason is not None:
+        raise Refused(reason)
+    return frames
+
+
+def verify(sess: Session, frames: list[Any]) -> tuple[bytes | None, str, dict[str, Any]]:
+    """``(sender identity or None, msg_type, content)`` of a message's frames, cheapest
+    checks first (shape, signature length, replay), then the HMAC, and only then JSON.
+    Raises ``Refused``."""
+    raw = [f if isinstance(f, bytes) else f.bytes for f in frames]
     try:
-        idents, parts = sess.feed_identities(frames)
-        msg = sess.deserialize(parts)
-    except (ValueError, TypeError, KeyError, IndexError) as e:
-        raise ValueError(f"refused: {e}") from None
+        at = raw.index(DELIM)
+    except ValueError:
+        raise Refused("malformed") from None
+    idents, parts = raw[:at], raw[at + 1 :]
+    if len(parts) < 5:
+        raise Refused("malformed")
+    signature = parts[0]
+    if len(signature) != 64:  # hex SHA-256; empty when unsigned
+        raise Refused("signature")
+    if signature in sess.digest_history:
+        raise Refused("replay")
+    if not hmac.compare_digest(signature, sess.sign(parts[1:5])):
+        raise Refused("signature")
+    try:
+        msg = sess.deserialize(parts)  # records the signature (replay check)
+    except (ValueError, TypeError, KeyError, IndexError):
+        raise Refused("malformed") from None
     header = msg.get("header")
     content = msg.get("content")
     msg_type = header.get("msg_type") if isinstance(header, dict) else None
     if not isinstance(msg_type, str) or not isinstance(content, dict):
-        raise ValueError("refused: not a message")
-    ident = bytes(idents[0]) if idents else None
-    return ident, msg_type, content
+        raise Refused("malformed")
+    return (idents[0] if idents else None), msg_type, content
 
 
-def bind(host: str | None = None) -> tuple[zmq.Context[Any], zmq.Socket[Any], int]:
-    """A ROUTER bound to a random port on ``host``: (context, socket, port)."""
-    import zmq
-
-    ctx: zmq.Context[Any] = zmq.Context()
-    sock = ctx.socket(zmq.ROUTER)
-    try:
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.SNDHWM, HWM)
-        sock.setsockopt(zmq.RCVHWM, HWM)
-        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
-        port = sock.bind_to_random_port(f"tcp://{host or DEFAULT_HOST}")
-    except Exception:
-        sock.close(0)
-        ctx.term()
-        raise
-    return ctx, sock, port
+def recv(sess: Session, sock: zmq.Socket[Any]) -> tuple[bytes | None, str, dict[str, Any]] | None:
+    """One waiting message as ``(sender identity or None, msg_type, content)``; None if
+    nothing waits. A message over the limits, not signed with the key (wrong key,
+    replay, tampering) or not a Jupyter message raises ``Refused`` (a ValueError: the
+    caller counts it, drops it)."""
+    frames = read_frames(sock)
+    if frames is None:
+        return None
+    return verify(sess, frames)
 
 
-def connect(address: str) -> tuple[zmq.Context[Any], zmq.Socket[Any]]:
-    """A DEALER connected to the kernel's endpoint: (context, socket). Its own context:
-    never the user's (``zmq.Context.instance()``), never one inherited across a fork."""
+def connect(address: str, key: str) -> tuple[zmq.Context[Any], zmq.Socket[Any]]:
+    """A DEALER connected to the kernel's endpoint, presenting the key's connect token:
+    (context, socket). Its own context: never the user's (``zmq.Context.instance()``),
+    never one inherited across a fork."""
     import zmq
 
     ctx: zmq.Context[Any] = zmq.Context()
@@ -139,5 +203,9 @@ def connect(address: str) -> tuple[zmq.Context[Any], zmq.Socket[Any]]:
     sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 5000)
     sock.setsockopt(zmq.SNDHWM, HWM)
     sock.setsockopt(zmq.RCVHWM, HWM)
+    sock.setsockopt(zmq.PLAIN_USERNAME, USER)
+    sock.setsockopt(zmq.PLAIN_PASSWORD, connect_token(key))
+    if address.startswith("tcp://["):
+        sock.setsockopt(zmq.IPV6, 1)
     sock.connect(address)
     return ctx, sock
