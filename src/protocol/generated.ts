@@ -1384,7 +1384,7 @@ export interface IRanks {
   endpoint: {
     transport: 'ipc' | 'tcp' | 'off';
     /**
-     * Messages dropped for a bad signature (wrong or missing key).
+     * Connections and messages refused since the endpoint opened: without the key (at the connection), or forged, replayed, malformed, over the frame or byte limit, or over the rate limit for unverified senders.
      */
     refused: number;
   };

@@ -30,7 +30,7 @@ export function pendingLabel(action: string, trans: TranslationBundle): string {
 /**
  * The job in one line: "2 ranks · running", what is agreed for a coming step
  * ("pending: clip at step 57"), where the ranks are held, the all-rank clip
- * and LR scale, and messages refused for a wrong key.
+ * and LR scale, and connections and messages the endpoint refused.
  */
 export function RanksHeader(props: {
   model: RanksModel;
@@ -103,14 +103,10 @@ export function RanksHeader(props: {
         <span
           className="jp-TorchDbg-chip jp-TorchDbg-warn jp-TorchDbg-ranksRefused"
           title={trans.__(
-            'Messages dropped because their signature did not match this kernel’s key'
+            'Connections and messages this kernel refused: without its key, forged, replayed, oversized or over the rate limit'
           )}
         >
-          {trans._n(
-            '%1 refused (wrong key)',
-            '%1 refused (wrong key)',
-            refused
-          )}
+          {trans._n('%1 refused', '%1 refused', refused)}
         </span>
       )}
     </div>
