@@ -92,9 +92,9 @@ def test_r53_a_replay_leaves_the_rngs_generators_attributes_and_batch_as_they_we
     assert model.calls == calls and len(SIDE) == side
     assert torch.equal(x, batch)  # x.div_(2) halved a copy
     msg = res["message"]
-    assert "re-ran the forward and backward of model on a copy of step 5's batch" in msg, msg
+    assert "Re-ran model forward and backward once, on a copy of step 5's batch" in msg, msg
     assert "Code in SideEffects.forward ran once more" in msg, msg
-    assert "other side effects of it (files, other objects), if any, are not undone" in msg
+    assert "other side effects (files) are not undone" in msg
 
 
 def test_r53_the_probe_runs_on_a_copy_and_puts_back_what_the_forward_changed() -> None:

@@ -121,17 +121,13 @@ def replay(
 
 def _rerun_words(name: str, step: int, who: str | None, saved: Saved) -> str:
     """What the replay re-ran and what it put back (only what the code did)."""
+    what = "the model's state, the notebook's names and collections" if who else "the model"
     out = (
-        f" The replay re-ran the forward and backward of {name} on a copy of step {step}'s "
-        "batch; the model's tensors and attributes and the RNG states "
-        f"({', '.join(saved.rng_names)}) were put back afterwards."
+        f" Re-ran {name} forward and backward once, on a copy of step {step}'s batch; "
+        f"{what} and the RNGs ({', '.join(saved.rng_names)}) were put back."
     )
     if who is not None:
-        out += (
-            f" Code in {who} ran once more: its changes to the model, the RNG states "
-            "and the notebook's names, lists, dicts and sets were put back; other side "
-            "effects of it (files, other objects), if any, are not undone."
-        )
+        out += f" Code in {who} ran once more: other side effects (files) are not undone."
     if saved.left:
         out += f" Changed and not put back: {', '.join(saved.left[:3])}."
     return out
