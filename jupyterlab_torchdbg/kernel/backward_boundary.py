@@ -21,22 +21,17 @@ to ``watch()``) whose parameters no optimizer steps:
   ``Worker.at_backward_end``, ranks/manual.py). Memory is not called there: its ``after_step``
   counts its argument as an optimizer of the memory breakdown.
 
-What a step is here: one backward pass that accumulated a gradient into the model's
-parameters. ``autograd.grad`` accumulates nothing (no boundary), ``no_grad`` evaluation
-has no backward, ``backward(retain_graph=True)`` twice is two steps, and gradient
-accumulation over N passes without an optimizer is N steps (each read sees the sum so
-far). Reentrant activation checkpointing (``use_reentrant=True``) runs nested backward
-passes, each of which ends with a boundary of its own.
+A step here: one backward pass that accumulated a gradient into the model's parameters
+(``autograd.grad``: none; ``backward(retain_graph=True)`` twice: two; N accumulation
+passes: N, each read sees the sum so far; reentrant checkpointing's nested passes: one
+boundary each).
 
-When hooks may be registered (the one unsafe moment). torch swaps a tensor's C++ hook
-holder the first time a Python post-accumulate-grad hook is registered on it; a backward
-running on another thread at that moment may read it mid-swap. Later registrations and
-every removal only change a Python dict that torch copies under the GIL before calling
-it, so removal is safe at any time and on any thread. Registration therefore happens on
-the kernel's thread at cell starts (when no other cell runs), at ``watch()`` and just
-before a backward pass of a running cell starts (a model the cell made:
-backward_start.py), only where no thread is inside ``backward()`` (every thread's stack
-checked with no thread switch in between, as step_boundary.py does for steps).
+When hooks may be registered. torch swaps a tensor's C++ hook holder at its first
+Python post-accumulate-grad hook; a backward on another thread may read it mid-swap.
+Later registrations and removals change a Python dict torch copies under the GIL: safe
+at any time. So registration happens at cell starts (no other cell running), at
+``watch()`` and just before a running cell's backward starts (backward_start.py), only
+where no thread is inside ``backward()`` (every stack checked without a thread switch).
 
 Which models: every ``nn.Module`` in the namespace (the largest first; a submodule of
 one already watched adds nothing, ``enc = model.encoder``), or only the watched models
@@ -50,9 +45,9 @@ gradients; that pass is the optimizer's first step, not a run of its own
 (``StepBoundary._hand_over``: one run, one track, one control target).
 
 No strong reference to a model (R24): ``ModelSource`` holds it by weakref and a finalizer
-removes its hooks when it dies; its parameters are held while it lives. Unload removes
-every hook (R01); torch gives no way to drop its C++ holder, so an empty hook dict stays
-on each parameter that had one.
+removes its hooks when it dies. Unload removes and closes every hook (R01, R41, the rule
+of kernel/grads/module_hooks.py): a call from a backward in flight does nothing, a scan
+racing the unload adds none. An empty C++ hook dict stays on each parameter that had one.
 """
 
 from __future__ import annotations
@@ -130,13 +125,14 @@ class _Hooked:
         self.handles: dict[int, RemovableHandle] = {}  # id(param) -> its hook's handle
         self.task = -2  # the autograd graph task whose end is queued (or was last)
         self.finalizer: weakref.finalize[Any, Any] | None = None
+        self.closed = False  # unloaded: a call from a backward in flight does nothing
 
     def on_grad(self, param: torch.Tensor) -> None:
         """A gradient was accumulated (inside backward, maybe on a device thread): queue
         the boundary once per backward pass. Kept to a compare; never raises."""
         try:
             task = _torch.task_id()
-            if task != self.task:
+            if task != self.task and not self.closed:
                 self.task = task
                 _torch.queue(self.at_end)
         except Exception:  # never into the user's backward (R11): this read is skipped
@@ -156,7 +152,8 @@ class _Hooked:
         of it has run. Only the user's KeyboardInterrupt (while paused here) goes on
         into ``backward()``."""
         try:
-            self.fire(self.source)
+            if not self.closed:
+                self.fire(self.source)
         except Exception:
             self.on_error("backward:boundary")
 
@@ -225,6 +222,7 @@ class BackwardHooks:
             hooked, self._hooked = self._hooked, {}
             self._stepped = weakref.WeakKeyDictionary()
         for h in hooked.values():
+            h.closed = True
             h.remove()
 
     def sources(self) -> list[ModelSource]:
@@ -279,6 +277,8 @@ class BackwardHooks:
             return True
         wanted = self._wanted(ns, watched)
         with self._lock:
+            if not self.attached:  # an unload on another thread meanwhile: none added
+                return True
             if starting is not None:
                 have = {id(p) for h in self._hooked.values() for p in h.source.params}
                 wanted = {k: w for k, w in wanted.items() if not have & {id(p) for p in w[2]}}

@@ -15,6 +15,8 @@ import gc
 import linecache
 import os
 import sys
+import threading
+from collections.abc import Callable
 from types import FrameType
 
 MAX_STACK = 100_000  # frames looked at per thread (all)
@@ -22,31 +24,56 @@ MAX_STACK = 100_000  # frames looked at per thread (all)
 
 def any_thread_inside(co_name: str, filename: str, starting: FrameType | None = None) -> bool:
     """Some thread (this one too) runs the function ``co_name`` of ``filename``, other
-    than in the frame ``starting`` (a call of it that has not started its work yet).
+    than in the frame ``starting`` (a call of it that has not started its work yet)."""
 
-    The garbage collector is off while ``sys._current_frames`` runs: it holds the
-    interpreter's thread-list lock while it allocates frame objects, and a collection
-    started there that frees a ``threading.local`` (the comm hub of an earlier load)
-    takes the same lock again, deadlocking the kernel (CPython gh-106883, 3.11; seen in
-    tests/test_hook_lifecycle.py's reload storm). Called with the GIL held throughout.
+    def match(f: FrameType, me: bool) -> bool:
+        code = f.f_code
+        return code.co_name == co_name and code.co_filename == filename and f is not starting
+
+    return _scan(match)
+
+
+def other_thread_in(prefixes: tuple[str, ...]) -> bool:
+    """Some thread other than this one runs code of a file under one of ``prefixes``."""
+    return _scan(lambda f, me: not me and f.f_code.co_filename.startswith(prefixes))
+
+
+def _scan(match: Callable[[FrameType, bool], bool]) -> bool:
+    """Whether a frame of some thread matches (``me``: the frame is this thread's).
+
+    The whole walk is one stretch without a thread switch (switch interval raised) and
+    without a collection: CPython 3.11 crashed walking ``f_back`` of another thread's
+    frames while that thread ran on (seen in tests/test_r41_module_hooks.py's reload
+    storm), and ``sys._current_frames`` holds the interpreter's thread-list lock while it
+    allocates frame objects, where a collection that frees a ``threading.local`` (the
+    comm hub of an earlier load) takes the same lock again and deadlocks (CPython
+    gh-106883, 3.11). No frame object is kept after the stretch. Nothing in the walk
+    releases the GIL.
     """
+    old = sys.getswitchinterval()
     enabled = gc.isenabled()
+    sys.setswitchinterval(1.0)
     gc.disable()
+    me = threading.get_ident()
     try:
         frames = sys._current_frames()
+        try:
+            for tid, frame in frames.items():
+                f: FrameType | None = frame
+                depth = 0
+                while f is not None and depth < MAX_STACK:
+                    if match(f, tid == me):
+                        return True
+                    f = f.f_back
+                    depth += 1
+            return False
+        finally:
+            f = None
+            frames.clear()
     finally:
         if enabled:
             gc.enable()
-    for frame in frames.values():
-        f: FrameType | None = frame
-        depth = 0
-        while f is not None and depth < MAX_STACK:
-            code = f.f_code
-            if code.co_name == co_name and code.co_filename == filename and f is not starting:
-                return True
-            f = f.f_back
-            depth += 1
-    return False
+        sys.setswitchinterval(old)
 
 
 #: This package's directory: its frames (a rank's mp.spawn wrapper, a pause's hold) are

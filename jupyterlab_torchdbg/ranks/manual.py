@@ -20,6 +20,12 @@ their step numbers agree.
 
 No strong reference to the model (R24): the hooks hold it by weakref (``ModelSource``).
 A fork child (a DataLoader worker) inherits the pre-hook: it removes itself there.
+
+Switched safely (R41, the rule of kernel/grads/module_hooks.py): torch calls a global
+pre-hook from a snapshot of its dict, always as ``hook(module, args)``; once dropped
+(taken, or ``remove`` at the worker's end) the hook does nothing, even when a snapshot
+taken before still calls it, and ``remove`` is idempotent. The model's hooks are the
+end-of-backward hooks, closed by ``remove`` the same way.
 """
 
 from __future__ import annotations
@@ -65,10 +71,13 @@ class ManualModels:
         self._drop_pre_hook()
         self.hooks.detach()
 
-    def _on_forward(self, module: Any, args: Any) -> None:
+    def _on_forward(self, module: Any, args: Any = None, *rest: Any) -> None:
         """A module is called (the training thread): take it if it has trainable
-        parameters. Returns None (the input is left as it is); never raises."""
+        parameters. Returns None (the input is left as it is); never raises; nothing
+        once dropped."""
         try:
+            if self._handle is None:
+                return  # dropped: called from a snapshot taken before
             if os.getpid() != self.pid or self.optimizer_seen:
                 self._drop_pre_hook()
                 return
@@ -85,7 +94,10 @@ class ManualModels:
     def _drop_pre_hook(self) -> None:
         handle, self._handle = self._handle, None
         if handle is not None:
-            handle.remove()  # torch iterates a copy of its hook dict: safe from a hook
+            try:
+                handle.remove()  # torch iterates a copy of its hook dict: safe from a hook
+            except Exception:
+                self._on_error("manual:remove")
 
     @property
     def watching(self) -> bool:

@@ -183,7 +183,7 @@ def diagnose(
     modules = [m for _, m in runnable]
     # R53: the user's own code (a forward, a hook) is not re-run without a click.
     who = None if all(id(m) in rerun_ok for m in modules) else user_code(modules)
-    probe = ForwardProbe(track, step, runnable if who is None else [])
+    probe = ForwardProbe(track, step, runnable if who is None else [], now=True)
     try:
         if who is None:
             spaces = ([ns] if ns is not None else []) + user_globals(modules)

@@ -15,7 +15,8 @@ it also carries two instance attributes, both looked up on the instance before t
 
 A class that defines ``__prepare_scriptable__`` itself is left unhooked (``guardable``):
 shadowing it would change what the user's own scripting does. Everything is removed
-with the hook (unload, plan change): the module ends exactly as it was.
+with the hook (unload, plan change; module_hooks.py calls ``protect`` / ``unprotect``
+when it changes torch's dicts): the module ends exactly as it was.
 """
 
 from __future__ import annotations

@@ -23,9 +23,11 @@ pre-hook also copies the normalisation running statistics at the first forward a
 each step (norm_stats.py), so a skipped step can put them back.
 
 Cost: a few µs per forward call of a root (one small object, one detach per tensor
-argument, one autograd-node pre-hook); nothing per submodule. Every hook is removed on
-unload. Compiled models: the outer ``OptimizedModule`` is hooked, never the module dynamo
-traces (R28), and a hook reached from inside a compiled region does nothing
+argument, one autograd-node pre-hook); nothing per submodule. Every hook is switched by
+module_hooks.py (R41): added and removed only when no thread is in a module call, a no-op
+holding no batch from its removal on, and none added once the keeper is cleared (unload).
+Compiled models: the outer ``OptimizedModule`` is hooked, never the module dynamo traces
+(R28), and a hook reached from inside a compiled region does nothing
 (``torch.compiler.is_compiling()`` folds to a constant when traced, so it adds no graph
 break). ScriptModules are skipped (R29). Modules are keys of weak dictionaries (R24): a
 deleted model drops its kept call.
@@ -42,11 +44,11 @@ from . import hook_guard
 from .backward_root import RootWatch
 from .bad_step import KeptCall, KeptLoss, KeptRoot
 from .loss_sources import is_torch_loss, output_nodes, scalar_with_grad
+from .module_hooks import POST, PRE, HookSet, ModuleHook
 from .norm_stats import NormShadow
 
 if TYPE_CHECKING:
     from torch.nn import Module
-    from torch.utils.hooks import RemovableHandle
 
 #: Container levels walked when detaching arguments (a list of dicts of tensors).
 MAX_DEPTH = 2
@@ -98,9 +100,9 @@ class _Slot:
         self.ref = weakref.ref(module)
         self.call: KeptCall | None = None
         self.loss: KeptLoss | None = None
-        self.handle: RemovableHandle | None = None
+        self.handle: ModuleHook | None = None
         #: A root's forward hook (the backward-root watch, the model's own loss).
-        self.out_handle: RemovableHandle | None = None
+        self.out_handle: ModuleHook | None = None
         #: A root's normalisation statistics, copied while its track skips (R48).
         self.norms: NormShadow | None = None
 
@@ -160,6 +162,8 @@ class InputKeeper:
         #: Learn the loss of CUDA models too: only while some track skips non-finite
         #: steps (else no step is checked at the step on CUDA, R26, and nobody reads it).
         self.roots_on_cuda = False
+        #: Every module hook of the keeper (module_hooks.py: switched when safe, R41).
+        self.hooks = HookSet(on_error, "grads:inputs", self._on_script)
 
     @property
     def paused(self) -> bool:
@@ -181,7 +185,10 @@ class InputKeeper:
     ) -> None:
         """Hook exactly these roots and loss modules (already hooked ones stay hooked and
         keep their last call; the others are unhooked and forgotten); copy the
-        normalisation statistics of the roots in ``norms`` at each step's first forward."""
+        normalisation statistics of the roots in ``norms`` at each step's first forward.
+        Nothing once closed (unload): a training thread still in the old step adds none."""
+        if self.hooks.closed:
+            return
         self._sync(self._roots, list(roots), self._root_hook)
         self._sync(self._losses, list(losses), self._loss_hook)
         wanted = {id(m) for m in norms}
@@ -198,7 +205,7 @@ class InputKeeper:
         self,
         table: weakref.WeakKeyDictionary[Module, _Slot],
         wanted: list[tuple[str, Module]],
-        make: Callable[[Module, _Slot], list[RemovableHandle]],
+        make: Callable[[Module, _Slot], list[ModuleHook]],
     ) -> None:
         keep = {id(m) for _, m in wanted}
         for module, slot in list(table.items()):
@@ -214,12 +221,13 @@ class InputKeeper:
                 continue
             slot = _Slot(name, module, self.epoch if self.in_step else -1)
             try:
+                # Out of torch.save / deepcopy / torch.jit.script once in torch's dicts
+                # (module_hooks.py protects them, hook_guard.py, R29).
                 handles = make(module, slot)
+                if not handles:
+                    continue  # closed meanwhile (unload)
                 slot.handle = handles[0]
                 slot.out_handle = handles[1] if len(handles) > 1 else None
-                # Out of torch.save / deepcopy / torch.jit.script of the module (R29).
-                for h in handles:
-                    hook_guard.protect(module, h.id, self._on_script)
             except Exception:
                 _remove(slot)
                 self._on_error("grads:inputs")
@@ -227,14 +235,15 @@ class InputKeeper:
             table[module] = slot
 
     def _on_script(self, module: Module) -> None:
-        """``torch.jit.script`` reached ``module``: unhook it, and keep it unhooked."""
+        """``torch.jit.script`` reached ``module`` (its hooks are gone already, taken out
+        by module_hooks.py): forget it, and keep it unhooked."""
         self._scripted.add(module)
         for table in (self._roots, self._losses):
             slot = table.pop(module, None)
             if slot is not None:
                 _remove(slot)
 
-    def _root_hook(self, module: Module, slot: _Slot) -> list[RemovableHandle]:
+    def _root_hook(self, module: Module, slot: _Slot) -> list[ModuleHook]:
         from torch import Tensor
 
         counter, compiling, watch = self._counter, self._is_compiling, self.backward
@@ -268,12 +277,9 @@ class InputKeeper:
             except Exception:
                 self._on_error("grads:inputs")
 
-        return [
-            module.register_forward_pre_hook(keep_call, with_kwargs=True),
-            module.register_forward_hook(keep_output),
-        ]
+        return self.hooks.add([(module, PRE, keep_call, True), (module, POST, keep_output, False)])
 
-    def _loss_hook(self, module: Module, slot: _Slot) -> list[RemovableHandle]:
+    def _loss_hook(self, module: Module, slot: _Slot) -> list[ModuleHook]:
         counter, compiling = self._counter, self._is_compiling
         from torch import Tensor
 
@@ -304,7 +310,7 @@ class InputKeeper:
             except Exception:
                 self._on_error("grads:inputs")
 
-        return [module.register_forward_hook(keep_loss, with_kwargs=True)]
+        return self.hooks.add([(module, POST, keep_loss, True)])
 
     # --- reading (training thread, at a bad step) --------------------------------------
 
@@ -353,7 +359,10 @@ class InputKeeper:
         return [m for table in (self._roots, self._losses) for m in list(table.keys())]
 
     def clear(self) -> None:
-        """Remove every hook and forget every kept call (unload)."""
+        """Remove every hook and forget every kept call (unload): each hook is a no-op at
+        once and leaves torch's dicts when no thread is in a module call; no hook is
+        added after this."""
+        self.hooks.close()
         self.backward.closed = True
         self.backward.clear()
         for table in (self._roots, self._losses):
@@ -363,6 +372,8 @@ class InputKeeper:
 
 
 def _remove(slot: _Slot) -> None:
+    """The slot's hooks are no-ops at once (out of torch's dicts when safe); what it
+    kept is dropped."""
     handles = [slot.handle, slot.out_handle]
     slot.handle = slot.out_handle = None
     slot.call = slot.loss = None
@@ -372,8 +383,5 @@ def _remove(slot: _Slot) -> None:
             continue
         try:
             handle.remove()
-            module = slot.ref()
-            if module is not None:
-                hook_guard.unprotect(module, handle.id)
         except Exception:
             pass

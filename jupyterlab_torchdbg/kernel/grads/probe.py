@@ -32,7 +32,10 @@ a sync) once per non-finite alarm; nothing otherwise. Forward hooks only (never 
 backward hooks), so ``inplace=True`` activations keep working (R27); the armed probe
 leaves ``torch.compile``d models and ScriptModules alone (R28, R29). Hooks may fire on
 DataParallel replica threads (R34): the probe's state is behind a lock. Holds modules by
-handle only, and the roots' outputs only until the diagnosis is done.
+handle only, and the roots' outputs only until the diagnosis is done. Its hooks are
+switched by module_hooks.py (R41): the armed probe's when no thread is in a module call,
+``run``'s at once (the training thread's own roots, at its step); both no-ops once
+removed, out of torch's dicts when safe.
 """
 
 from __future__ import annotations
@@ -42,10 +45,10 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .alerts import Alert
+from .module_hooks import POST, PRE, HookFn, HookSet, ModuleHook
 
 if TYPE_CHECKING:
     from torch.nn import Module
-    from torch.utils.hooks import RemovableHandle
 
     from .bad_step import KeptCall
 
@@ -161,13 +164,18 @@ def eager_root(module: Module) -> Module | None:
 class ForwardProbe:
     """Forward hooks on every submodule of the roots, for one forward pass."""
 
-    def __init__(self, track: str, step: int, roots: list[tuple[str, Any]]) -> None:
+    def __init__(
+        self, track: str, step: int, roots: list[tuple[str, Any]], now: bool = False
+    ) -> None:
         from .naming import clean_param_name
 
         self.track = track
         self.armed_at = step
         self._lock = threading.Lock()
-        self._handles: list[RemovableHandle] = []
+        #: Switched when no thread is in a module call (module_hooks.py, R41); ``now``
+        #: (``run`` at the step, on the training thread's own roots): at once.
+        self._hooks = HookSet(lambda site: None, "grads:probe", None)
+        self._handles: list[ModuleHook] = []
         self.ran = False
         self.input_bad: str | None = None
         self.origin: tuple[str, bool] | None = None  # (module name, its weights finite)
@@ -182,8 +190,9 @@ class ForwardProbe:
         self.complete = True
         #: What ``run`` changed and could not put back (rerun.py).
         self.left: list[str] = []
+        specs: list[tuple[Any, str, HookFn, bool]] = []
         for prefix, root in roots:
-            self._handles.append(root.register_forward_pre_hook(self._pre(prefix)))
+            specs.append((root, PRE, self._pre(prefix), False))
             for i, (name, mod) in enumerate(root.named_modules()):
                 if i >= MAX_MODULES:
                     self.complete = False
@@ -191,8 +200,8 @@ class ForwardProbe:
                 self.hooked += 1
                 clean = clean_param_name(root, f"{name}.x").rpartition(".")[0] if name else ""
                 full = f"{prefix}.{clean}" if clean else prefix
-                hook = self._post(full, mod is root)
-                self._handles.append(mod.register_forward_hook(hook, with_kwargs=True))
+                specs.append((mod, POST, self._post(full, mod is root), True))
+        self._handles = self._hooks.add(specs, now)
 
     def run(self, calls: list[KeptCall | None], spaces: Sequence[dict[str, Any]] = ()) -> None:
         """Run each root once on a copy of its kept call (aligned with the roots), at
@@ -259,12 +268,12 @@ class ForwardProbe:
         return hook
 
     def _remove_hooks(self) -> None:
-        handles, self._handles = self._handles, []
-        for h in handles:
-            try:
-                h.remove()
-            except Exception:
-                pass
+        """Every hook a no-op now, out of torch's dicts when safe (idempotent)."""
+        self._handles = []
+        try:
+            self._hooks.close()
+        except Exception:
+            pass
 
     def remove(self) -> None:
         """Remove every hook and drop what was kept."""
