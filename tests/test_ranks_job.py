@@ -622,3 +622,42 @@ def test_a_hello_with_the_fallback_world_size_joins_its_rendezvous(h: Harness) -
     msg = h.last()
     assert msg["job"]["id"] == 1 and msg["job"]["world_size"] == 2
     assert [r["identity"]["rank"] for r in msg["ranks"]] == [0, 1]
+
+
+def test_r56_a_refused_hello_takes_the_slot_only_once_its_holder_is_lost(h: Harness) -> None:
+    # a live rank's slot is its own; a restarted process for the same rank (its holder
+    # gone without a word, on another host) gets it once the holder is lost, if it is
+    # still heard; one that said bye is never admitted
+    h.hello(0, world=2, key="kh")
+    other, gone = b"worker-new", b"worker-gone"
+    identity = {
+        "rank": 0,
+        "world_size": 2,
+        "local_rank": 0,
+        "host": "node1",
+        "pid": 77,
+        "launcher": "torchrun",
+    }
+    for worker in (other, gone):
+        h.hub.on_message(worker, "hello", {"identity": identity, "job_key": "kh"})
+    assert h.hub.refused_hellos == 2
+    assert (
+        list(h.hub.refusals) == ["rank 0 is held by pid 4000 on node0, whose worker is alive"] * 2
+    )
+    assert [s[2]["reason"] for s in h.ep.of("refused")] == [h.hub.refusals[0]] * 2
+    h.hub.on_message(gone, "bye", {"state": "exited"})
+    beat = {"step": 0, "since_step_s": None, "phase": "user"}
+    h.ep.sent.clear()
+    for _ in range(150):  # both beat: the holder keeps its slot
+        h.tick()
+        h.beat(0, 0, 0.0, "user")
+        h.hub.on_message(other, "heartbeat", beat)
+    assert [r["identity"]["pid"] for r in h.last()["ranks"]] == [4000]
+    assert h.ep.of("config") == [] and h.hub.refused_hellos == 2 + 1 + 150
+    for _ in range(101):  # the holder falls silent: lost after 10 s, then the slot is free
+        h.tick()
+        h.hub.on_message(other, "heartbeat", beat)
+    ranks = h.last()["ranks"]
+    assert [(r["identity"]["pid"], r["state"]) for r in ranks] == [(77, "starting")]
+    assert [s[0] for s in h.ep.of("config")] == [other]  # admitted; never the one gone
+    assert not h.errors

@@ -346,10 +346,10 @@ async def test_a_ddp_loop_without_an_optimizer_is_followed_at_the_end_of_backwar
     await wait_ended(k, comm, job)
     final = latest(k, comm, job)
     assert final is not None
-    # the first backward pass is not a step yet (a loop with an optimizer has one too)
+    # every backward pass is a step: 200 iterations, 200 steps (R56)
     assert [(s["state"], s["step"], s["clip"]) for s in final["ranks"]] == [
-        ("exited", 199, 0.05),
-        ("exited", 199, 0.05),
+        ("exited", 200, 0.05),
+        ("exited", 200, 0.05),
     ], summary(k, comm)
     assert_equal_norms(norms(k, comm, job), 2)
     # the only alarms: the refusal, per rank, with its reason

@@ -635,9 +635,10 @@ def test_a_loop_without_an_optimizer_counts_its_backward_passes_until_one_steps(
     kernel: Kernel,
 ) -> None:
     """A rank that updates its weights by hand: the model is found at its first call
-    (the pre-hook then goes), a backward pass is a step from the second one on (a loop
-    with an optimizer has a first backward too), rows carry its norms; once an optimizer
-    steps the model, the hooks go and the optimizer's steps continue the count."""
+    (the pre-hook then goes), every backward pass is a step (iteration N is step N, as
+    with an optimizer: R56), rows carry its norms; once an optimizer steps the model, its
+    first step is the step of the backward pass before it, the hooks go and the
+    optimizer's steps continue the count."""
     from torch.nn.modules import module as module_mod
 
     from jupyterlab_torchdbg.ranks.worker import Worker
@@ -658,17 +659,19 @@ def test_a_loop_without_an_optimizer_counts_its_backward_passes_until_one_steps(
                     p -= 0.01 * p.grad
         assert dict(module_mod._global_forward_pre_hooks) == before  # found: the hook went
         assert w.manual.hooks.hooked_params() == 2  # one per module with parameters
-        assert w.agreed.step == 3 and w.agreed.manual
-        k.wait("rows with norms", lambda: k.step(0) == 3)
+        assert w.agreed.step == 4 and w.agreed.manual
+        k.wait("rows with norms", lambda: k.step(0) == 4)
         norms = [r["norm"] for _, c in k.of("rows") for r in c["rows"] if r["norm"] is not None]
         assert norms and all(n > 0 for n in norms)
 
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         _train_steps(opt, model, 2)
         assert w.manual.hooks.hooked_params() == 0  # the optimizer took the model over
-        # the pass before the handover is counted by both (its backward, then the
-        # optimizer's first step), as in the kernel; every rank counts alike
-        assert w.agreed.step == 3 + 1 + 2 and not w.agreed.manual
+        # the pass before the handover is one step (its backward, then the optimizer's
+        # first step ending the same iteration): 6 iterations, 6 steps, one row each
+        assert w.agreed.step == 4 + 2 and not w.agreed.manual
+        k.wait("rows of every step", lambda: k.step(0) == 6)
+        assert sorted(r["step"] for r in k.rows(0)) == [1, 2, 3, 4, 5, 6]
         assert w.errors == {}
     finally:
         HOOKS.release(w)

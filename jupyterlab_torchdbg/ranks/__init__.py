@@ -3,8 +3,9 @@
 Two sides share this package. Worker processes import only what they need of it
 (``wire``, ``worker``, ``boot``: no IPython, no kernel side), so this module imports
 nothing at all. The kernel side is ``attach.attach_to`` (called by ``kernel/extension.py``
-on load): the endpoint, the hub that merges workers into jobs (``aggregator``, ``job``),
-the alarms, the all-rank actions, the panel's ``ranks`` and ``exception`` messages.
+on load): the endpoint, the hub that merges workers into jobs (``aggregator``, ``job``)
+and sees how their processes ended (``exits``), the alarms, the all-rank actions, the
+panel's ``ranks`` and ``exception`` messages.
 See PROTOCOL.md "Ranks".
 """
 

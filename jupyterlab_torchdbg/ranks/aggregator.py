@@ -14,6 +14,13 @@ alarm, the pending action): at most 10 a second whatever the number of ranks, an
 more when the job ends. A panel that connects gets the message with ``replay: true``
 (every kept point) after ``runs``. All of it under one lock; nothing here raises into a
 worker's message loop or the user's cell (errors are counted).
+
+Bounded and true (R56): only the newest ``KEEP_ENDED`` ended jobs are kept, the older
+ones forgotten with their keys, workers, alarms and cells; a rank whose process ended
+without a word is ended by what the kernel can see of its exit (exits.py: ``failed``
+with the signal that killed it); a rank's slot belongs to the worker (connection) whose
+hello took it: another worker's hello for it is refused with a reason and counted while
+the holder lives (``refusals``), and admitted once the holder has ended or is lost.
 """
 
 from __future__ import annotations
@@ -21,16 +28,25 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from . import panel_exception
 from .actions import AllRankActions
 from .alarms import Alarms, from_collective
-from .job import Job, valid_identity
+from .exits import ExitWatch
+from .job import LOST_S, Job, valid_identity
 
 #: Seconds between two ``ranks`` messages at most 10 a second.
 FLUSH_S = 0.1
+#: Ended jobs kept: the newest (the panel shows the last job; a panel that connects gets
+#: it replayed). Older ones are forgotten with their keys and workers (R44, R56).
+KEEP_ENDED = 4
+#: Jobs kept at most, running or not (a flood of job keys drops the oldest).
+MAX_JOBS = 16
+#: Refused hellos kept, to be admitted once their slot is free (the oldest dropped).
+MAX_HELD = 64
 
 
 def _hang_s() -> float:
@@ -84,9 +100,17 @@ class RankHub:
         self.hang_s = _hang_s()
         self.endpoint: Sender | None = None
         self.jobs: list[Job] = []
+        self._job_ids = 0
         self._by_key: dict[str, Job] = {}
         self._by_worker: dict[bytes, Job] = {}
         self._alarms: dict[int, Alarms] = {}
+        #: How the ranks' processes ended (exits.py); mp_wrap's join wrapper tells it.
+        self.exits = ExitWatch()
+        #: Hellos refused because another live worker holds the slot, and why (bounded).
+        self.refused_hellos = 0
+        self.refusals: deque[str] = deque(maxlen=16)
+        #: worker -> (its refused hello, when it was last heard).
+        self._held: OrderedDict[bytes, tuple[dict[str, Any], float]] = OrderedDict()
         self.actions = (
             AllRankActions(self) if ack_timeout is None else AllRankActions(self, ack_timeout)
         )
@@ -163,7 +187,14 @@ class RankHub:
                 job = self._by_worker.get(worker)
                 rank = job.workers.get(worker) if job is not None else None
                 if job is None or rank is None:
-                    self._on_error("ranks:unknown_worker")
+                    held = self._held.get(worker)
+                    if held is not None:  # a refused worker speaks: not accepted
+                        self.refused_hellos += 1
+                        self._held[worker] = (held[0], now)
+                        if msg_type == "bye":
+                            del self._held[worker]  # it ended: never admitted
+                    else:
+                        self._on_error("ranks:unknown_worker")
                     return
                 rank.seen_at = now
                 if msg_type == "rows":
@@ -190,6 +221,7 @@ class RankHub:
                     self.alarms_of(job).grads.check(now)  # it no longer holds an event
                 if job.update_ended(now, self.hang_s):
                     self._dirty = True
+                    self._forget_ended()
         if exception is not None:
             self._broadcast(exception)
         self._ensure_thread()
@@ -202,21 +234,91 @@ class RankHub:
         key = world_of(str(content.get("job_key") or "")[:256])
         old = self._by_worker.get(worker)
         job = self._by_key.get(key)
+        if job is not None and not job.ended:
+            holder = job.holder(identity["rank"], worker, now, self.hang_s)
+            if holder is not None:
+                self._refuse(worker, content, holder, now)
+                return
+        self._held.pop(worker, None)
         if job is None or job.ended:
-            job = Job(len(self.jobs) + 1, key, round(self._wall(), 3), self.transport)
+            self._job_ids += 1
+            job = Job(self._job_ids, key, round(self._wall(), 3), self.transport)
             self.jobs.append(job)
             self._by_key[key] = job
             self._job_cell[job.id] = self.cell
-            if len(self.jobs) > 16:  # forget the oldest ended jobs
-                gone = self.jobs.pop(0)
-                self._alarms.pop(gone.id, None)
-                self._job_cell.pop(gone.id, None)
+            self._forget_ended()
         if old is not None and old is not job:
             old.remove(worker)
         self._by_worker[worker] = job
         job.add(worker, identity, now, str(content.get("torch", ""))[:64])
+        self.exits.attached(identity)
         self._dirty = True
         self.send(worker, "config", {"hang_s": self.hang_s})
+
+    def _refuse(self, worker: bytes, content: dict[str, Any], holder: Any, now: float) -> None:
+        """A hello for a slot a live worker holds: refused (counted, with the reason,
+        told to the worker), kept to be admitted once the holder ends."""
+        ident = holder.identity
+        reason = (
+            f"rank {holder.number} is held by pid {ident.get('pid')} on "
+            f"{ident.get('host') or 'this host'}, whose worker is alive"
+        )
+        self.refused_hellos += 1
+        self.refusals.append(reason)
+        self._held[worker] = (content, now)
+        self._held.move_to_end(worker)
+        while len(self._held) > MAX_HELD:
+            self._held.popitem(last=False)
+        self.send(worker, "refused", {"reason": reason})
+
+    def _admit_held(self, now: float) -> None:
+        """Refused hellos whose slot is free now (its holder ended or is lost), from
+        workers still heard (one silent for ``LOST_S`` or gone with a ``bye`` is dropped)."""
+        for worker, (content, heard) in list(self._held.items()):
+            key = world_of(str(content.get("job_key") or "")[:256])
+            job = self._by_key.get(key)
+            identity = valid_identity(content.get("identity"))
+            if identity is None or now - heard >= LOST_S:
+                self._held.pop(worker, None)
+            elif (
+                job is None
+                or job.ended
+                or not job.holder(identity["rank"], worker, now, self.hang_s)
+            ):
+                self._held.pop(worker, None)
+                self._hello(worker, content, now)
+
+    def _forget_ended(self) -> None:
+        """Keep the newest ``KEEP_ENDED`` ended jobs (and at most ``MAX_JOBS`` jobs)."""
+        ended = [j for j in self.jobs if j.ended]
+        gone = ended[: max(0, len(ended) - KEEP_ENDED)]
+        extra = len(self.jobs) - len(gone) - MAX_JOBS
+        if extra > 0:
+            gone += [j for j in self.jobs if j not in gone][:extra]
+        for job in gone:
+            self.jobs.remove(job)
+            if self._by_key.get(job.key) is job:
+                del self._by_key[job.key]
+            for worker, rank in job.workers.items():
+                if self._by_worker.get(worker) is job:
+                    del self._by_worker[worker]
+                pid = rank.identity.get("pid")
+                if isinstance(pid, int):
+                    self.exits.forget(pid)
+            self._alarms.pop(job.id, None)
+            self._job_cell.pop(job.id, None)
+            if self._root_exception is not None and self._root_exception[0] == job.id:
+                self._root_exception = None
+
+    def process_exited(self, pid: int, code: int, stopped: bool) -> None:
+        """torch's join (mp_wrap.py) reaped ``pid`` with ``code``; ``stopped``: it
+        terminated it because another rank failed. Any thread; never raises."""
+        try:
+            with self.lock:
+                self.exits.reported(pid, code, stopped, self._clock())
+            self._ensure_thread()
+        except Exception:
+            self._on_error("ranks:exit")
 
     def _exception(self, job: Job, worker: bytes, content: dict[str, Any]) -> dict[str, Any]:
         rank = job.workers[worker]
@@ -302,11 +404,16 @@ class RankHub:
             now = self._clock()
             running = [j for j in self.jobs if not j.ended]
             for running_job in running:
+                if self.exits.check(running_job, self.alarms_of(running_job), now):
+                    self._dirty = True
                 if self.alarms_of(running_job).check_time(now, self.hang_s):
                     self._dirty = True
                 self.actions.settle(running_job)
                 if running_job.update_ended(now, self.hang_s):
                     self._dirty = True
+                    self._forget_ended()
+            if self._held:
+                self._admit_held(now)
             job = self.jobs[-1] if self.jobs else None
             if job is not None:
                 states = [(r.number, r.state(now, self.hang_s), r.phase) for r in job.ordered()]
@@ -319,7 +426,7 @@ class RankHub:
                 if job is not None:
                     self._sent_states = (job.id, states)
                 self.messages_sent += 1
-            alive = any(not j.ended for j in self.jobs) or self._dirty
+            alive = any(not j.ended for j in self.jobs) or self._dirty or bool(self._held)
         if msg is not None:
             self._broadcast(msg)
         return alive

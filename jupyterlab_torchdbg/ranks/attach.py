@@ -2,9 +2,10 @@
 
 On load: the endpoint binds (an owner-only ipc socket, or TCP on ``$TORCHDBG_LISTEN``) and is
 published to every process the notebook starts (``worker_env.install``: the env vars, the
-boot dir on ``PYTHONPATH``, the fork handler, the mp.spawn patch); the hub gets the
-endpoint's messages, registers the ``ranks_*`` actions and its snapshot part, and hears
-the cell events (the cell that starts a job is the one its workers' exceptions name).
+boot dir on ``PYTHONPATH``, the fork handler, the mp.spawn patch); the hub hears the exit
+codes torch's join reaps (``mp_wrap.exit_listener``) and gets the endpoint's messages,
+registers the ``ranks_*`` actions and its snapshot part, and hears the cell events
+(the cell that starts a job is the one its workers' exceptions name).
 A bind that fails leaves the feature off (``endpoint.transport: "off"``), counted, and
 says why on stderr (the ``%load_ext`` cell's output): a bad ``TORCHDBG_LISTEN`` names the
 value and what to set instead (R55).
@@ -32,6 +33,16 @@ def attach_to(host: Host) -> tuple[RankHub, Callable[[], None]]:
     cleanups: list[Callable[[], None]] = []
     cell_setter: Callable[[str | None], None] | None = None
     try:
+        from . import mp_wrap
+
+        # torch's join reaps the ranks the notebook starts: their exit codes (R56)
+        mp_wrap.exit_listener = hub.process_exited
+
+        def stop_listening() -> None:
+            if mp_wrap.exit_listener == hub.process_exited:
+                mp_wrap.exit_listener = None
+
+        cleanups.append(stop_listening)
         from .endpoint import Endpoint
         from .worker_env import install, set_cell, torch_imported
 

@@ -355,6 +355,14 @@ class Job:
         self.world_size = max(self.world_size, int(identity["world_size"]), len(self.ranks))
         return rank
 
+    def holder(self, number: int, worker: bytes, now: float, hang_s: float) -> Rank | None:
+        """The live rank of another worker holding slot ``number``: a hello claiming it is
+        refused while that rank's process lives (R56); an ended or lost one gives it up."""
+        held = self.ranks.get(number)
+        if held is None or held.worker == worker or held.state(now, hang_s) in TERMINAL:
+            return None
+        return held
+
     def remove(self, worker: bytes) -> None:
         rank = self.workers.pop(worker, None)
         if rank is not None and self.ranks.get(rank.number) is rank:

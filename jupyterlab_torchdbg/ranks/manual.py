@@ -10,13 +10,16 @@ hooks; a process that never calls a module keeps it, at no cost). The model's en
 backward is then watched with the kernel's own machinery (kernel/backward_boundary.py),
 whose boundary runs after DDP has written the averaged gradients.
 
-A loop with an optimizer also does a first forward and backward before its first step,
-so a pass counts as a step only from the second backward pass without any optimizer step
-in between (``MIN_PASSES``); the first optimizer step removes the hooks and becomes the
-rank's step from then on (``Worker.before_step``; a loop that accumulates gradients over
-several passes before its first step has those passes counted, and the pass before the
-handover counts twice, as in the kernel). Every rank of a job runs the same loop, so
-their step numbers agree.
+Every backward pass is a step, from the first: iteration N of a hand-updated loop is its
+step N, as iteration N of a loop with an optimizer is that optimizer's step N, so a job
+whose ranks update in different ways counts alike (R56: a rank counting one behind
+compared its norms with the other ranks' at the wrong iteration, a false desync). A loop
+with an optimizer also does a backward pass before its first step: that pass is counted,
+and the optimizer's first step, which ends the same iteration, is the *same* step
+(``stepped`` returns True: ``Worker.before_step`` does not count it again); it removes
+the hooks and the optimizer's steps continue the count from then on (a loop that
+accumulates gradients over several passes before its first step has those passes
+counted).
 
 No strong reference to the model (R24): the hooks hold it by weakref (``ModelSource``).
 A fork child (a DataLoader worker) inherits the pre-hook: it removes itself there.
@@ -39,9 +42,6 @@ from ..kernel.backward_boundary import BackwardHooks, ModelSource
 if TYPE_CHECKING:
     from torch.utils.hooks import RemovableHandle
 
-#: Backward passes without an optimizer step before they count as the rank's steps.
-MIN_PASSES = 2
-
 
 class ManualModels:
     """The first model a rank calls, watched at the end of each backward pass until an
@@ -54,6 +54,9 @@ class ManualModels:
         self._handle: RemovableHandle | None = None
         #: Backward passes seen with no optimizer step yet.
         self.passes = 0
+        #: The last backward pass was counted as a step and no optimizer has stepped
+        #: since: an optimizer step now ends that same iteration.
+        self.counted = False
         #: An optimizer has stepped in this process: no model is looked for any more.
         self.optimizer_seen = False
 
@@ -109,13 +112,18 @@ class ManualModels:
         if self.optimizer_seen:
             return False
         self.passes += 1
-        return self.passes >= MIN_PASSES
+        self.counted = True
+        return True
 
-    def stepped(self, optimizer: Any) -> None:
-        """An optimizer steps (its pre-hook): its parameters leave the backward hooks."""
+    def stepped(self, optimizer: Any) -> bool:
+        """An optimizer steps (its pre-hook): its parameters leave the backward hooks.
+        True when this step ends the iteration whose backward pass was counted already
+        (the same step number: not to be counted again)."""
+        again, self.counted = self.counted, False
         self.optimizer_seen = True
         self._drop_pre_hook()
         try:
             self.hooks.optimizer_seen(optimizer)
         except Exception:
             self._on_error("manual:handover")
+        return again

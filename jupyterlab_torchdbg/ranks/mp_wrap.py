@@ -17,6 +17,11 @@ function wrapped: an exception is sent to the kernel with the rank's step (and w
 for), then raised on unchanged, so torch's own error file and exit code are as before.
 At the end a ``bye`` (exited / failed) goes out and the socket lingers until it is
 delivered: a forked rank leaves through ``os._exit``, where no ``atexit`` runs.
+
+In the kernel, ``ProcessContext.join`` is wrapped too (R56): torch's join reaps the
+ranks, so it is where their exit codes are known. After each call, every rank it reaped
+is told to ``exit_listener`` (the hub: exits.py) with its code and whether torch itself
+terminated it because another rank failed (``error_pid`` of the exception it raises).
 """
 
 from __future__ import annotations
@@ -30,6 +35,10 @@ from .identity import Origin
 
 #: torch's own ``_wrap`` (set when the module was patched in this process).
 _original: Callable[..., Any] | None = None
+#: torch's own ``ProcessContext.join``.
+_original_join: Callable[..., Any] | None = None
+#: Told (pid, exit code, stopped by the launcher) of each rank torch's join reaped.
+exit_listener: Callable[[int, int, bool], None] | None = None
 
 
 def _spawn_module() -> Any:
@@ -46,6 +55,7 @@ def patch() -> bool:
         import importlib
 
         mod = importlib.import_module("torch.multiprocessing.spawn")
+    _patch_join(mod)
     current = getattr(mod, "_wrap", None)
     if current is _wrap:
         return True
@@ -57,10 +67,56 @@ def patch() -> bool:
 
 
 def unpatch() -> None:
-    """Put torch's ``_wrap`` back if it is still ours."""
+    """Put torch's ``_wrap`` and ``ProcessContext.join`` back if they are still ours."""
     mod = _spawn_module()
     if mod is not None and getattr(mod, "_wrap", None) is _wrap and _original is not None:
         mod._wrap = _original
+    context = getattr(mod, "ProcessContext", None) if mod is not None else None
+    if context is not None and vars(context).get("join") is _join:
+        context.join = _original_join
+
+
+def _patch_join(mod: Any) -> None:
+    global _original_join
+    context = getattr(mod, "ProcessContext", None)
+    current = getattr(context, "join", None) if context is not None else None
+    if context is None or current is None or current is _join:
+        return
+    _original_join = current
+    context.join = _join
+
+
+def _join(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """torch's ``ProcessContext.join``, then the exit codes of what it reaped."""
+    join = _original_join
+    if join is None:  # (never: patched only once the original is kept)
+        return True
+    error: BaseException | None = None
+    try:
+        return join(self, *args, **kwargs)
+    except BaseException as e:
+        error = e
+        raise
+    finally:
+        _tell_exits(self, error)
+
+
+def _tell_exits(context: Any, error: BaseException | None) -> None:
+    """Each reaped rank's exit code to ``exit_listener``. Never raises."""
+    listener = exit_listener
+    if listener is None:
+        return
+    try:
+        culprit = getattr(error, "error_pid", None)
+        for process in list(getattr(context, "processes", ())):
+            # the code torch's join read (never ``exitcode``: that would reap the rest)
+            code = getattr(getattr(process, "_popen", None), "returncode", None)
+            pid = getattr(process, "pid", None)
+            if isinstance(code, int) and isinstance(pid, int):
+                stopped = culprit is not None and pid != culprit and code < 0
+                listener(pid, code, stopped)
+    except Exception:
+        pass
 
 
 def _torch_wrap() -> Callable[..., Any]:

@@ -100,9 +100,8 @@ class Worker:
     def before_step(self, optimizer: Any, args: Any = None, kwargs: Any = None) -> None:
         if os.getpid() != self.pid:
             return  # inherited across a fork that made no worker of its own
-        if self.manual.watching:
-            self.manual.stepped(optimizer)
-        self._boundary(optimizer)
+        again = self.manual.stepped(optimizer) if self.manual.watching else False
+        self._boundary(optimizer, again)
 
     def at_backward_end(self, source: ModelSource) -> None:
         """The end of a backward pass of the model a loop updates by hand (manual.py):
@@ -111,13 +110,16 @@ class Worker:
             return
         self._boundary(source)
 
-    def _boundary(self, optimizer: Any) -> None:
+    def _boundary(self, optimizer: Any, again: bool = False) -> None:
         """One step of the rank (an optimizer, or a ``ModelSource``): record, settle the
-        agreed actions due, clip, hold while paused."""
+        agreed actions due, clip, hold while paused. ``again``: the optimizer's first
+        step ends the iteration whose backward pass was this step already (manual.py):
+        it takes the step over without counting or recording it twice."""
+        primary = False
         try:
             primary = self._is_primary(optimizer)
-            step, due = self.agreed.begin_step(optimizer, primary)
-            if primary:
+            step, due = self.agreed.begin_step(optimizer, primary and not again)
+            if primary and not again:
                 self._record(optimizer, step)
             self.agreed.settle(due, optimizer)
             self.agreed.clip_now(optimizer)
