@@ -1415,7 +1415,7 @@ export interface IRankPending {
 export interface IRankState {
   identity: IRankIdentity1;
   /**
-   * starting: attached, no step yet; running: stepping; waiting: its training thread is inside a torch collective or backward (waiting for the others); paused: held by a ranks_pause; stalled: no step for the hang threshold while not waiting; exited / failed: the process ended (failed: with an exception); lost: no message for 10 s.
+   * starting: attached, no step yet; running: stepping; waiting: its training thread is inside a torch collective or backward (waiting for the others); paused: held by a ranks_pause; stalled: no step for the hang threshold while not waiting; exited / failed: the process ended (failed: with an exception, or killed by a signal, or gone without a word; exited: also a rank its launcher stopped after another rank failed); lost: no message for 10 s.
    */
   state:
     | 'starting'
