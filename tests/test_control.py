@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import textwrap
 import time
+import uuid
 
 import pytest
 from kernel_client import KernelDriver
@@ -159,8 +160,9 @@ async def test_r12_save_checkpoint_while_paused_is_served_at_the_pause(
     )
     held = int(await probe(kernel, "done", probe_sub))
     t0 = time.monotonic()
+    name = f"paused-{uuid.uuid4().hex[:8]}.pt"  # the kernel's directory is the repo's
     reply = await kernel.action(
-        comm_id, "save_checkpoint", {"filename": "paused.pt"}, subshell_id=sub, timeout=20
+        comm_id, "save_checkpoint", {"filename": name}, subshell_id=sub, timeout=20
     )
     assert reply["method"] == "ack", reply
     assert time.monotonic() - t0 < 5  # served at the pause, not after a timeout
@@ -168,10 +170,11 @@ async def test_r12_save_checkpoint_while_paused_is_served_at_the_pause(
     same = await probe(
         kernel,
         "all(torch.equal(a, b) for a, b in zip("
-        "torch.load('paused.pt', weights_only=True)['models']['model'].values(), "
+        f"torch.load({name!r}, weights_only=True)['models']['model'].values(), "
         "model.state_dict().values()))",
         probe_sub,
     )
+    await probe(kernel, f"__import__('os').remove({name!r})", probe_sub)
     assert same == "True"  # the weights the paused loop holds
     await kernel.action(comm_id, "resume", {}, subshell_id=sub)
     result = await kernel.wait_execute(run, 120)

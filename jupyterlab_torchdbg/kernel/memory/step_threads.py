@@ -59,7 +59,7 @@ class StepThreads:
         Threads that ended no longer count."""
         me = threading.get_ident()
         alive = {t.ident for t in threading.enumerate()}
-        self._threads = (self._threads | _TRAINING) & alive - {me}
+        self._threads = (self._threads | _TRAINING) & alive  # (this one too: see saw())
         _TRAINING.intersection_update(alive)
         if not self._threads and not _other_thread_in_torch():
             return None
