@@ -120,29 +120,23 @@ def module_tensors(model: object, limit: int) -> Iterator[tuple[bool, Any]]:
 def named_parameters(model: object, limit: int) -> Iterator[tuple[str, Any]]:
     """``(path, parameter)`` as ``model.named_parameters()`` yields them, each once, at
     most ``limit``, from the ``_parameters`` dicts."""
-    seen: set[int] = set()
-    n = 0
-    for prefix, m in named_modules(model, limit):
-        for name, p in _entries(m, "_parameters"):
-            if id(p) in seen:
-                continue
-            seen.add(id(p))
-            n += 1
-            if n > limit:
-                return
-            yield (f"{prefix}.{name}" if prefix else name), p
+    return _named_entries(model, "_parameters", limit)
 
 
 def named_buffers(model: object, limit: int) -> Iterator[tuple[str, Any]]:
     """``(path, buffer)`` from the ``_buffers`` dicts, each once, at most ``limit``."""
+    return _named_entries(model, "_buffers", limit)
+
+
+def _named_entries(model: object, attr: str, limit: int) -> Iterator[tuple[str, Any]]:
+    """``(path, tensor)`` of every module's ``attr`` dict, each tensor once, at most
+    ``limit``."""
     seen: set[int] = set()
-    n = 0
     for prefix, m in named_modules(model, limit):
-        for name, b in _entries(m, "_buffers"):
-            if id(b) in seen:
+        for name, t in _entries(m, attr):
+            if id(t) in seen:
                 continue
-            seen.add(id(b))
-            n += 1
-            if n > limit:
+            seen.add(id(t))
+            if len(seen) > limit:
                 return
-            yield (f"{prefix}.{name}" if prefix else name), b
+            yield (f"{prefix}.{name}" if prefix else name), t
