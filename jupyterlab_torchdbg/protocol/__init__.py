@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-PROTOCOL_VERSION = "2.5"
+PROTOCOL_VERSION = "2.6"
 COMM_TARGET = "jupyterlab_torchdbg"
 #: The target of the comm the kernel side opens (and closes at once) when it loads: the
 #: panels of a kernel whose side was unloaded reattach (PROTOCOL.md, "Transport").

@@ -28,7 +28,9 @@ export type KernelMessage =
   | IControl
   | IRuns
   | IRanks
-  | ILoaded;
+  | ILoaded
+  | IRecord
+  | IRecordRunData;
 export type ProtocolVersion = string;
 /**
  * A block in a snapshot: always with its names (the snapshot carries the whole name table).
@@ -82,7 +84,12 @@ export type ActionVariant =
   | IActionRanksUnclip
   | IActionRanksPause
   | IActionRanksResume
-  | IActionRanksScaleLr;
+  | IActionRanksScaleLr
+  | IActionSetMemoryGuard
+  | IActionMeasureActivations
+  | IActionOpenRecord
+  | IActionDismissRecord
+  | IActionExportTensorboard;
 export type NoArgs = Record<string, never>;
 
 /**
@@ -111,6 +118,7 @@ export interface ICapabilities {
    * The kernel handles comm messages on a subshell thread, so actions apply while a cell runs.
    */
   subshells: boolean;
+  tensorboard?: IAvailability;
   [k: string]: unknown;
 }
 export interface IAvailability {
@@ -805,7 +813,7 @@ export interface IAlertItem {
    */
   source: string;
   /**
-   * divergence: the logged loss (a series whose name contains `loss`) jumped far above its first values (x100) while no gradient alarm told the story, or the total gradient norm held far above its level (x10 for 10 sampled steps), or the first updates of a run more than doubled the weights' norm. non_finite_cause: a non-finite gradient diagnosed at its step, before the optimizer applied it (its `cause`). non_finite_forward: the forward probe's finding on the forward pass after a non_finite alarm, when the step could not be checked (CUDA without skip_nonfinite; the weights may already be updated). non_finite_skipped: skip_nonfinite began skipping steps. non_finite_replay: a replay_step's finding (its `replay`).
+   * divergence: the logged loss (a series whose name contains `loss`) jumped far above its first values (x100) while no gradient alarm told the story, or the total gradient norm held far above its level (x10 for 10 sampled steps), or the first updates of a run more than doubled the weights' norm. non_finite_cause: a non-finite gradient diagnosed at its step, before the optimizer applied it (its `cause`). non_finite_forward: the forward probe's finding on the forward pass after a non_finite alarm, when the step could not be checked (CUDA without skip_nonfinite; the weights may already be updated). non_finite_skipped: skip_nonfinite began skipping steps. non_finite_replay: a replay_step's finding (its `replay`). memory_leak: memory grows steadily with the step count (`memory.leak` names the holders). memory_limit: the memory guard paused training before the limit.
    */
   kind:
     | 'non_finite'
@@ -817,7 +825,9 @@ export interface IAlertItem {
     | 'non_finite_replay'
     | 'non_finite_cause'
     | 'non_finite_skipped'
-    | 'divergence';
+    | 'divergence'
+    | 'memory_leak'
+    | 'memory_limit';
   /**
    * non_finite_cause only: the batch holds NaN/Inf (`layer`: the root), a module's forward turns finite inputs into NaN/Inf (`layer`: that module), a module's weights were already non-finite, the loss (what `backward()` was called on, or a loss module's output, or the logged loss) is non-finite on finite outputs (`layer`: the loss module or the root model whose own loss it is, or null), forward and loss are both checked finite and backward made it (`layer`: the layer nearest the loss with a non-finite gradient), the gradient values are finite but their float32 norm overflows (exploded gradients), or unchecked: what made it was not established because something was not checked (the step's batch was not kept, or the loss was not seen); the message says what was and was not checked.
    */
@@ -947,6 +957,9 @@ export interface IMemory {
     available: boolean;
     reason: string | null;
   };
+  leak?: IMemoryLeak | null;
+  guard?: IMemoryGuard;
+  activations?: IActivations | null;
 }
 /**
  * One CUDA device visible to this kernel (a card in the panel).
@@ -1106,6 +1119,136 @@ export interface IAllocationSite {
   function: string;
   bytes: number;
   count: number;
+}
+/**
+ * Memory growing steadily with the step count: a least-squares slope over the run's recent steps that stays clear of its noise (never a single jump), the holders found, and when the limit is reached at this rate.
+ */
+export interface IMemoryLeak {
+  /**
+   * The memory series the slope was fitted to (e.g. `mem/host/rss`).
+   */
+  series: string;
+  counter: 'rss' | 'allocated' | 'reserved';
+  /**
+   * `cuda:N` for CUDA counters, null for the process RSS.
+   */
+  device: string | null;
+  /**
+   * Bytes per step (the fitted slope).
+   */
+  per_step: number;
+  /**
+   * The slope's standard error, bytes per step.
+   */
+  per_step_err: number;
+  /**
+   * Steps in the fit.
+   */
+  steps: number;
+  run: number | null;
+  step: number | null;
+  used: Bytes;
+  limit: Bytes | null;
+  /**
+   * cgroup: the kernel's cgroup memory.max; host: used + the host's MemAvailable; device: the CUDA device's total memory.
+   */
+  limit_source: 'cgroup' | 'host' | 'device' | null;
+  /**
+   * At this rate, steps until `used` reaches `limit`.
+   */
+  steps_left: number | null;
+  /**
+   * @maxItems 10
+   */
+  holders: ILeakHolder[];
+  /**
+   * The holder search: still to run (it runs off the step path), done, stopped by its time budget (the holders are those found so far), or failed (`search_note` says why).
+   */
+  search: 'pending' | 'done' | 'budget' | 'failed';
+  search_note: string | null;
+  /**
+   * The headline, e.g. `RSS grows 2.1 MiB/step over 200 steps; at this rate the kernel runs out in about 4,800 steps`.
+   */
+  text: string;
+}
+/**
+ * One thing found holding memory that grows with the step count. Found without reading tensor data; nothing found is kept alive (R49).
+ */
+export interface ILeakHolder {
+  /**
+   * The holder's name as the notebook sees it: a global (`total_loss`), an attribute path (`model.cache`), or a hook's owner.
+   */
+  name: string;
+  /**
+   * graph: a tensor whose autograd graph reaches back over many steps; container: a list/dict/deque of tensors growing by about one entry per step; hook: a tensor kept by a hook registered on a module or tensor; closure: a tensor kept by a function's closure or default.
+   */
+  kind: 'graph' | 'container' | 'hook' | 'closure';
+  bytes: Bytes | null;
+  /**
+   * graph: steps of graph held (autograd nodes per step when not known); container: tensors held.
+   */
+  count: number | null;
+  text: string;
+  fix: string | null;
+}
+/**
+ * The opt-in pause before the memory limit (`set_memory_guard`).
+ */
+export interface IMemoryGuard {
+  /**
+   * Fraction of the limit at which training pauses (null: off).
+   */
+  pause_at: number | null;
+  limit: Bytes | null;
+  /**
+   * cgroup: the kernel's cgroup memory.max; host: used + the host's MemAvailable; device: the CUDA device's total memory.
+   */
+  limit_source: 'cgroup' | 'host' | 'device' | null;
+  /**
+   * Why training was paused by the guard, until it is resumed.
+   */
+  tripped: string | null;
+}
+/**
+ * Where activation memory goes: the bytes each module saved for backward during one forward/backward (saved-tensor hooks; parameters not counted), and the largest batch that fits.
+ */
+export interface IActivations {
+  /**
+   * armed: the next forward/backward of a watched model is measured.
+   */
+  state: 'armed' | 'done' | 'failed';
+  time: number;
+  device: string | null;
+  run: number | null;
+  step: number | null;
+  /**
+   * The batch size measured (first dimension of the model's first tensor input).
+   */
+  batch: number | null;
+  total: Bytes | null;
+  per_sample: Bytes | null;
+  /**
+   * @maxItems 12
+   */
+  modules: IActivationModule[];
+  /**
+   * Memory free for activations under the limit at the time of measure.
+   */
+  free: Bytes | null;
+  /**
+   * cgroup: the kernel's cgroup memory.max; host: used + the host's MemAvailable; device: the CUDA device's total memory.
+   */
+  limit_source: 'cgroup' | 'host' | 'device' | null;
+  /**
+   * The largest batch whose activations fit in `free` at this per-sample cost.
+   */
+  fits: number | null;
+  text: string;
+}
+export interface IActivationModule {
+  name: string;
+  bytes: Bytes;
+  tensors: number;
 }
 /**
  * OOM autopsy, broadcast when a cell fails with an out-of-memory error (after its `exception`, which it names in `exception_id`); replayed with `replay: true` after a snapshot. Strings and numbers only.
@@ -1587,6 +1730,107 @@ export interface ILoaded {
   session_id: string;
 }
 /**
+ * The run store's record of this notebook's earlier kernels, sent to a comm that opens (after `runs`) and after `dismiss_record`. `kernels` is newest first and never holds this kernel.
+ */
+export interface IRecord {
+  method: 'record';
+  /**
+   * The notebook's file name (JPY_SESSION_NAME's last part), or null when the kernel was not started for a notebook.
+   */
+  notebook: string | null;
+  /**
+   * on: this kernel writes its record; off: no notebook to key it by; unavailable: the store could not be opened (`note`).
+   */
+  store: 'on' | 'off' | 'unavailable';
+  /**
+   * @maxItems 10
+   */
+  kernels: IRecordKernel[];
+  note: string | null;
+}
+/**
+ * An earlier kernel of this notebook, as its record in the run store has it.
+ */
+export interface IRecordKernel {
+  id: string;
+  started: number;
+  last_write: number;
+  end: IRecordEnd;
+  run: number | null;
+  step: number | null;
+  memory: null | {
+    used: Bytes | null;
+    limit: Bytes | null;
+    per_step: number | null;
+  };
+  /**
+   * e.g. `The kernel died at step 4,812 of run 3 (killed by signal 9; memory was climbing 2.1 MiB/step, 23.6 of 24 GiB)`.
+   */
+  text: string;
+  /**
+   * @maxItems 50
+   */
+  runs: IRecordRun[];
+  exception: null | {
+    ename: string;
+    evalue: string;
+    cell_id: string | null;
+    line: number | null;
+    time: number;
+  };
+  /**
+   * The user dismissed this kernel's banner (`dismiss_record`).
+   */
+  dismissed: boolean;
+}
+/**
+ * How a recorded kernel ended, from what the system said: its exit status or signal (seen by a watcher process while the kernel was a zombie), the cgroup's memory.events oom_kill count, or a clean shutdown written by the kernel itself. `unknown` rather than a guess.
+ */
+export interface IRecordEnd {
+  kind: 'running' | 'shutdown' | 'exit' | 'signal' | 'oom_kill' | 'unknown';
+  /**
+   * The exit status (exit) or signal number (signal, oom_kill).
+   */
+  code: number | null;
+  /**
+   * How many more oom_kill events the kernel's cgroup counted while it ran.
+   */
+  oom_kills: number | null;
+  text: string;
+}
+export interface IRecordRun {
+  id: number;
+  start: number;
+  end: number | null;
+  steps: number;
+  alerts: number;
+  cell_id: string | null;
+  execution_count: number | null;
+  optimizers: string[];
+}
+/**
+ * One recorded run's data, the answer to `open_record`: its series (downsampled to at most 2,000 points each), alarms and the kernel's last exception.
+ */
+export interface IRecordRunData {
+  method: 'record_run';
+  kernel: string;
+  run: number;
+  info: IRecordRun;
+  /**
+   * @maxItems 400
+   */
+  series: IRecordSeries[];
+  /**
+   * @maxItems 200
+   */
+  alerts: IAlertItem[];
+}
+export interface IRecordSeries {
+  name: string;
+  x: number[];
+  y: FiniteOrSpecial[];
+}
+/**
  * The data of the panel's comm_open.
  */
 export interface IOpen {
@@ -1852,6 +2096,56 @@ export interface IActionRanksScaleLr {
   action?: 'ranks_scale_lr';
   args?: {
     factor: number;
+  };
+  [k: string]: unknown;
+}
+/**
+ * Pause training (at the next optimizer step) when memory reaches `pause_at` of the limit; null turns it off. Ack result: the new `guard`.
+ */
+export interface IActionSetMemoryGuard {
+  action?: 'set_memory_guard';
+  args?: {
+    pause_at: number | null;
+  };
+  [k: string]: unknown;
+}
+/**
+ * Measure the bytes each module saves for backward during the next forward/backward of a watched model (now, when a cell trains; else at the next training step). Ack result: `{state}`; the report comes in `memory.activations`.
+ */
+export interface IActionMeasureActivations {
+  action?: 'measure_activations';
+  args?: NoArgs;
+  [k: string]: unknown;
+}
+/**
+ * Send one recorded run of an earlier kernel of this notebook (`record_run`). Ack result: `{series, alerts}` counts.
+ */
+export interface IActionOpenRecord {
+  action?: 'open_record';
+  args?: {
+    kernel: string;
+    run: number;
+  };
+  [k: string]: unknown;
+}
+/**
+ * Mark an earlier kernel's banner dismissed (kept in the store, so a reload keeps it dismissed).
+ */
+export interface IActionDismissRecord {
+  action?: 'dismiss_record';
+  args?: {
+    kernel: string;
+  };
+  [k: string]: unknown;
+}
+/**
+ * Write a run's series (and alarms as text) as TensorBoard event files under `torchdbg-runs/` beside the notebook. `kernel` null: this kernel's run. Needs the `tensorboard` package. Ack result: `{path, scalars}` (path relative to the kernel's working directory).
+ */
+export interface IActionExportTensorboard {
+  action?: 'export_tensorboard';
+  args?: {
+    run: number;
+    kernel: string | null;
   };
   [k: string]: unknown;
 }

@@ -2,7 +2,7 @@
  * The protocol version and comm target. Kept equal to the schema's
  * `x-protocol-version` and to the Python constant (checked by jest and pytest).
  */
-export const PROTOCOL_VERSION = '2.5';
+export const PROTOCOL_VERSION = '2.6';
 export const COMM_TARGET = 'jupyterlab_torchdbg';
 /** The comm the kernel side opens (and closes at once) each time it loads. */
 export const LOADED_TARGET = 'jupyterlab_torchdbg.loaded';
