@@ -2123,6 +2123,9 @@ export interface IActionMeasureActivations {
 export interface IActionOpenRecord {
   action?: 'open_record';
   args?: {
+    /**
+     * A recorded kernel's id (`record.kernels[].id`).
+     */
     kernel: string;
     run: number;
   };
@@ -2134,6 +2137,9 @@ export interface IActionOpenRecord {
 export interface IActionDismissRecord {
   action?: 'dismiss_record';
   args?: {
+    /**
+     * A recorded kernel's id (`record.kernels[].id`).
+     */
     kernel: string;
   };
   [k: string]: unknown;
