@@ -1148,7 +1148,7 @@ export interface IMemoryLeak {
   run: number | null;
   step: number | null;
   used: Bytes;
-  limit: Bytes | null;
+  limit: Bytes;
   /**
    * cgroup: the kernel's cgroup memory.max; host: used + the host's MemAvailable; device: the CUDA device's total memory.
    */
@@ -1183,7 +1183,7 @@ export interface ILeakHolder {
    * graph: a tensor whose autograd graph reaches back over many steps; container: a list/dict/deque of tensors growing by about one entry per step; hook: a tensor kept by a hook registered on a module or tensor; closure: a tensor kept by a function's closure or default.
    */
   kind: 'graph' | 'container' | 'hook' | 'closure';
-  bytes: Bytes | null;
+  bytes: Bytes;
   /**
    * graph: steps of graph held (autograd nodes per step when not known); container: tensors held.
    */
@@ -1199,7 +1199,7 @@ export interface IMemoryGuard {
    * Fraction of the limit at which training pauses (null: off).
    */
   pause_at: number | null;
-  limit: Bytes | null;
+  limit: Bytes;
   /**
    * cgroup: the kernel's cgroup memory.max; host: used + the host's MemAvailable; device: the CUDA device's total memory.
    */
@@ -1225,16 +1225,16 @@ export interface IActivations {
    * The batch size measured (first dimension of the model's first tensor input).
    */
   batch: number | null;
-  total: Bytes | null;
-  per_sample: Bytes | null;
+  total: Bytes;
+  per_sample: Bytes;
   /**
    * @maxItems 12
    */
   modules: IActivationModule[];
   /**
-   * Memory free for activations under the limit at the time of measure.
+   * A byte count; null when not known (an `unavailable` or `*_reason` field says why).
    */
-  free: Bytes | null;
+  free: number | null;
   /**
    * cgroup: the kernel's cgroup memory.max; host: used + the host's MemAvailable; device: the CUDA device's total memory.
    */
@@ -1759,8 +1759,8 @@ export interface IRecordKernel {
   run: number | null;
   step: number | null;
   memory: null | {
-    used: Bytes | null;
-    limit: Bytes | null;
+    used: Bytes;
+    limit: Bytes;
     per_step: number | null;
   };
   /**
