@@ -23,6 +23,9 @@ export namespace CommandIDs {
   export const releaseRefs = 'torchdbg:release-references';
   export const recordMemory = 'torchdbg:record-memory';
   export const saveCheckpoint = 'torchdbg:save-checkpoint';
+  export const measureActivations = 'torchdbg:measure-activations';
+  export const memoryGuard = 'torchdbg:toggle-memory-guard';
+  export const exportTensorboard = 'torchdbg:export-tensorboard';
   export const replayStep = 'torchdbg:replay-bad-step';
   export const skipNonfinite = 'torchdbg:skip-nonfinite-steps';
   export const ranksClip = 'torchdbg:ranks-clip';

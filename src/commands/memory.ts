@@ -1,6 +1,7 @@
 import { Notification } from '@jupyterlab/apputils';
 
 import { formatBytes } from '../panels/memory';
+import { GUARD_DEFAULT } from '../panels/memory/leakCard';
 import { ActionName, IActionArgs } from '../protocol/messages';
 import { can, captionOf, currentConnection, ICommandContext } from './context';
 import { CommandIDs } from './ids';
@@ -105,5 +106,73 @@ export function addMemoryCommands(ctx: ICommandContext): void {
       memoryAction('save_checkpoint', {}, r =>
         trans.__('Checkpoint saved: %1', String(r.file ?? r.filename ?? ''))
       )
+  });
+  app.commands.addCommand(CommandIDs.measureActivations, {
+    label: trans.__('Measure Where Activation Memory Goes'),
+    caption: () =>
+      captionOf(
+        ctx,
+        'measureActivations',
+        trans.__(
+          'Bytes each module saves for backward in one forward/backward, and the largest batch that fits'
+        )
+      ),
+    isEnabled: () => can(ctx, 'measureActivations').enabled,
+    execute: () =>
+      memoryAction('measure_activations', {}, r =>
+        r.state === 'done'
+          ? trans.__('Activations measured: see Memory.')
+          : trans.__('Armed: the next forward/backward is measured.')
+      )
+  });
+  app.commands.addCommand(CommandIDs.memoryGuard, {
+    label: () =>
+      current()?.model.memory.status?.guard?.pause_at
+        ? trans.__('Stop Pausing Before the Memory Limit')
+        : trans.__('Pause Training Before the Memory Limit'),
+    caption: () =>
+      captionOf(
+        ctx,
+        'memoryGuard',
+        trans.__('Pause at the next step once memory reaches 90% of the limit')
+      ),
+    isEnabled: () => can(ctx, 'memoryGuard').enabled,
+    execute: () => {
+      const on = !!current()?.model.memory.status?.guard?.pause_at;
+      return memoryAction(
+        'set_memory_guard',
+        { pause_at: on ? null : GUARD_DEFAULT },
+        () =>
+          on
+            ? trans.__('The memory guard is off.')
+            : trans.__(
+                'Training pauses at %1% of the memory limit.',
+                String(GUARD_DEFAULT * 100)
+              )
+      );
+    }
+  });
+  app.commands.addCommand(CommandIDs.exportTensorboard, {
+    label: trans.__('Export the Shown Run as TensorBoard Files'),
+    caption: () =>
+      captionOf(
+        ctx,
+        'exportTensorboard',
+        trans.__('Event files of its series and alarms, beside the notebook')
+      ),
+    isEnabled: () => can(ctx, 'exportTensorboard').enabled,
+    execute: () => {
+      const model = current()?.model;
+      const run = model?.runs.shown ?? 0;
+      if (!model || run < 1) {
+        Notification.warning(trans.__('No run to export.'), {
+          autoClose: 5000
+        });
+        return;
+      }
+      return memoryAction('export_tensorboard', { run, kernel: null }, r =>
+        trans.__('TensorBoard files written to %1', String(r.path ?? ''))
+      );
+    }
   });
 }

@@ -57,6 +57,12 @@ export function routeMessage(
     case 'ranks':
       model.ranks.apply(data);
       break;
+    case 'record':
+      model.record.apply(data);
+      break;
+    case 'record_run':
+      model.record.applyRun(data);
+      break;
     case 'hello':
       if (data.accepted && data.session_id === sessionId) {
         model.hello = data;

@@ -28,6 +28,9 @@ export interface IActionAvailability {
   releaseRefs: IAvailability;
   recordMemory: IAvailability;
   saveCheckpoint: IAvailability;
+  measureActivations: IAvailability;
+  memoryGuard: IAvailability;
+  exportTensorboard: IAvailability;
   exportGrads: IAvailability;
   exportAll: IAvailability;
   skipNonfinite: IAvailability;
@@ -92,6 +95,7 @@ export function availability(
     ? rankJobWhy(model, trans)
     : trans.__('Idle: nothing is training');
   const subshells = model.hello?.capabilities.subshells ?? false;
+  const tensorboard = model.hello?.capabilities.tensorboard;
 
   // learning rate: per optimizer (protocol 2.3), else the old factor
   const truthful = state?.targets !== undefined;
@@ -199,6 +203,29 @@ export function availability(
     releaseRefs: unless(offline, noMemory),
     recordMemory: unless(offline, noMemory, cuda || recording ? '' : noCuda),
     saveCheckpoint: unless(offline, noMemory),
+    measureActivations: unless(
+      offline,
+      noMemory,
+      rankJob ? idleWhy : '',
+      mem?.activations?.state === 'armed'
+        ? trans.__('Already armed: the next forward/backward is measured.')
+        : ''
+    ),
+    memoryGuard: unless(offline, noMemory),
+    exportTensorboard: unless(
+      offline,
+      tensorboard?.available === false
+        ? (tensorboard.reason ??
+            trans.__(
+              'Install tensorboard in the kernel to export event files.'
+            ))
+        : tensorboard
+          ? ''
+          : trans.__('This kernel cannot write TensorBoard files.'),
+      (model.runs.current ?? model.runs.runs.length)
+        ? ''
+        : trans.__('No run yet: train first.')
+    ),
     exportGrads: unless(noGrads),
     exportAll: unless(
       hasTidyRows(model) ? '' : trans.__('Nothing was logged or monitored yet.')

@@ -6,6 +6,7 @@ import { MemoryModel } from '../panels/memory/model';
 import type { IOverlay } from '../charts/lineChart';
 import { GradsModel } from '../panels/grads/model';
 import { RanksModel } from '../panels/ranks/model';
+import { RecordModel } from '../panels/record/model';
 import { MAX_RUNS, NO_RUN, RunsModel } from '../panels/runs/model';
 import { decodeBlocks, IDecoded, NameTable } from '../protocol/codec';
 import type { IRuns } from '../protocol/generated';
@@ -70,6 +71,13 @@ export class TorchDbgModel {
 
   /** CUDA / host memory status and the last OOM autopsy. */
   readonly memory = new MemoryModel();
+
+  /**
+   * The run store's record of the notebook's earlier kernels (protocol 2.6).
+   * Not cleared by `reset`: it is what the panel still shows of a kernel that
+   * died, until the next kernel's `record` replaces it.
+   */
+  readonly record = new RecordModel();
 
   /** The ranks of a torch.distributed job streaming to this kernel (protocol 2.4). */
   readonly ranks = new RanksModel();
@@ -153,17 +161,22 @@ export class TorchDbgModel {
   overlayData(name: string): IOverlay[] {
     const runs = this.overlays(name);
     const compare = this.runs.compare;
-    const key = runs
-      .map(r => `${r.run}:${r.ring.total}${r.run === compare ? 'c' : ''}`)
-      .join(',');
+    const recorded = this.record.overlay(name);
+    const key =
+      runs
+        .map(r => `${r.run}:${r.ring.total}${r.run === compare ? 'c' : ''}`)
+        .join(',') + (recorded ? `|${this.record.compare}` : '');
     const cached = this._overlayCache.get(name);
     if (cached && cached.key === key) {
       return cached.value;
     }
-    const value = runs.map(({ run, ring }) => {
+    const value: IOverlay[] = runs.map(({ run, ring }) => {
       const { x, y } = ring.toArrays();
       return { label: `run ${run}`, x, y, compare: run === compare };
     });
+    if (recorded) {
+      value.push(recorded);
+    }
     this._overlayCache.set(name, { key, value });
     return value;
   }

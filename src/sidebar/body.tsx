@@ -6,6 +6,7 @@ import { ControlPanel } from '../panels/control';
 import { ExceptionPanel, IExceptionActions } from '../panels/exception';
 import { GradsPanel } from '../panels/grads';
 import { MemoryPanel } from '../panels/memory';
+import { RecordPanel } from '../panels/record';
 import { RunsBar } from '../panels/runs';
 import { SeriesPanel } from '../panels/series';
 import { useSignalRender } from '../ui/useSignalRender';
@@ -75,6 +76,7 @@ export function SidebarBody(props: {
       </div>
       {state.kind === 'connected' && hello ? (
         <>
+          <RecordPanel conn={conn} trans={trans} />
           <NowStrip
             model={conn.model}
             trans={trans}

@@ -10,6 +10,8 @@ import { useSignalRender } from '../../ui/useSignalRender';
 import { BreakdownBar } from './breakdownBar';
 import { DeviceCard } from './deviceCard';
 import { formatBytes } from './format';
+import { ActivationsView } from './activations';
+import { GuardRow, LeakCard } from './leakCard';
 import { OomView } from './oomView';
 import { RssCard } from './rssCard';
 import { SnapshotSummary } from './snapshot';
@@ -139,9 +141,43 @@ export function MemoryPanel(props: {
         >
           {trans.__('Save checkpoint')}
         </button>
+        <button
+          className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small jp-TorchDbg-measureAct"
+          disabled={!can.measureActivations.enabled}
+          title={
+            can.measureActivations.why ||
+            trans.__(
+              'Bytes each module saves for backward in one forward/backward, and the largest batch that fits'
+            )
+          }
+          onClick={() =>
+            act('measure_activations', {}, r =>
+              r?.state === 'done'
+                ? ''
+                : trans.__('Armed: the next forward/backward is measured.')
+            )
+          }
+        >
+          {trans.__('Where activations go')}
+        </button>
       </div>
       {note && <div className="jp-TorchDbg-note">{note}</div>}
+      {status.leak && <LeakCard leak={status.leak} trans={trans} />}
+      {status.guard && (
+        <GuardRow
+          guard={status.guard}
+          enabled={can.memoryGuard.enabled}
+          why={can.memoryGuard.why}
+          trans={trans}
+          onChange={pauseAt =>
+            act('set_memory_guard', { pause_at: pauseAt }, () => '')
+          }
+        />
+      )}
       {mem.oom && <OomView oom={mem.oom} trans={trans} />}
+      {status.activations && (
+        <ActivationsView report={status.activations} trans={trans} />
+      )}
       {status.devices.map(d => (
         <DeviceCard
           key={d.device}

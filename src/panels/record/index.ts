@@ -1,0 +1,2 @@
+export { RecordPanel } from './view';
+export { RecordModel, recordKey } from './model';
