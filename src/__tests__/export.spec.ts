@@ -1,7 +1,9 @@
 /**
  * Export of every run and every series as one tidy table (issue #22): the
- * logged series and the gradient monitor's of every run the browser holds, in
- * the long format `run,series,step,value`, readable by one `pandas.read_csv`.
+ * logged series, the gradient monitor's and the memory timelines of every run
+ * the browser holds, the alarms, and the reopened runs of an earlier kernel
+ * (issue #24), in the long format `kernel,run,series,step,time,value,text`,
+ * readable by one `pandas.read_csv`.
  * The gradient CSV (`run,step,layer,norm`) holds every run too, not only the
  * shown one.
  */
@@ -120,52 +122,99 @@ const rows = (csv: string) =>
     .map(line => line.split(','));
 
 describe('tidyCsv: every run and every series as one long table', () => {
-  it('has the header run,series,step,value and one row per point of every run', () => {
+  it('has one row per point of every run: steps for series, time for memory', () => {
     const m = twoRuns();
     expect(m.runs.shown).toBe(2); // the panel shows run 2 only ...
     const csv = tidyCsv(m);
-    expect(TIDY_HEADER).toBe('run,series,step,value');
-    // ... the table holds both runs, oldest first, each run's series in order
+    expect(TIDY_HEADER).toBe('kernel,run,series,step,time,value,text');
+    // ... the table holds both runs, oldest first, each run's series in order;
+    // the memory timeline (recorded outside any run) has its Unix time
     expect(csv).toBe(
       [
         TIDY_HEADER,
-        '1,"loss",1,2.5',
-        '1,"loss",2,1.25',
-        '1,"grad/opt/total",1,10',
-        '1,"grad/opt/total",2,8',
-        '1,"grad/opt/model.fc",1,3',
-        '1,"grad/opt/model.fc",2,2',
-        '2,"loss",1,3',
-        '2,"loss",2,nan',
-        '2,"loss",3,inf',
-        '2,"grad/opt/total",1,12',
-        '2,"grad/opt/total",2,11',
-        '2,"grad/opt/total",3,0.1',
-        '2,"grad/opt/model.fc",1,4',
-        '2,"grad/opt/model.fc",2,5',
-        '2,"grad/opt/model.fc",3,6'
+        ',,"mem/cpu/rss",,1700000000,1024,',
+        ',1,"loss",1,,2.5,',
+        ',1,"loss",2,,1.25,',
+        ',1,"grad/opt/total",1,,10,',
+        ',1,"grad/opt/total",2,,8,',
+        ',1,"grad/opt/model.fc",1,,3,',
+        ',1,"grad/opt/model.fc",2,,2,',
+        ',2,"loss",1,,3,',
+        ',2,"loss",2,,nan,',
+        ',2,"loss",3,,inf,',
+        ',2,"grad/opt/total",1,,12,',
+        ',2,"grad/opt/total",2,,11,',
+        ',2,"grad/opt/total",3,,0.1,',
+        ',2,"grad/opt/model.fc",1,,4,',
+        ',2,"grad/opt/model.fc",2,,5,',
+        ',2,"grad/opt/model.fc",3,,6,'
       ].join('\n') + '\n'
     );
-    // four columns on every row; memory timelines (x = time) are left out
-    expect(rows(csv).every(r => r.length === 4)).toBe(true);
-    expect(csv).not.toContain('mem/');
+    // seven columns on every row
+    expect(rows(csv).every(r => r.length === 7)).toBe(true);
     expect(hasTidyRows(m)).toBe(true);
+  });
+
+  it('adds the alarms and a reopened run of an earlier kernel', () => {
+    const m = twoRuns();
+    m.grads.applyAlert({
+      method: 'alert',
+      alerts: [
+        {
+          id: 'a1',
+          source: 'grads',
+          kind: 'explosion',
+          severity: 'warning',
+          step: 2,
+          layer: 'model.fc',
+          message: 'norm 1e4, "x100" its level',
+          remedy: 'clip',
+          track: 'opt',
+          value: 10000,
+          time: 1700000001,
+          run: 2
+        }
+      ]
+    });
+    m.record.applyRun({
+      method: 'record_run',
+      kernel: '0123456789abcdef',
+      run: 3,
+      info: {
+        id: 3,
+        start: 1,
+        end: 2,
+        steps: 2,
+        alerts: 0,
+        cell_id: null,
+        execution_count: null,
+        optimizers: []
+      },
+      series: [{ name: 'loss', x: [1, 2], y: [0.5, 'NaN'] }],
+      alerts: []
+    });
+    const tail = tidyCsv(m).trim().split('\n').slice(-3);
+    expect(tail).toEqual([
+      ',2,"alarm/explosion",2,1700000001,10000,"norm 1e4, ""x100"" its level"',
+      '0123456789abcdef,3,"loss",1,,0.5,',
+      '0123456789abcdef,3,"loss",2,,nan,'
+    ]);
   });
 
   it('quotes every name (commas, quotes) and neutralises formulas', () => {
     const m = new TorchDbgModel();
     push(m, 0, 1, ['val, "top-1"', '=cmd()'], [5], [[0.5], [1]]);
     expect(tidyCsv(m)).toBe(
-      `${TIDY_HEADER}\n,"val, ""top-1""",5,0.5\n,"'=cmd()",5,1\n`
+      `${TIDY_HEADER}\n,,"val, ""top-1""",5,,0.5,\n,,"'=cmd()",5,,1,\n`
     );
   });
 
   it('has nothing to export before any point (the command is off)', () => {
     const m = new TorchDbgModel();
     expect(hasTidyRows(m)).toBe(false);
-    push(m, 0, 1, ['mem/cpu/rss'], [1_700_000_000], [[1024]]);
-    expect(hasTidyRows(m)).toBe(false);
     expect(tidyCsv(m)).toBe(`${TIDY_HEADER}\n`);
+    push(m, 0, 1, ['mem/cpu/rss'], [1_700_000_000], [[1024]]);
+    expect(hasTidyRows(m)).toBe(true);
   });
 });
 

@@ -94,7 +94,7 @@ function runData(): IRecordRunData {
     series: [
       { name: 'loss', x: [1, 2, 3], y: [2.5, 1.5, 'NaN'] },
       { name: 'grad/model/total', x: [1, 2, 3], y: [1, 2, 3] },
-      { name: 'mem/host/rss', x: [1718000101, 1718000102], y: [MiB, 2 * MiB] },
+      { name: 'mem/cpu/rss', x: [1718000101, 1718000102], y: [MiB, 2 * MiB] },
       { name: 'grad/model/fc1', x: [1, 2], y: [0.5, 0.6] }
     ],
     alerts: [
@@ -245,7 +245,7 @@ describe('the record of earlier kernels', () => {
       Array.from(view.querySelectorAll('.jp-TorchDbg-recordChart')).map(c =>
         c.getAttribute('data-series')
       )
-    ).toEqual(['loss', 'grad/model/total', 'mem/host/rss']);
+    ).toEqual(['loss', 'grad/model/total', 'mem/cpu/rss']);
     expect(
       view.querySelector('.jp-TorchDbg-recordAlerts')!.textContent
     ).toContain('step 4000');
@@ -260,7 +260,7 @@ describe('the record of earlier kernels', () => {
     expect(overlay.map(o => o.label)).toEqual(['died kernel · run 3']);
     expect(Array.from(overlay[0].x)).toEqual([1, 2, 3]);
     // a clock-time memory series is never overlaid on another kernel's clock
-    expect(model.overlayData('mem/host/rss')).toEqual([]);
+    expect(model.overlayData('mem/cpu/rss')).toEqual([]);
     await update(() => compare.click());
     expect(model.overlayData('loss')).toEqual([]);
     const tb = view.querySelector<HTMLButtonElement>(
@@ -283,7 +283,7 @@ describe('the record of earlier kernels', () => {
     expect(chartSeries(opened).map(s => s.name)).toEqual([
       'loss',
       'grad/model/total',
-      'mem/host/rss'
+      'mem/cpu/rss'
     ]);
   });
 
@@ -306,7 +306,7 @@ function memory(over: Partial<IMemory> = {}): IMemory {
     state: 'no_cuda',
     reason: null,
     devices: [],
-    host: { rss: 512 * MiB, reason: null, series: 'mem/host/rss' },
+    host: { rss: 512 * MiB, reason: null, series: 'mem/cpu/rss' },
     breakdown: null,
     recording: { state: 'off', max_entries: null, since: null, last: null },
     last_oom: null,
@@ -324,7 +324,7 @@ function memory(over: Partial<IMemory> = {}): IMemory {
 }
 
 const leak: IMemoryLeak = {
-  series: 'mem/host/rss',
+  series: 'mem/cpu/rss',
   counter: 'rss',
   device: null,
   per_step: Math.round(2.1 * MiB),

@@ -30,7 +30,7 @@ export function addGradsCommands(ctx: ICommandContext): void {
         ctx,
         'exportAll',
         trans.__(
-          'One tidy table run,series,step,value of every run and series (logged, gradient and weight norms), saved beside the notebook'
+          'One tidy table kernel,run,series,step,time,value,text of every run, series (logged, gradient and weight norms, memory) and alarm, saved beside the notebook'
         )
       ),
     isEnabled: () => can(ctx, 'exportAll').enabled,

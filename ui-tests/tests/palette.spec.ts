@@ -381,9 +381,9 @@ test('Export All Runs and Series as CSV: one tidy table beside the notebook, rea
     return model.content;
   }, name);
   const rows = text.trim().split('\n');
-  expect(rows[0]).toBe('run,series,step,value');
+  expect(rows[0]).toBe('kernel,run,series,step,time,value,text');
   const seen = new Set(
-    rows.slice(1).map(r => r.split(',').slice(0, 2).join(','))
+    rows.slice(1).map(r => r.split(',').slice(1, 3).join(','))
   );
   for (const run of ['1', '2']) {
     for (const s of ['"loss"', '"acc"', '"grad/opt/total"']) {
@@ -415,14 +415,14 @@ test('Export All Runs and Series as CSV: one tidy table beside the notebook, rea
     [
       'import pandas as pd',
       `df = pd.read_csv(${JSON.stringify(name)})`,
-      'print(list(df.columns), sorted(df["run"].unique().tolist()), df["value"].dtype, df["step"].dtype)',
+      'print(list(df.columns), sorted(df["run"].dropna().astype(int).unique().tolist()), df["value"].dtype, df["step"].dtype)',
       'print(df[(df.run == 2) & (df.series == "acc")].value.tolist()[:2])'
     ].join('\n')
   );
   await page.notebook.runCell(2, true);
   const out = page.locator('.jp-Cell').nth(2).locator('.jp-OutputArea');
   await expect(out).toContainText(
-    "['run', 'series', 'step', 'value'] [1, 2] float64 int64"
+    "['kernel', 'run', 'series', 'step', 'time', 'value', 'text'] [1, 2] float64 float64"
   );
   await expect(out).toContainText('[0.5, 0.5]');
 });

@@ -27,7 +27,7 @@ export function chartSeries(run: IOpenedRun): IRecordedSeries[] {
     if (name.startsWith('grad/') && /total/.test(name)) {
       return 2;
     }
-    if (/^mem\/(host\/rss|cuda:\d+\/allocated)$/.test(name)) {
+    if (/^mem\/(cpu\/rss|cuda:\d+\/allocated)$/.test(name)) {
       return 3;
     }
     return 9;

@@ -237,7 +237,7 @@ export function SeriesPanel(props: {
             )
           }
           title={trans.__(
-            'Every run and every series (logged, gradient and weight norms) as one table run,series,step,value, saved beside the notebook'
+            'Every run, series (logged, gradient and weight norms, memory) and alarm as one table kernel,run,series,step,time,value,text, saved beside the notebook'
           )}
         >
           {trans.__('CSV')}
