@@ -135,6 +135,40 @@ describe('TorchDbgConnection', () => {
     expect(kernel.executed.map(e => e.code)).toEqual([LOAD_CODE]);
   });
 
+  it('a kernel that died keeps what it showed until the next kernel connects (#24)', async () => {
+    const kernel = new FakeKernel();
+    loadedKernel(kernel);
+    const conn = new TorchDbgConnection({ kernel: kernel.asKernel() });
+    await conn.connect();
+    const { x, y } = encodeBlock([0, 1], [[1, 2]]);
+    kernel.comms[0].deliver(
+      {
+        method: 'series',
+        seq: 1,
+        blocks: [{ id: 1, names: ['loss'], count: 2 }]
+      },
+      [x, y]
+    );
+    // the server restarts a kernel that died: "autorestarting"
+    kernel.setStatus('autorestarting');
+    expect(conn.model.state.kind).toBe('restarting');
+    expect(conn.model.died).not.toBeNull();
+    expect(conn.model.series.get('loss')?.length).toBe(2);
+    // read only meanwhile: actions are refused with the reason
+    await expect(conn.sendAction('snapshot', {})).rejects.toThrow(
+      'not connected (restarting)'
+    );
+    kernel.onOpen = comm => comm.deliver(hello({ session_id: 's2' }));
+    kernel.setStatus('starting');
+    kernel.setStatus('idle');
+    await flush();
+    await flush();
+    // the new kernel: a fresh panel (its record tells about the one that died)
+    expect(conn.model.state.kind).toBe('connected');
+    expect(conn.model.died).toBeNull();
+    expect(conn.model.series.size).toBe(0);
+  });
+
   it('R04: actions never throw "Cannot send"; they reject with the reason', async () => {
     const kernel = new FakeKernel();
     kernel.onOpen = comm => comm.closeFromKernel();

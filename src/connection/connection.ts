@@ -325,11 +325,20 @@ export class TorchDbgConnection implements IDisposable {
       this._restarting = true;
       this._closeComm();
       this._rejectPending('The kernel restarted.');
-      this.model.reset();
+      if (status === 'autorestarting' && this.model.hello) {
+        // It died (the server restarts it): keep what the panel showed, read
+        // only, until the next kernel connects and hands over its record.
+        this.model.died = Date.now() / 1000;
+      } else {
+        this.model.reset();
+      }
       this.model.state = { kind: 'restarting' };
     } else if (status === 'dead') {
       this._closeComm();
       this._rejectPending('The kernel died.');
+      if (this.model.hello && this.model.died === null) {
+        this.model.died = Date.now() / 1000;
+      }
       this.model.state = { kind: 'dead' };
     } else if (status === 'idle' && this._restarting) {
       this._restarting = false;

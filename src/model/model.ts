@@ -79,6 +79,13 @@ export class TorchDbgModel {
    */
   readonly record = new RecordModel();
 
+  /**
+   * When (Unix seconds) the kernel died, while the panel still shows what it
+   * last sent (read only); null otherwise. Cleared when the next kernel
+   * connects (`reset`).
+   */
+  died: number | null = null;
+
   /** The ranks of a torch.distributed job streaming to this kernel (protocol 2.4). */
   readonly ranks = new RanksModel();
 
@@ -304,6 +311,7 @@ export class TorchDbgModel {
 
   /** Forget the data (kernel restarted or changed). */
   reset(): void {
+    this.died = null;
     this._runs.clear();
     this._runs.set(NO_RUN, new Map());
     this._overlayCache.clear();

@@ -74,8 +74,20 @@ export function SidebarBody(props: {
           {tracker.currentLabel}
         </span>
       </div>
-      {state.kind === 'connected' && hello ? (
+      {hello && (state.kind === 'connected' || conn.model.died !== null) ? (
         <>
+          {state.kind !== 'connected' && (
+            <div className="jp-TorchDbg-died" role="status">
+              <p className="jp-TorchDbg-stateText">
+                {describeState(state, trans)}
+              </p>
+              <p className="jp-TorchDbg-muted">
+                {trans.__(
+                  'The kernel died. Below is what it showed last (read only); the next kernel of this notebook hands over its record.'
+                )}
+              </p>
+            </div>
+          )}
           <RecordPanel conn={conn} trans={trans} />
           <NowStrip
             model={conn.model}
