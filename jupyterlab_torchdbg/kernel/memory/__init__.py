@@ -5,7 +5,8 @@ UUID), ``breakdown`` (parameters / gradients / optimizer state / everything else
 ``autopsy`` (what filled the memory when a cell died of OOM, and the remedies that fit),
 ``recording`` (memory-history start/stop and the top allocation sites),
 ``action_args`` / ``action_handlers`` (``empty_cache``, ``release_refs``,
-``record_memory``, ``save_checkpoint``), ``monitor`` (sampling, the OOM trigger),
+``record_memory``, ``save_checkpoint``; ``measure_activations`` is ``activations``),
+``peaks`` (the peak of each sampling interval), ``monitor`` (sampling, the OOM trigger),
 ``status`` (the ``memory`` message), ``poller`` (the NVML / RSS thread); actions that
 wait for the training thread use ``kernel/safe_point.py``.
 
@@ -52,12 +53,14 @@ def attach(
         host.actions.register("release_refs", no_args, handlers.release_refs),
         host.actions.register("record_memory", validate_record, handlers.record_memory),
         host.actions.register("save_checkpoint", validate_checkpoint, handlers.save_checkpoint),
+        host.actions.register("measure_activations", no_args, mon.activations.action),
         host.hub.add_snapshot_part(mon.snapshot_messages),
     ]
     poller = Poller(mon.poll_once, POLL_INTERVAL_S, lambda: host.count_error("memory:poll"))
     mon.poller = poller
     removers.append(poller.start())
     removers.append(mon.recorder.shutdown)
+    removers.append(mon.activations.cancel)
     _monitor = mon
 
     def cleanup() -> None:
