@@ -340,3 +340,18 @@ def test_a_cuda_oom_arms_a_measurement_and_its_remedy_says_so() -> None:
         s.shell.events.trigger("pre_run_cell", None)
         model(torch.randn(5, 3)).sum().backward()
         assert activations(s.comm)[-1]["state"] == "done"
+
+
+def test_idle_rerun_that_raises_reports_failed() -> None:
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with session({"model": model, "opt": opt}) as s:
+        s.shell.events.trigger("pre_run_cell", None)
+        train(model, opt, 1)
+        s.end_cell()
+        model[2] = nn.Linear(5, 1)  # the kept batch no longer fits the model
+        reply = s.comm.action("measure_activations")
+        assert reply["method"] == "ack" and reply["result"] == {"state": "failed"}
+        assert "raised" in activations(s.comm)[-1]["text"]
+        assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+        assert none_of_ours()

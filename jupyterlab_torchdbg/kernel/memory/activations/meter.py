@@ -47,6 +47,7 @@ class MemoryMonitor(Protocol):
 
     def publish(self, immediate: bool = False) -> None: ...
 
+
 NEXT_STEP = "measured at the next training step"
 NO_MODEL = (
     "no model to measure: no nn.Module with trainable parameters in the notebook's "
@@ -160,6 +161,8 @@ class ActivationMeter:
                     with torch.enable_grad():
                         out = root(*c.args, **c.kwargs)
                     del out, c
+            except Exception as e:  # the report says "failed" (the root's hook ran)
+                return f"the re-run forward raised {type(e).__name__}"
             finally:
                 keeper.paused = was
             return None if m.finished else "the re-run forward was not seen"
