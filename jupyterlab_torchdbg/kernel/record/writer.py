@@ -177,7 +177,7 @@ class Writer:
                     if seen % thin[1]:
                         continue
                     if self.rows >= store.MAX_ROWS:
-                        return
+                        break  # the kernel's bound: later points are not recorded
                     y = float(ys[r * width + j])
                     x = float(xs[r])
                     rows.append((self.kernel_id, run, name, x, None if math.isnan(y) else y))
