@@ -221,3 +221,29 @@ def test_r50_a_writer_killed_mid_write_leaves_a_whole_database(tmp_path: Path) -
         conn.close()
     opened = store.open_store(path)
     assert opened.note is None
+
+
+def test_a_notebook_renamed_while_its_kernel_ran_keeps_its_record(tmp_path: Path) -> None:
+    """Born Untitled.ipynb, renamed, then the kernel died: the restarted kernel (same
+    Jupyter kernel id, the new name) finds the record under the new name."""
+    d = tmp_path / "records"
+    store.private_dir(d)
+    old_file = store.db_file(d, "/nb/Untitled.ipynb")
+    first = store.open_store(old_file).conn
+    assert store.follow_rename(d, old_file, "k-1", first) == 0
+    first.execute("INSERT INTO kernels(id, session, started) VALUES ('aaaaaaaaaaaaaaaa', 'k-1', 1)")
+    first.execute("INSERT INTO kernels(id, session, started) VALUES ('bbbbbbbbbbbbbbbb', 'k-2', 2)")
+    first.execute("INSERT INTO points VALUES ('aaaaaaaaaaaaaaaa', 1, 'loss', 1, 0.5)")
+    first.execute("INSERT INTO runs VALUES ('aaaaaaaaaaaaaaaa', 1, '{\"id\": 1}')")
+    new_file = store.db_file(d, "/nb/train.ipynb")
+    second = store.open_store(new_file).conn
+    assert store.follow_rename(d, new_file, "k-1", second) == 1
+    assert [r[0] for r in second.execute("SELECT id FROM kernels")] == ["aaaaaaaaaaaaaaaa"]
+    assert second.execute("SELECT COUNT(*) FROM points").fetchone()[0] == 1
+    # gone from the old file; another Jupyter kernel's rows stay where they were
+    assert [r[0] for r in first.execute("SELECT id FROM kernels")] == ["bbbbbbbbbbbbbbbb"]
+    assert first.execute("SELECT COUNT(*) FROM points").fetchone()[0] == 0
+    assert (d / "kernels" / "k-1").read_text() == new_file.name
+    assert stat.S_IMODE((d / "kernels").stat().st_mode) == 0o700
+    # a kernel without a Jupyter id carries nothing
+    assert store.follow_rename(d, new_file, None, second) == 0

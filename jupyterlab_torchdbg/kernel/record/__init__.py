@@ -62,13 +62,19 @@ class Recorder:
             opened = store.open_store(self.path)
             self.note = opened.note
             conn = opened.conn
+            session = store.jupyter_kernel_id()
+            try:
+                store.follow_rename(directory, self.path, session, conn)
+            except Exception:
+                self.host.count_error("record:rename")
             store.prune(conn, store.KEEP_KERNELS - 1)
             oom_file = watcher.cgroup_oom_file()
             oom0 = watcher.oom_kills(oom_file)
             now = time.time()
             conn.execute(
-                "INSERT INTO kernels(id, pid, started, last_write, oom_start) VALUES (?,?,?,?,?)",
-                (self.kernel_id, os.getpid(), now, now, oom0),
+                "INSERT INTO kernels(id, session, pid, started, last_write, oom_start) "
+                "VALUES (?,?,?,?,?,?)",
+                (self.kernel_id, session, os.getpid(), now, now, oom0),
             )
             self._read_conn = store.connect(self.path)
             self.writer = Writer(conn, self.kernel_id, self._facts, self.host.count_error)

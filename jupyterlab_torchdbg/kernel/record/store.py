@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 #: Schema version in ``PRAGMA user_version``; another number is a foreign file.
-SCHEMA_VERSION = 24_001
+SCHEMA_VERSION = 24_002
 KEEP_KERNELS = 10
 MAX_SERIES = 400
 SERIES_CAP = 4000
@@ -44,7 +44,7 @@ ENV_DIR = "TORCHDBG_RECORD_DIR"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS kernels(
-  id TEXT PRIMARY KEY, pid INTEGER, started REAL, last_write REAL,
+  id TEXT PRIMARY KEY, session TEXT, pid INTEGER, started REAL, last_write REAL,
   end_kind TEXT, end_code INTEGER, end_note TEXT, oom_start INTEGER, oom_kills INTEGER,
   run INTEGER, step INTEGER, mem_used INTEGER, mem_limit INTEGER, mem_per_step REAL,
   exception TEXT, dismissed INTEGER NOT NULL DEFAULT 0);
@@ -213,3 +213,81 @@ def file_bytes(conn: sqlite3.Connection) -> int:
     pages = conn.execute("PRAGMA page_count").fetchone()[0]
     size = conn.execute("PRAGMA page_size").fetchone()[0]
     return int(pages) * int(size)
+
+
+def jupyter_kernel_id() -> str | None:
+    """The id jupyter-server knows this kernel by (from its connection file name): the
+    same for the kernel it restarts after a death, whatever the notebook is called now."""
+    try:
+        from ipykernel.connect import get_connection_file
+
+        name = os.path.basename(get_connection_file())
+    except Exception:
+        return None
+    if name.startswith("kernel-") and name.endswith(".json"):
+        kid = name[len("kernel-") : -len(".json")]
+        if kid and all(c in "0123456789abcdef-" for c in kid) and len(kid) <= 64:
+            return kid
+    return None
+
+
+def follow_rename(
+    directory: Path, path: Path, session: str | None, conn: sqlite3.Connection
+) -> int:
+    """Carry this Jupyter kernel's earlier rows over from the file of the notebook's old
+    name, then point the kernel id at this file. A notebook renamed while its kernel ran
+    (a new notebook is born ``Untitled.ipynb``) keeps its record: the kernel restarted
+    after a death has the same id and the new name. Returns the kernels carried over."""
+    if not session:
+        return 0
+    pointers = directory / "kernels"
+    old = os.umask(0o077)
+    try:
+        pointers.mkdir(exist_ok=True, mode=0o700)
+    finally:
+        os.umask(old)
+    pointer = pointers / session
+    moved = 0
+    try:
+        before = pointer.read_text().strip()
+    except OSError:
+        before = ""
+    src = directory / before
+    if before and before != path.name and before.endswith(".sqlite") and "/" not in before:
+        if src.is_file() and src.stat().st_uid == os.getuid():
+            moved = _carry(src, conn, session)
+    tmp = pointers / f".{session}.tmp"
+    old = os.umask(0o077)
+    try:
+        tmp.write_text(path.name)
+        os.replace(tmp, pointer)
+    finally:
+        os.umask(old)
+    return moved
+
+
+def _carry(src: Path, conn: sqlite3.Connection, session: str) -> int:
+    conn.execute("ATTACH DATABASE ? AS old", (str(src),))
+    try:
+        if conn.execute("PRAGMA old.user_version").fetchone()[0] != SCHEMA_VERSION:
+            return 0
+        ids = [r[0] for r in conn.execute("SELECT id FROM old.kernels WHERE session=?", (session,))]
+        if not ids:
+            return 0
+        marks = ",".join("?" * len(ids))
+        conn.execute("BEGIN")
+        conn.execute(
+            f"INSERT OR IGNORE INTO main.kernels SELECT * FROM old.kernels WHERE id IN ({marks})",
+            ids,
+        )
+        for table in ("runs", "points", "alerts"):
+            conn.execute(
+                f"INSERT INTO main.{table} SELECT * FROM old.{table} WHERE kernel IN ({marks})",
+                ids,
+            )
+            conn.execute(f"DELETE FROM old.{table} WHERE kernel IN ({marks})", ids)
+        conn.execute(f"DELETE FROM old.kernels WHERE id IN ({marks})", ids)
+        conn.execute("COMMIT")
+        return len(ids)
+    finally:
+        conn.execute("DETACH DATABASE old")
