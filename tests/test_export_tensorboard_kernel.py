@@ -14,7 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 SETUP = textwrap.dedent(
     """
-    import json, os, tempfile
+    import json, os, sys, tempfile
     import torch
     from torch import nn
     from jupyterlab_torchdbg import log
@@ -51,6 +51,8 @@ async def test_export_a_run_and_read_it_back(kernel: KernelDriver) -> None:
     hello = kernel.messages("hello", comm_id)[-1].data
     assert hello["capabilities"]["tensorboard"]["available"] is True
     assert "export_tensorboard" in hello["actions"]
+    # found without importing it: loading and hello leave tensorboard out of the kernel
+    assert await kernel.value("'tensorboard' in sys.modules") == "False"
     await kernel.run("losses = train(30)")
     await kernel.run("model[0].reset_parameters(); model[2].reset_parameters()")
     await kernel.run("train(8, nan_at=4)")

@@ -48,7 +48,7 @@ ARMS = ("off", "leak_tracking", "record_store")
 #: The environment the arms set (everything else of the process's is left as it is).
 ENV_KEYS = ("TORCHDBG_LEAK", "JPY_SESSION_NAME", "TORCHDBG_RECORD_DIR")
 #: (segments, windows per arm per segment, shortest window in seconds)
-FULL = (12, 3, 0.3)
+FULL = (8, 4, 0.3)
 QUICK = (3, 2, 0.05)
 
 
