@@ -5,8 +5,11 @@ TensorBoard's own reader; unknown runs and absent run records refused."""
 from __future__ import annotations
 
 import json
+import os
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kernel_client import KernelDriver
@@ -86,4 +89,47 @@ async def test_export_a_run_and_read_it_back(kernel: KernelDriver) -> None:
     assert reply["code"] == "refused" and "run 7 is unknown" in reply["message"]
     args = {"run": 1, "kernel": "0123456789abcdef"}
     reply = await kernel.action(comm_id, "export_tensorboard", args)
-    assert reply["code"] == "refused" and "no run record" in reply["message"]
+    # this kernel was started for no notebook: no record to read from
+    assert reply["code"] == "refused" and "no run record" in reply["message"].lower()
+
+
+async def test_export_a_recorded_run_of_an_earlier_kernel(
+    jp_start_kernel: Callable[..., Any], tmp_path: Path
+) -> None:
+    """The run store's read (``Recorder.load_run``): a run of a kernel that shut down,
+    exported from the next kernel of the same notebook."""
+    env = {
+        **os.environ,
+        "PYTHONWARNINGS": "ignore::DeprecationWarning",
+        "OMP_NUM_THREADS": "1",
+        "JPY_SESSION_NAME": str(tmp_path / "train.ipynb"),
+        "TORCHDBG_RECORD_DIR": str(tmp_path / "records"),
+    }
+    km, kc = await jp_start_kernel(env=env)
+    first = KernelDriver(kc)
+    await first.run("%load_ext jupyterlab_torchdbg\n" + SETUP)
+    await first.run("losses = train(30)")
+    logged = json.loads(await first.value("json.dumps(losses)"))
+    await first.drain(0.5)
+    await km.shutdown_kernel(now=False)
+    _km2, kc2 = await jp_start_kernel(env=env)
+    second = KernelDriver(kc2)
+    await second.run("%load_ext jupyterlab_torchdbg\n" + SETUP)
+    comm = await second.open_comm()
+    await second.pump_until(
+        lambda: any(m.data["kernels"] for m in second.messages("record", comm)), 15
+    )
+    dead = next(m.data for m in second.messages("record", comm) if m.data["kernels"])
+    kernel_id = dead["kernels"][0]["id"]
+    args = {"run": 1, "kernel": kernel_id}
+    reply = await second.action(comm, "export_tensorboard", args)
+    assert reply["method"] == "ack", reply
+    assert reply["result"]["path"].startswith("torchdbg-runs/train-run1-")
+    cwd = Path(await second.value("os.getcwd()"))
+    acc = read_back(cwd / reply["result"]["path"])
+    loss = acc.Scalars("loss")
+    assert [e.step for e in loss] == list(range(1, 31))
+    assert [e.value for e in loss] == pytest.approx(logged, rel=1e-6)
+    assert "grad/opt/total" in acc.Tags()["scalars"]
+    reply = await second.action(comm, "export_tensorboard", {"run": 9, "kernel": kernel_id})
+    assert reply["code"] == "refused" and "no run 9" in reply["message"]
