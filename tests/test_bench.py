@@ -135,6 +135,8 @@ def test_quick_benchmark_json_shape(tmp_path: Path) -> None:
     assert set(f["window_ms"]) == {"off", "record_store", "leak_tracking"}
     assert f["tool_errors"] == {} and f["primed_steps"] == WARMUP_STEPS
     assert f["steps_per_window"] >= 3
+    # the store arm really had the store on, the others not
+    assert f["store_state"] == {"off": "off", "leak_tracking": "off", "record_store": "on"}
     off = f["window_ms"]["off"]
     assert len(off) == f["segments"] * f["windows_per_segment"]
     for arm, v in f["ratios"].items():

@@ -88,6 +88,8 @@ def run_features(
     times: dict[str, list[float]] = {a: [] for a in ARMS}
     steps = 0
     errors: dict[str, int] = {}
+    #: each arm's run store as the extension saw it (``on`` / ``off`` / ``unavailable``)
+    store: dict[str, str | None] = {}
     with tempfile.TemporaryDirectory(prefix="torchdbg-bench-store-") as store_dir:
         for _ in range(segments):
             order = list(ARMS)
@@ -109,6 +111,8 @@ def run_features(
                         times[arm].append((time.perf_counter() - t0) / steps)
                     runner.close()
                     loaded.end_cell()
+                    record = getattr(loaded.ext, "record", None)
+                    store[arm] = getattr(record, "state", None)
                     for site, n in loaded.ext.errors.items():
                         errors[site] = errors.get(site, 0) + n
     out: dict[str, Any] = {
@@ -123,6 +127,7 @@ def run_features(
         "window_ms": {a: [t * 1e3 for t in ts] for a, ts in times.items()},
         "ratios": {},
         "ci95": {},
+        "store_state": store,
         "tool_errors": errors,
     }
     for arm, rs in paired_ratios(times, base="off").items():
