@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import ranks
 from ..protocol import jsonable
-from . import control, exceptions, grads, memory, record
+from . import control, exceptions, export, grads, memory, record
 from .action_args import no_args, only_keys, string_list
 from .action_registry import ActionRegistry
 from .capabilities import Nvml, capabilities
@@ -165,6 +165,11 @@ class Extension:
         # The run record (issue #24): its ``record`` snapshot part follows ``runs``.
         self.record, cleanup = record.attach(self, record.monitor_facts(self.memory))
         self.add_cleanup(cleanup)
+        # Runs as TensorBoard files: this kernel's from the stream, earlier ones from the record.
+        exporter = export.attach(
+            self, alerts=self.grads.alerts.snapshot, load_record_run=self.record.load_run
+        )
+        self.add_cleanup(exporter)
         # After runs (its ``ranks`` snapshot part follows ``runs``); never raises.
         self.ranks, cleanup = ranks.attach_to(self)
         self.add_cleanup(cleanup)
