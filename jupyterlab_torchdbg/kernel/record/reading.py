@@ -110,7 +110,12 @@ def headline(row: dict[str, Any], end: dict[str, Any]) -> str:
     if kind == "shutdown":
         return f"The kernel {end['text']} {where}." if run else f"The kernel {end['text']}."
     verb = "stopped" if kind == "unknown" else "died" if kind != "exit" else "exited"
-    detail = [end["text"] if kind != "exit" else f"status {end['code']}"]
+    if kind == "exit":
+        detail = [f"status {end['code']}"]
+    elif kind == "signal":
+        detail = [f"killed by signal {end['code']}"]  # the name is in the end's own text
+    else:
+        detail = [end["text"]]
     used, limit, per_step = row["mem_used"], row["mem_limit"], row["mem_per_step"]
     if per_step is not None and per_step > 0 and used is not None:
         mem = f"memory was climbing {fmt_bytes(per_step)}/step"
