@@ -11,6 +11,15 @@ import { notebookWithPanel, openPanel, PANEL, setSource } from './helpers';
 
 test.use({ autoGoto: true, kernels: null });
 
+/** A plain browser reload (Galata's page.reload waits for a launcher tab). */
+async function reloadPage(
+  page: import('@jupyterlab/galata').IJupyterLabPageFixture
+): Promise<void> {
+  await page.evaluate(() => window.location.reload());
+  await page.waitForSelector('.jp-Notebook', { timeout: 60000 });
+  await openPanel(page);
+}
+
 /** Accept JupyterLab's "the kernel appears to have died" dialog if it shows. */
 async function acceptRestartDialog(
   page: import('@jupyterlab/galata').IJupyterLabPageFixture
@@ -82,8 +91,7 @@ test('a kernel killed while training: its run reaches the next kernel, after a r
   await page.theme.setLightTheme();
 
   // a page reload: the same record, from the store, through the running kernel
-  await page.reload();
-  await openPanel(page);
+  await reloadPage(page);
   await expect(banner).toBeVisible({ timeout: 60000 });
   await expect(banner.locator('.jp-TorchDbg-headline')).toContainText(
     'of run 1 (killed by signal 9'
@@ -91,8 +99,7 @@ test('a kernel killed while training: its run reaches the next kernel, after a r
   // dismissed: gone, and still gone after a reload; the run can still be reopened
   await banner.locator('.jp-TorchDbg-recordDismiss').click();
   await expect(banner).toHaveCount(0);
-  await page.reload();
-  await openPanel(page);
+  await reloadPage(page);
   await expect(page.locator(`${PANEL} .jp-TorchDbg-body`)).toHaveAttribute(
     'data-state',
     'connected',

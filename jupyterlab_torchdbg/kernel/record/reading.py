@@ -134,12 +134,17 @@ def _rows(conn: sqlite3.Connection, sql: str, args: tuple[Any, ...]) -> list[dic
     return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
 
 
-def _run_info(info: dict[str, Any]) -> dict[str, Any]:
+def _run_info(info: dict[str, Any], row: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A stored ``RunInfo``; the kernel's last run counts to the kernel's last step (its
+    ``runs`` message is a little older than the last points written)."""
+    steps = int(info.get("steps") or 0)
+    if row is not None and row.get("run") == info.get("id") and row.get("step"):
+        steps = max(steps, int(row["step"]))
     return {
         "id": int(info.get("id") or 1),
         "start": float(info.get("start") or 0.0),
         "end": info.get("end"),
-        "steps": int(info.get("steps") or 0),
+        "steps": steps,
         "alerts": int(info.get("alerts") or 0),
         "cell_id": info.get("cell_id"),
         "execution_count": info.get("execution_count"),
@@ -161,7 +166,7 @@ def kernels(
     for row in rows:
         end = end_of(row, now)
         infos = [
-            _run_info(json.loads(r[0]))
+            _run_info(json.loads(r[0]), row)
             for r in conn.execute(
                 "SELECT info FROM runs WHERE kernel=? ORDER BY id DESC LIMIT ?",
                 (row["id"], LIST_RUNS),
@@ -201,7 +206,8 @@ def load_run(
     found = conn.execute("SELECT info FROM runs WHERE kernel=? AND id=?", (kernel, run)).fetchone()
     if found is None:
         return None
-    info = _run_info(json.loads(found[0]))
+    row = conn.execute("SELECT run, step FROM kernels WHERE id=?", (kernel,)).fetchone()
+    info = _run_info(json.loads(found[0]), {"run": row[0], "step": row[1]} if row else None)
     # The memory timelines are recorded outside runs (run 0, x = Unix time): the run's
     # stretch of them belongs to it.
     start = info["start"]

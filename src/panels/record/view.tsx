@@ -95,7 +95,11 @@ export function RecordPanel(props: {
           role="status"
         >
           <div className="jp-TorchDbg-excTitle">
-            {trans.__('The previous kernel of this notebook ended')}
+            {k.end.kind === 'unknown'
+              ? trans.__('The previous kernel of this notebook stopped')
+              : k.end.kind === 'exit'
+                ? trans.__('The previous kernel of this notebook exited')
+                : trans.__('The previous kernel of this notebook died')}
           </div>
           <p className="jp-TorchDbg-headline">
             <RichText text={k.text} />
