@@ -161,6 +161,7 @@ class Extension:
         self.add_cleanup(cleanup)
         # A loop held paused sits at a safe point: the actions that wait for one run there.
         self.control.serve_while_held = [self.memory.run_jobs, self.grads.replayer.run_pending]
+        self.memory.leak.wire(self.control, self.grads.alerts)  # the guard pauses; alerts
         # After runs (its ``ranks`` snapshot part follows ``runs``); never raises.
         self.ranks, cleanup = ranks.attach_to(self)
         self.add_cleanup(cleanup)
