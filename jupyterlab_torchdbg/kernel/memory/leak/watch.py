@@ -339,6 +339,7 @@ class LeakWatch:
     def act_set_guard(self, args: dict[str, Any]) -> dict[str, object]:
         """``set_memory_guard {pause_at}`` (any thread); ack ``{guard}``."""
         self.guard.set(args["pause_at"])
+        self.guard.limit, self._limit_at = None, -math.inf  # read the limit afresh
         self.mon._sent_key = None
         self.mon.publish(immediate=True)
         return {"guard": self.guard_json()}
