@@ -172,7 +172,7 @@ def test_the_search_stops_at_its_budget() -> None:
     ns = namespace()
     step_loop(ns, 200)
     ticks = iter(range(10**9))
-    found, complete = scan(ns, 3.0, clock=lambda: float(next(ticks)))
+    _found, complete = scan(ns, 3.0, clock=lambda: float(next(ticks)))
     assert not complete  # the clock ran out while walking: what was found so far
 
 
@@ -202,9 +202,7 @@ def fake_root(tmp_path: Path, cgroup: str, files: dict[str, str], avail_kb: int)
     return tmp_path
 
 
-def test_cgroup_v2_limit_and_its_ancestors(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_cgroup_v2_limit_and_its_ancestors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ENV, raising=False)
     root = fake_root(
         tmp_path,

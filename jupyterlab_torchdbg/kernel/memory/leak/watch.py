@@ -39,9 +39,11 @@ FIT_EVERY = 10
 SEARCH_BUDGET_S = 0.2
 #: Steps between the first two searches (their difference names the holders).
 SEARCH_GAP = 16
-#: Later searches (refreshing the holders' numbers): at most this often, steps and seconds.
-SEARCH_AGAIN_STEPS = 200
-SEARCH_AGAIN_S = 30.0
+#: Later searches (refreshing the holders' numbers): every this many steps, when at least
+#: ``SEARCH_AGAIN_S`` and ``SEARCH_SHARE`` of the time since the last allow.
+SEARCH_AGAIN_STEPS = 50
+SEARCH_AGAIN_S = 5.0
+SEARCH_SHARE = 0.01
 #: Points a CUDA series (one per allocator sample) needs.
 CUDA_MIN_POINTS = 12
 #: How long a limit reading is reused.
@@ -74,6 +76,7 @@ class LeakWatch:
         self._scans: list[tuple[int, dict[str, Seen]]] = []
         self._next_search: int | None = None
         self._searched_at = -math.inf
+        self._search_cost = 0.0
         self._search: tuple[str, str | None] = ("pending", None)
         self._holders: list[dict[str, Any]] = []
         self._alerted: set[str] = set()
@@ -227,6 +230,12 @@ class LeakWatch:
 
     def _search_now(self, optimizer: object) -> None:
         self._next_search = None
+        t0 = self._clock()
+        if len(self._scans) >= 2 and t0 - self._searched_at < max(
+            SEARCH_AGAIN_S, self._search_cost / SEARCH_SHARE
+        ):
+            self._next_search = self.step + SEARCH_AGAIN_STEPS  # a refresh, not yet
+            return
         ns = getattr(self.ext.shell, "user_ns", None)
         leak = self.leak
         try:
@@ -238,6 +247,7 @@ class LeakWatch:
             self._finish(optimizer)
             return
         self._searched_at = self._clock()
+        self._search_cost = self._searched_at - t0
         self._scans = [*self._scans[-1:], (self.step, found)]
         if len(self._scans) < 2:
             self._next_search = self.step + SEARCH_GAP
