@@ -132,7 +132,7 @@ async def test_healthy_loops_raise_nothing(kernel: KernelDriver) -> None:
             opt.step()
             history.append(loss.item())  # floats
             cache.append(x.detach())  # a bounded cache: 12 MiB at most
-            if i == 40:
+            if i == 150:
                 table = torch.ones(64 * 2**20 // 4)  # a warm-up allocating 64 MiB once
         """,
     )
