@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import torch
+from kernel_client import validate_kernel_message
 from torch import nn
 
 from jupyterlab_torchdbg.kernel.memory.leak import memory_limit
@@ -256,3 +257,135 @@ def test_the_injected_limit_and_unreadable_files(
     assert memory_limit(1 << 30, tmp_path) == (3 << 30, "cgroup")
     monkeypatch.delenv(ENV)
     assert memory_limit(None, tmp_path / "nothing") == (None, None)
+
+
+# --- LeakWatch with fakes: a CUDA series, the alert once, the guard's re-arm, R11 ------------
+
+
+class FakeRuns:
+    current_id: int | None = 1
+
+
+class FakeShell:
+    def __init__(self) -> None:
+        self.user_ns: dict[str, Any] = {}
+
+
+class FakeHub:
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def broadcast(self, msg: dict[str, Any]) -> None:
+        self.sent.append(msg)
+
+
+class FakeExt:
+    session_id = "0123456789abcdef"
+
+    def __init__(self) -> None:
+        self.runs, self.shell, self.hub = FakeRuns(), FakeShell(), FakeHub()
+        self.errors: list[str] = []
+
+    def count_error(self, site: str) -> None:
+        self.errors.append(site)
+
+
+class FakeMon:
+    def __init__(self) -> None:
+        self.ext = FakeExt()
+        self.alloc_reading: Any = None
+        self.rss: int | None = None
+        self._sent_key: str | None = "x"
+        self.published = 0
+
+    def publish(self, immediate: bool = False) -> None:
+        self.published += 1
+
+
+class FakeControl:
+    def __init__(self) -> None:
+        self.pauses: list[int] = []
+
+    def pause_here(self) -> None:
+        self.pauses.append(1)
+
+
+def cuda_reading(allocated: int, reserved: int) -> Any:
+    from jupyterlab_torchdbg.kernel.memory.sources import DeviceReading, Reading
+
+    d = DeviceReading(0, {"allocated": allocated, "reserved": reserved}, {}, {"total": 80 << 30})
+    return Reading(True, None, [d])
+
+
+def test_a_cuda_series_from_the_allocator_samples_is_fitted_and_alerted_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from jupyterlab_torchdbg.kernel.memory.leak import LeakWatch, watch
+
+    monkeypatch.setattr(watch, "FIT_MIN_S", 0.0)
+    mon = FakeMon()
+    lw = LeakWatch(mon)
+    lw.rss.read = lambda: 1 << 30  # type: ignore[method-assign]
+    opt = object()
+    for k in range(1, 301):
+        if k % 3 == 0:  # the monitor samples the allocator every few steps
+            mon.alloc_reading = cuda_reading((1 << 30) + k * (2 << 20), 4 << 30)
+        lw.at_step(opt)
+    assert mon.ext.errors == []
+    leak = lw.leak
+    assert leak is not None and leak["series"] == "mem/cuda:0/allocated"
+    assert leak["device"] == "cuda:0" and leak["counter"] == "allocated"
+    assert leak["limit_source"] == "device" and leak["limit"] == 80 << 30
+    assert abs(leak["per_step"] - (2 << 20)) < 1024 and leak["search"] == "done"
+    assert "cuda:0 allocated grows 2.0 MiB per step" in leak["text"]
+    sent = [a for m in mon.ext.hub.sent for a in m["alerts"]]
+    assert [a["kind"] for a in sent] == ["memory_leak"]  # once per run and series
+    assert sent[0]["source"] == "memory" and sent[0]["remedy"]
+    for m in mon.ext.hub.sent:
+        validate_kernel_message(m)
+
+
+def test_the_guard_trips_once_then_again_only_after_more_growth(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from jupyterlab_torchdbg.kernel.memory.leak import LeakWatch, limit
+
+    monkeypatch.setenv(limit.ENV, str(1000 << 20))
+    mon, control = FakeMon(), FakeControl()
+    lw = LeakWatch(mon)
+    lw.wire(control, None)
+    used = [800 << 20]
+    lw.rss.read = lambda: used[0]  # type: ignore[method-assign]
+    lw.guard.pause_at = 0.9
+    opt = object()
+    for _ in range(5):
+        lw.at_step(opt)
+    assert control.pauses == []  # 80% of the limit
+    used[0] = 910 << 20
+    for _ in range(5):
+        lw.at_step(opt)
+    assert len(control.pauses) == 1  # tripped once, not at every step after Resume
+    assert lw.guard.tripped is None  # cleared once resumed (pause_here returned)
+    used[0] = 930 << 20  # +2%: still held back
+    lw.at_step(opt)
+    assert len(control.pauses) == 1
+    used[0] = 940 << 20  # +3%: again
+    lw.at_step(opt)
+    assert len(control.pauses) == 2
+    sent = [a for m in mon.ext.hub.sent for a in m["alerts"]]
+    assert [a["kind"] for a in sent] == ["memory_limit", "memory_limit"]
+    assert "91% of the limit" in sent[0]["message"] and "Resume continues" in sent[0]["message"]
+    for m in mon.ext.hub.sent:
+        validate_kernel_message(m)
+    g = lw.guard_json()
+    assert g == {"pause_at": 0.9, "limit": 1000 << 20, "limit_source": "cgroup", "tripped": None}
+
+
+def test_the_watch_never_raises_into_the_step() -> None:
+    from jupyterlab_torchdbg.kernel.memory.leak import LeakWatch
+
+    mon = FakeMon()
+    mon.alloc_reading = "not a reading"
+    lw = LeakWatch(mon)
+    lw.at_step(object())  # broken inputs: counted, never raised (R11)
+    assert mon.ext.errors == ["memory:leak"]
