@@ -144,7 +144,7 @@ def test_the_search_names_what_grows_and_nothing_else() -> None:
     assert not {"cache", "floats", "_private"} & set(holders)
 
 
-def test_the_search_keeps_nothing_alive_and_reads_no_data(
+def test_r49_the_search_keeps_nothing_alive_and_reads_no_data(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     ns = namespace()
@@ -169,7 +169,7 @@ def test_the_search_keeps_nothing_alive_and_reads_no_data(
     assert all(r() is None for r in refs)
 
 
-def test_the_search_stops_at_its_budget() -> None:
+def test_r49_the_search_stops_at_its_budget() -> None:
     ns = namespace()
     step_loop(ns, 200)
     ticks = iter(range(10**9))
@@ -177,7 +177,7 @@ def test_the_search_stops_at_its_budget() -> None:
     assert not complete  # the clock ran out while walking: what was found so far
 
 
-def test_the_search_never_raises() -> None:
+def test_r49_the_search_never_raises() -> None:
     class Hostile:
         def __getattribute__(self, name: str) -> Any:
             raise RuntimeError("no")
@@ -381,7 +381,7 @@ def test_the_guard_trips_once_then_again_only_after_more_growth(
     assert g == {"pause_at": 0.9, "limit": 1000 << 20, "limit_source": "cgroup", "tripped": None}
 
 
-def test_the_watch_never_raises_into_the_step() -> None:
+def test_r11_the_watch_never_raises_into_the_step() -> None:
     from jupyterlab_torchdbg.kernel.memory.leak import LeakWatch
 
     mon = FakeMon()
