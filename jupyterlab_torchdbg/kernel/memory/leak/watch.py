@@ -269,8 +269,8 @@ class LeakWatch:
         name = self._leak_series
         if self.leak is not None:
             state, note = self._search
-            self.leak = {**self.leak, "holders": list(self._holders), "search": state}
-            self.leak["search_note"] = note
+            holders = list(self._holders)
+            self.leak = {**self.leak, "holders": holders, "search": state, "search_note": note}
         if self.leak is None or name is None or name in self._alerted:
             return
         self._alerted.add(name)
