@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from jupyterlab_torchdbg.kernel.grads.stride import WARMUP_STEPS, every, nice_at_least
 
@@ -126,6 +129,23 @@ def test_quick_benchmark_json_shape(tmp_path: Path) -> None:
         assert data["targets"][key] is (ratio <= 2), key
     assert data["targets"]["log.send_fraction<=0.001"] is (ls["send_fraction"] <= 0.001)
     assert "log() of 400 values at 250 calls/s:" in proc.stdout
+    # the run store and leak tracking, each paired with loads that have both off
+    f = data["features"]
+    assert set(f["ratios"]) == set(f["ci95"]) == {"record_store", "leak_tracking"}
+    assert set(f["window_ms"]) == {"off", "record_store", "leak_tracking"}
+    assert f["tool_errors"] == {} and f["primed_steps"] == WARMUP_STEPS
+    assert f["steps_per_window"] >= 3
+    # the store arm really had the store on, the others not
+    assert f["store_state"] == {"off": "off", "leak_tracking": "off", "record_store": "on"}
+    off = f["window_ms"]["off"]
+    assert len(off) == f["segments"] * f["windows_per_segment"]
+    for arm, v in f["ratios"].items():
+        pairs = [a / b for a, b in zip(f["window_ms"][arm], off, strict=True)]
+        assert v == pytest.approx(statistics.median(pairs), rel=1e-9), arm
+        lo, hi = f["ci95"][arm]
+        assert math.isfinite(v) and v > 0 and lo <= v <= hi, arm
+        assert data["targets"][f"features.{arm}<=1.02"] is (v <= 1.02), arm
+    assert "Record store and leak tracking (" in proc.stdout
     # %load_ext timed in fresh processes (torch imported first)
     ld = data["load"]
     assert ld["runs"] == 2 and len(ld["load_ext_ms_each"]) == 2

@@ -335,7 +335,11 @@ FREE_STRINGS |= {("replay_step", "track")}
 # a control target's key, "name#n" (issue #14)
 FREE_STRINGS |= {("set_lr", "optimizer"), ("scale_lr", "optimizer"), ("reset_lr", "optimizer")}
 # a recorded kernel's id, 16 hex digits (issue #24)
-FREE_STRINGS |= {("open_record", "kernel"), ("dismiss_record", "kernel"), ("export_tensorboard", "kernel")}
+FREE_STRINGS |= {
+    ("open_record", "kernel"),
+    ("dismiss_record", "kernel"),
+    ("export_tensorboard", "kernel"),
+}
 
 
 def _action_args() -> dict[str, dict[str, Any]]:

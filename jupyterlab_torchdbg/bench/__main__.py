@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..kernel.grads import current_monitor
     from ..kernel.grads.stride import WARMUP_STEPS
     from ..testing import loaded_extension
+    from .features import run_features
     from .load import run_load
     from .log_stream import run_log_streaming
     from .models import FACTORIES, build
@@ -213,6 +214,11 @@ def main(argv: list[str] | None = None) -> int:
         mon = current_monitor()
         results["meta"]["tool_errors"] = dict(loaded.ext.errors)
         results["meta"]["tool_alerts"] = mon.alerts.total if mon is not None else 0
+    # the run store and leak tracking against the same extension without them (features.py)
+    results["features"] = run_features(
+        build(names[0], quick, seed=args.seed), device, quick, seed=args.seed
+    )
+    print(f"  features: done ({time.perf_counter() - t_start:.0f} s)", file=sys.stderr)
     seconds = args.stream_seconds or (0.5 if quick else 3.0)
     results["streaming"] = run_streaming(seconds, profile=args.profile_stream)
     results["log_streaming"] = run_log_streaming(max(seconds, 1.0) if quick else 10.0)

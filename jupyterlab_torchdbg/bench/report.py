@@ -73,6 +73,12 @@ def table(results: dict[str, Any]) -> str:
             f"{s['bytes_per_s'] / 1e6:.2f} MB/s, {s['kernel_us_per_flush']:.0f} µs per flush "
             f"({100 * s['send_fraction']:.3f}% of wall time), {s['sequence_gaps']} sequence gaps."
         )
+    f = results.get("features")
+    if f:
+        from .features import summary as features_summary
+
+        lines.append("")
+        lines.append(features_summary(f))
     ls = results.get("log_streaming")
     if ls:
         lines.append("")
@@ -153,6 +159,11 @@ def targets(results: dict[str, Any]) -> dict[str, object]:
             )
             out[f"log.dict_us_per_call_{stat}<=2x_python_call_{stat}"] = _met(ratio, 2)
         out["log.send_fraction<=0.001"] = _met(ls["send_fraction"], 0.001)
+    f = results.get("features")
+    if f:
+        # the run store and leak tracking, each against the extension without them
+        for arm in ("record_store", "leak_tracking"):
+            out[f"features.{arm}<=1.02"] = _met(f["ratios"].get(arm), 1.02)
     ld = results.get("load")
     if ld and "error" not in ld:
         out["load.load_ext_ms_median<=200"] = _met(ld["load_ext_ms_median"], 200)

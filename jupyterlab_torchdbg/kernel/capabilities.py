@@ -43,6 +43,29 @@ def torch_info() -> dict[str, object]:
     }
 
 
+#: Why TensorBoard export is unavailable (the ``tensorboard`` capability's reason).
+TENSORBOARD_MISSING = "install tensorboard in the kernel's environment to export event files"
+
+
+def tensorboard_installed() -> bool:
+    """``tensorboard`` can be imported: found without importing it (loading stays fast)."""
+    try:
+        return importlib.util.find_spec("tensorboard") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def tensorboard_info() -> dict[str, object]:
+    """The ``tensorboard`` capability: whether ``export_tensorboard`` can write files."""
+    if not tensorboard_installed():
+        return {"available": False, "version": None, "reason": TENSORBOARD_MISSING}
+    try:
+        version: str | None = importlib.metadata.version("tensorboard")
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    return {"available": True, "version": version, "reason": None}
+
+
 class Nvml:
     """A lazily initialised NVML session (nvidia-ml-py). Never raises."""
 
@@ -148,4 +171,5 @@ def capabilities(shell: object, nvml: Nvml) -> dict[str, object]:
         "cuda": cuda_info(nvml),
         "nvml": nvml.info(),
         "subshells": supports_subshells(shell),
+        "tensorboard": tensorboard_info(),
     }

@@ -72,6 +72,7 @@ class CommHub:
         #: client_id -> comm_id of the live comm opened with it (R46).
         self._clients: dict[str, str] = {}
         self._snapshot_parts: list[Callable[[], list[dict[str, Any]]]] = []
+        self._observers: tuple[Callable[[dict[str, Any], list[memoryview] | None], None], ...] = ()
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -137,8 +138,26 @@ class CommHub:
         self._routes.keep(comm)
         return sent
 
+    def observe(
+        self, fn: Callable[[dict[str, Any], list[memoryview] | None], None]
+    ) -> Callable[[], None]:
+        """Call ``fn(data, buffers)`` with every broadcast, with or without a comm open
+        (the run record, record/writer.py). ``fn`` must be quick and never raise; it runs
+        on the broadcasting thread. Returns the function that removes it."""
+        self._observers = (*self._observers, fn)
+
+        def remove() -> None:
+            self._observers = tuple(f for f in self._observers if f is not fn)
+
+        return remove
+
     def broadcast(self, data: dict[str, Any], buffers: list[memoryview] | None = None) -> None:
-        """Send one message to every live comm. Never raises."""
+        """Send one message to every live comm (and show it to the observers). Never raises."""
+        for fn in self._observers:
+            try:
+                fn(data, buffers)
+            except Exception:
+                self._on_error("observe")
         with self._lock:
             comms = list(self._comms.values())
         for c in comms:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import ranks
 from ..protocol import jsonable
-from . import control, exceptions, grads, memory
+from . import control, exceptions, export, grads, memory, record
 from .action_args import no_args, only_keys, string_list
 from .action_registry import ActionRegistry
 from .capabilities import Nvml, capabilities
@@ -82,6 +82,7 @@ class Extension:
         self.memory: memory.MemoryMonitor | None = None
         #: Worker processes (ranks) of multi-process jobs started from the notebook.
         self.ranks: RankHub | None = None
+        self.record: record.Recorder | None = None
         self.boundary: StepBoundary | None = None
         #: Threads running a cell now (the main shell; subshells on ipykernel >= 7).
         self._cells: set[int] = set()
@@ -162,6 +163,14 @@ class Extension:
         # A loop held paused sits at a safe point: the actions that wait for one run there.
         self.control.serve_while_held = [self.memory.run_jobs, self.grads.replayer.run_pending]
         self.memory.leak.wire(self.control, self.grads.alerts)  # the guard pauses; alerts
+        # The run record (issue #24): its ``record`` snapshot part follows ``runs``.
+        self.record, cleanup = record.attach(self, record.monitor_facts(self.memory))
+        self.add_cleanup(cleanup)
+        # Runs as TensorBoard files: this kernel's from the stream, earlier ones from the record.
+        exporter = export.attach(
+            self, alerts=self.grads.alerts.snapshot, load_record_run=self.record.load_run
+        )
+        self.add_cleanup(exporter)
         # After runs (its ``ranks`` snapshot part follows ``runs``); never raises.
         self.ranks, cleanup = ranks.attach_to(self)
         self.add_cleanup(cleanup)

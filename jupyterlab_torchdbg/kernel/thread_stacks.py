@@ -57,6 +57,7 @@ def _scan(match: Callable[[FrameType, bool], bool]) -> bool:
     me = threading.get_ident()
     try:
         frames = sys._current_frames()
+        frame: FrameType | None = None
         try:
             for tid, frame in frames.items():
                 f: FrameType | None = frame
@@ -68,7 +69,10 @@ def _scan(match: Callable[[FrameType, bool], bool]) -> bool:
                     depth += 1
             return False
         finally:
-            f = None
+            # ``frame`` too: left on this thread's own top frame, it is a cycle (that
+            # frame holds itself) keeping the whole stack and its locals alive until a
+            # collection, e.g. a forward's output when a hook is removed inside a forward.
+            f = frame = None
             frames.clear()
     finally:
         if enabled:

@@ -994,6 +994,10 @@ export interface IMemoryDevice {
   unavailable: {
     [k: string]: string;
   };
+  /**
+   * How `series.peak_interval` is computed (the chart caption): exact where the all-time peak rose in the interval (`series.peak_exact` = 1), else the larger of the two sampled `allocated` values (0).
+   */
+  peak_note?: string;
 }
 /**
  * torch's caching allocator on one device (host-side counters). Bytes, except the two counts.

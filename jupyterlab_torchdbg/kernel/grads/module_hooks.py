@@ -60,13 +60,17 @@ HookFn = Callable[..., None]
 class ModuleHook:
     """One hook of ours on one module: what torch's hook dict holds."""
 
-    __slots__ = ("__weakref__", "_fn", "handle", "kind", "owner", "ref", "with_kwargs")
+    __slots__ = ("__weakref__", "_fn", "always", "handle", "kind", "owner", "ref", "with_kwargs")
 
-    def __init__(self, owner: HookSet, module: Module, kind: str, fn: HookFn, kw: bool):
+    def __init__(
+        self, owner: HookSet, module: Module, kind: str, fn: HookFn, kw: bool, always: bool = False
+    ):
         self.owner = owner
         self.ref = weakref.ref(module)
         self.kind = kind
         self.with_kwargs = kw
+        #: A forward hook torch calls even when the forward raises (``always_call``).
+        self.always = always
         self._fn: HookFn | None = fn
         self.handle: RemovableHandle | None = None
 
@@ -111,13 +115,11 @@ class HookSet:
         self.hooks: set[ModuleHook] = set()
         self.closed = False
 
-    def add(
-        self, specs: Iterable[tuple[Module, str, HookFn, bool]], now: bool = False
-    ) -> list[ModuleHook]:
-        """One hook per ``(module, PRE or POST, fn, with_kwargs)``, in one stretch; []
-        once closed. ``now``: into torch's dicts at once (the at-step probe on the
-        training thread's own models, which no thread is calling at its step)."""
-        hooks = [ModuleHook(self, m, kind, fn, kw) for m, kind, fn, kw in specs]
+    def add(self, specs: Iterable[tuple[Any, ...]], now: bool = False) -> list[ModuleHook]:
+        """One hook per ``(module, PRE or POST, fn, with_kwargs[, always_call])``, in one
+        stretch; [] once closed. ``now``: into torch's dicts at once (the at-step probe on
+        the training thread's own models, which no thread is calling at its step)."""
+        hooks = [ModuleHook(self, *spec) for spec in specs]
         return MODULE_HOOKS.install(self, hooks, now)
 
     def close(self) -> None:
@@ -248,7 +250,8 @@ class ModuleHooks:
                 if h.kind == PRE:
                     h.handle = module.register_forward_pre_hook(h, with_kwargs=h.with_kwargs)
                 else:
-                    h.handle = module.register_forward_hook(h, with_kwargs=h.with_kwargs)
+                    more = {"always_call": True} if h.always else {}
+                    h.handle = module.register_forward_hook(h, with_kwargs=h.with_kwargs, **more)
                 self._installed.add(h)
                 if hook_guard.guardable(module):
                     hook_guard.protect(module, h.handle.id, self._scripted)

@@ -2,23 +2,19 @@
 
 Three places feed it, each with its own rule:
 
-- the training thread, after every optimizer step (the step boundary calls
-  ``after_step`` from torch's global step post-hook, after gradients and control): the
-  allocator's counters at most every ``SAMPLE_INTERVAL_S`` (host-side reads, no sync), a
-  breakdown when its self-measured cost fits ``BREAKDOWN_BUDGET``, and any action waiting
-  for a safe point (``save_checkpoint`` while a cell trains);
+- the training thread, after every optimizer step (``after_step``, from the step
+  boundary): the allocator's counters at most every ``SAMPLE_INTERVAL_S`` (host-side, no
+  sync), a breakdown when its measured cost fits ``BREAKDOWN_BUDGET``, and any action
+  waiting for a safe point (``save_checkpoint`` while a cell trains);
 - IPython's cell events: a sample when a cell starts and ends, a fresh breakdown and a
   status at the end, and the OOM autopsy / sticky-error detection when the cell failed;
-- the poller thread (``POLL_INTERVAL_S``, ≤ 2 Hz): NVML and the process RSS, and the
-  rate-limited status broadcast (poller.py). It reads NVML and /proc only; it never
-  touches torch, tensors or CUDA (R36), and it stops on unload (R01).
+- the poller thread (``POLL_INTERVAL_S``): NVML, the RSS and the rate-limited status
+  (poller.py); NVML and /proc only, never torch or CUDA (R36); it stops on unload (R01).
 
-Numbers that stream (allocated / reserved / peak / inactive-split per device, NVML used,
-RSS) go into the ordinary ``series`` messages under ``mem/``, x = Unix time in seconds;
-series are recorded while a cell runs (the idle kernel does not fill the history). The
-``memory`` message (device cards, breakdown, recording state) is small JSON, sent when it
-changes, at most every ``STATUS_BUSY_S`` while a cell runs and ``STATUS_IDLE_S`` when idle
-(built in status.py). Actions that need the training thread wait in ``kernel/safe_point.py``.
+Numbers that stream (allocated / reserved / peak / interval peak (peaks.py) /
+inactive-split per device, NVML used, RSS) go into ``series`` messages under ``mem/``,
+recorded while a cell runs. The ``memory`` message (status.py) is sent when it changes, at
+most every ``STATUS_BUSY_S`` while a cell runs and ``STATUS_IDLE_S`` when idle.
 """
 
 from __future__ import annotations
@@ -36,7 +32,9 @@ from ..safe_point import JobT, SafePointJobs
 from ..watches import watches
 from . import autopsy
 from . import breakdown as bd
+from .activations import ActivationMeter
 from .leak import LeakWatch
+from .peaks import IntervalPeaks
 from .poller import Poller
 from .recording import HistoryRecorder
 from .sources import (
@@ -87,8 +85,7 @@ class MemoryMonitor:
         wall: Callable[[], float] = time.time,
     ) -> None:
         self.ext = ext
-        #: The id of the ``exception`` message of a cell execution (the exception
-        #: monitor's ``exception_id``), so the autopsy links to it.
+        #: The ``exception`` message's id of a cell execution (the autopsy links to it).
         self.exception_id = exception_id
         self.corrupted: str | None = None
         self.allocator: MemorySource = allocator or TorchAllocatorSource(lambda: self.corrupted)
@@ -100,8 +97,8 @@ class MemoryMonitor:
         self.host = host or HostSource()
         self._clock, self._wall = clock, wall
         self._send_lock = threading.Lock()
-        #: Threads running a cell now (the main shell, and subshells on ipykernel >= 7:
-        #: a probe cell on a subshell must not end the training cell's "running" state).
+        #: Threads running a cell now (main shell, subshells: a probe cell on a subshell
+        #: must not end the training cell's "running" state).
         self._running: set[int] = set()
         #: Optimizers seen stepping, and which thread steps each (R34).
         self.steppers = StepThreads()
@@ -113,12 +110,12 @@ class MemoryMonitor:
         self.last_oom: dict[str, Any] | None = None
         self.oom_count = 0
         self.recorder = HistoryRecorder(self.cuda_unusable)
+        self.peaks, self.activations = IntervalPeaks(), ActivationMeter(self)
         self.jobs = SafePointJobs()
         self._next_sample = self._next_breakdown = 0.0
         self._sent_at = -1e18
         self._sent_key: str | None = None
-        #: This process has a CUDA context (seen by the training/main thread; the poller
-        #: reads this flag rather than ask torch, R36).
+        #: This process has a CUDA context (the poller reads this, never torch, R36).
         self.cuda_seen = False
         #: The poller thread (set by ``attach``; tests stop it to drive ``poll_once``).
         self.poller: Poller | None = None
@@ -170,6 +167,7 @@ class MemoryMonitor:
         self.alloc_reading = r
         if r.available:
             self.cuda_seen = True
+            self.peaks.update(r)
             x = self._wall()
             stream = self.ext.stream
             for d in r.devices:
@@ -283,7 +281,7 @@ class MemoryMonitor:
         execution_count: object = None,
         cell_id: object = None,
     ) -> dict[str, object]:
-        """Build, keep (strings only) and broadcast the ``oom`` autopsy."""
+        """Build, keep and broadcast the ``oom`` autopsy; arm activations (CUDA)."""
         rss, _ = self.host.rss()
         summary = getattr(self.allocator, "summary", None)
         body = autopsy.build(
@@ -309,6 +307,8 @@ class MemoryMonitor:
             **body,
         }
         self.last_oom = jsonable(msg)
+        if msg.get("device") != "cpu":
+            self.activations.after_oom()
         self.ext.hub.broadcast(self.last_oom)
         return self.last_oom
 

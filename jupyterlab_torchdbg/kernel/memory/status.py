@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .peaks import PEAK_NOTE
 from .recording import HistoryRecorder
 from .sources import ALLOCATOR_FIELDS, NVML_FIELDS, DeviceMapping, Reading
 
@@ -40,7 +41,14 @@ class MemoryMonitor(Protocol):
     def mapping(self) -> list[DeviceMapping]: ...
 
 
-ALLOCATOR_SERIES = ("allocated", "reserved", "peak", "inactive_split")
+ALLOCATOR_SERIES = (
+    "allocated",
+    "reserved",
+    "peak",
+    "inactive_split",
+    "peak_interval",
+    "peak_exact",
+)
 
 
 def _state(mon: MemoryMonitor, mapping: list[DeviceMapping]) -> tuple[str, str | None]:
@@ -111,6 +119,7 @@ def memory_message(mon: MemoryMonitor) -> dict[str, object]:
             "nvml": {k: n.values.get(k) for k in NVML_FIELDS} if n is not None else None,
             "nvml_reason": None if n is not None else _device_nvml_reason(mon, m),
             "unavailable": dict(n.unavailable) if n is not None else {},
+            "peak_note": PEAK_NOTE,
         }
         devices.append(entry)
     nvml_ok = _nvml_available(mon)
@@ -135,6 +144,7 @@ def memory_message(mon: MemoryMonitor) -> dict[str, object]:
             "available": nvml_ok,
             "reason": None if nvml_ok else _nvml_reason(mon),
         },
+        "activations": getattr(getattr(mon, "activations", None), "report", None),
         "leak": mon.leak.leak,
         "guard": mon.leak.guard_json(),
     }

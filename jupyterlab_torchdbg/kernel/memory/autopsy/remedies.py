@@ -10,6 +10,11 @@ from typing import Any
 
 from ...units import fmt_bytes
 
+MEASURED = (
+    " The next attempt's forward is measured: the Memory panel then shows which modules "
+    "save the most for backward, per sample, and the batch that fits."
+)
+
 
 def _pct(part: int | None, whole: int | None) -> str:
     if not part or not whole:
@@ -35,6 +40,8 @@ def choose_remedies(n: dict[str, Any]) -> list[dict[str, object]]:
     other = n.get("other")
     first: list[dict[str, Any]] = []
     ranked: list[tuple[float, dict[str, Any]]] = []
+    # the monitor arms an activation measurement after a CUDA OOM (memory/activations)
+    measured = "" if dev == "cpu" else MEASURED
 
     if dev == "cpu":
         first.append(
@@ -90,7 +97,7 @@ def choose_remedies(n: dict[str, Any]) -> list[dict[str, object]]:
                         "batch); run the forward pass under `torch.autocast` (bf16/fp16 "
                         "activations take half the memory); use activation checkpointing "
                         "(`torch.utils.checkpoint.checkpoint`) in deep models; evaluate "
-                        "under `torch.no_grad()`.",
+                        f"under `torch.no_grad()`.{measured}",
                         "with torch.autocast(device_type='cuda', dtype=torch.bfloat16):\n"
                         "    loss = loss_fn(model(x), y)",
                         other / allocated,
@@ -138,7 +145,7 @@ def choose_remedies(n: dict[str, Any]) -> list[dict[str, object]]:
                 "reduce_batch",
                 "Reduce the memory of one step",
                 "Halve the batch size (accumulate gradients over smaller batches), use "
-                "`torch.autocast` for mixed precision, or activation checkpointing.",
+                f"`torch.autocast` for mixed precision, or activation checkpointing.{measured}",
                 None,
                 None,
             )
