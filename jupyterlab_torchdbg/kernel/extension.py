@@ -162,6 +162,7 @@ class Extension:
         self.add_cleanup(cleanup)
         # A loop held paused sits at a safe point: the actions that wait for one run there.
         self.control.serve_while_held = [self.memory.run_jobs, self.grads.replayer.run_pending]
+        self.memory.leak.wire(self.control, self.grads.alerts)  # the guard pauses; alerts
         # The run record (issue #24): its ``record`` snapshot part follows ``runs``.
         self.record, cleanup = record.attach(self, record.monitor_facts(self.memory))
         self.add_cleanup(cleanup)

@@ -259,16 +259,30 @@ class Control:
         try:
             self._boundary(optimizer, read)
         except KeyboardInterrupt:
-            # The user interrupted the kernel while paused: end the pause, let it propagate.
-            with self._lock:
-                self.paused = False
-                self._step_once = False
-                self.paused_at = None
-            self._hold_run(False)
-            self.broadcast()
+            self._interrupted()
             raise
         except Exception:
             self._ext.count_error("control")
+
+    def _interrupted(self) -> None:
+        # The user interrupted the kernel while paused: end the pause, let it propagate.
+        with self._lock:
+            self.paused = False
+            self._step_once = False
+            self.paused_at = None
+        self._hold_run(False)
+        self.broadcast()
+
+    def pause_here(self) -> None:
+        """Pause now, at this boundary, exactly as Pause does (the memory guard, after an
+        optimizer step on the training thread); Resume or Step continues."""
+        with self._lock:
+            self.paused, self._step_once = True, False
+        try:
+            self._hold()
+        except KeyboardInterrupt:
+            self._interrupted()
+            raise
 
     def _boundary(
         self, optimizer: torch.optim.Optimizer | ModelSource, read: StepRead | None

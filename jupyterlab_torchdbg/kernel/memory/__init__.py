@@ -5,8 +5,9 @@ UUID), ``breakdown`` (parameters / gradients / optimizer state / everything else
 ``autopsy`` (what filled the memory when a cell died of OOM, and the remedies that fit),
 ``recording`` (memory-history start/stop and the top allocation sites),
 ``action_args`` / ``action_handlers`` (``empty_cache``, ``release_refs``,
-``record_memory``, ``save_checkpoint``; ``measure_activations`` is ``activations``),
-``peaks`` (the peak of each sampling interval), ``monitor`` (sampling, the OOM trigger),
+``record_memory``, ``save_checkpoint``, ``set_memory_guard``; ``measure_activations`` is
+``activations``), ``peaks`` (the peak of each sampling interval), ``leak`` (leaks named
+while they grow, the limit, the guard), ``monitor`` (sampling, the OOM trigger),
 ``status`` (the ``memory`` message), ``poller`` (the NVML / RSS thread); actions that
 wait for the training thread use ``kernel/safe_point.py``.
 
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING
 from ..action_args import no_args
 from .action_args import validate_checkpoint, validate_record
 from .action_handlers import MemoryActions
+from .leak import validate_guard
 from .monitor import POLL_INTERVAL_S, MemoryMonitor
 from .poller import Poller
 
@@ -54,6 +56,7 @@ def attach(
         host.actions.register("record_memory", validate_record, handlers.record_memory),
         host.actions.register("save_checkpoint", validate_checkpoint, handlers.save_checkpoint),
         host.actions.register("measure_activations", no_args, mon.activations.action),
+        host.actions.register("set_memory_guard", validate_guard, mon.leak.act_set_guard),
         host.hub.add_snapshot_part(mon.snapshot_messages),
     ]
     poller = Poller(mon.poll_once, POLL_INTERVAL_S, lambda: host.count_error("memory:poll"))
@@ -61,6 +64,7 @@ def attach(
     removers.append(poller.start())
     removers.append(mon.recorder.shutdown)
     removers.append(mon.activations.cancel)
+    removers.append(mon.leak.close)
     _monitor = mon
 
     def cleanup() -> None:

@@ -33,6 +33,7 @@ from ..watches import watches
 from . import autopsy
 from . import breakdown as bd
 from .activations import ActivationMeter
+from .leak import LeakWatch
 from .peaks import IntervalPeaks
 from .poller import Poller
 from .recording import HistoryRecorder
@@ -94,8 +95,7 @@ class MemoryMonitor:
             nvml = real
         self.nvml: MemorySource = nvml
         self.host = host or HostSource()
-        self._clock = clock
-        self._wall = wall
+        self._clock, self._wall = clock, wall
         self._send_lock = threading.Lock()
         #: Threads running a cell now (main shell, subshells: a probe cell on a subshell
         #: must not end the training cell's "running" state).
@@ -112,14 +112,14 @@ class MemoryMonitor:
         self.recorder = HistoryRecorder(self.cuda_unusable)
         self.peaks, self.activations = IntervalPeaks(), ActivationMeter(self)
         self.jobs = SafePointJobs()
-        self._next_sample = 0.0
-        self._next_breakdown = 0.0
+        self._next_sample = self._next_breakdown = 0.0
         self._sent_at = -1e18
         self._sent_key: str | None = None
         #: This process has a CUDA context (the poller reads this, never torch, R36).
         self.cuda_seen = False
         #: The poller thread (set by ``attach``; tests stop it to drive ``poll_once``).
         self.poller: Poller | None = None
+        self.leak = LeakWatch(self)  # leaks named while they grow; the guard (leak/)
 
     # --- cells and CUDA state ------------------------------------------------------------
 
@@ -156,6 +156,7 @@ class MemoryMonitor:
                 self.sample_allocator()
             if now >= self._next_breakdown:
                 self.update_breakdown()
+            self.leak.at_step(optimizer)
             self.ext.stream.maybe_flush()
         except Exception:
             self.ext.count_error("memory:step")
@@ -394,7 +395,6 @@ class MemoryMonitor:
         """After empty_cache / release_refs: a fresh sample in the timeline and the status."""
         if not self.in_cell:
             self.sample_allocator()
-        rss, self.rss_reason = self.host.rss()
-        self.rss = rss
+        self.rss, self.rss_reason = self.host.rss()
         self._sent_key = None
         self.publish(immediate=True)

@@ -12,11 +12,14 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .peaks import PEAK_NOTE
 from .recording import HistoryRecorder
 from .sources import ALLOCATOR_FIELDS, NVML_FIELDS, DeviceMapping, Reading
+
+if TYPE_CHECKING:
+    from .leak import LeakWatch
 
 
 class MemoryMonitor(Protocol):
@@ -30,6 +33,7 @@ class MemoryMonitor(Protocol):
     breakdown: dict[str, Any] | None
     last_oom: dict[str, Any] | None
     recorder: HistoryRecorder
+    leak: LeakWatch
     _wall: Callable[[], float]
 
     def nvml_devices(self) -> list[dict[str, object]]: ...
@@ -141,6 +145,8 @@ def memory_message(mon: MemoryMonitor) -> dict[str, object]:
             "reason": None if nvml_ok else _nvml_reason(mon),
         },
         "activations": getattr(getattr(mon, "activations", None), "report", None),
+        "leak": mon.leak.leak,
+        "guard": mon.leak.guard_json(),
     }
 
 

@@ -1,0 +1,236 @@
+"""What the notebook's names hold, as numbers only (R49): the namespace scan of the search.
+
+``scan(ns, deadline)`` looks at ``shell.user_ns`` (not ``_``-prefixed names, ``In``,
+``Out``, modules, classes): tensors with an autograd graph (its node count, walked
+breadth-first from ``grad_fn`` with a node cap), containers (list / tuple / dict / deque /
+set, and the attributes one level deep of user objects such as ``model.cache``) holding
+tensors, tensors kept by functions' closures and defaults and by modules' hooks. Only
+metadata is read (``grad_fn``, ``next_functions``, ``untyped_storage().nbytes()``,
+``data_ptr()``); what it returns is names and numbers, so nothing found is kept alive.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+#: Autograd nodes walked per graph at most.
+NODE_CAP = 200_000
+#: Elements looked at per container at most.
+ITEM_CAP = 100_000
+#: Submodules whose hooks are looked at, per module in the namespace.
+MODULE_CAP = 2_000
+_SKIP = {"In", "Out", "exit", "quit", "get_ipython"}
+
+
+class Budget(Exception):
+    """The search's time budget is spent."""
+
+
+@dataclass
+class Seen:
+    """One holder as numbers: ``count`` tensors (graph: autograd nodes) and their bytes."""
+
+    name: str
+    kind: str  # graph | container | hook | closure
+    count: int
+    bytes: int | None
+    graphs: bool = False
+    capped: bool = False
+
+
+class Scan:
+    def __init__(self, torch: Any, deadline: float, clock: Callable[[], float]) -> None:
+        self.tensor = torch.Tensor
+        self.module = torch.nn.Module
+        self.deadline, self.clock = deadline, clock
+        self.found: dict[str, Seen] = {}
+        self._ticks = 0
+
+    def tick(self) -> None:
+        self._ticks += 1
+        if self._ticks % 256 == 0 and self.clock() > self.deadline:
+            raise Budget
+
+    # --- tensors -------------------------------------------------------------------------
+
+    def nbytes(self, t: Any, storages: set[int]) -> int:
+        try:
+            st = t.untyped_storage()
+            key = st.data_ptr()
+            if key in storages:
+                return 0
+            storages.add(key)
+            return int(st.nbytes())
+        except Exception:
+            return 0
+
+    def graph(self, name: str, t: Any) -> None:
+        fn = getattr(t, "grad_fn", None)
+        if fn is None:
+            return
+        seen = {id(fn)}
+        todo = deque([fn])
+        capped = False
+        while todo:
+            self.tick()
+            node = todo.popleft()
+            try:
+                nexts = node.next_functions
+            except Exception:
+                continue
+            for nxt, _ in nexts:
+                if nxt is not None and id(nxt) not in seen:
+                    if len(seen) >= NODE_CAP:
+                        capped = True
+                        break
+                    seen.add(id(nxt))
+                    todo.append(nxt)
+            if capped:
+                break
+        del todo, fn
+        self.found[name] = Seen(name, "graph", len(seen), None, True, capped)
+
+    # --- containers ----------------------------------------------------------------------
+
+    def _items(self, obj: Any) -> Iterator[Any]:
+        if isinstance(obj, dict):
+            src: Any = list(obj.values())
+        else:
+            src = list(obj)
+        for i, v in enumerate(src):
+            if i >= ITEM_CAP:
+                return
+            yield v
+
+    def tensors(self, obj: Any, depth: int, storages: set[int], acc: list[int]) -> None:
+        """Tensors in ``obj`` (itself, or a container two levels deep): count, bytes,
+        with a graph (``acc``)."""
+        self.tick()
+        if isinstance(obj, self.tensor):
+            acc[0] += 1
+            acc[1] += self.nbytes(obj, storages)
+            if getattr(obj, "grad_fn", None) is not None:
+                acc[2] += 1
+            return
+        if depth <= 0 or not isinstance(obj, (list, tuple, dict, deque, set, frozenset)):
+            return
+        for v in self._items(obj):
+            self.tensors(v, depth - 1, storages, acc)
+
+    def container(self, name: str, obj: Any, kind: str = "container") -> None:
+        acc = [0, 0, 0]
+        self.tensors(obj, 3, set(), acc)
+        if acc[0]:
+            self.found[name] = Seen(name, kind, acc[0], acc[1], acc[2] > 0)
+
+    # --- the namespace ---------------------------------------------------------------------
+
+    def value(self, name: str, v: Any, depth: int) -> None:
+        self.tick()
+        if isinstance(v, (types.ModuleType, type)):
+            return
+        if isinstance(v, self.tensor):
+            self.graph(name, v)
+        elif isinstance(v, (list, tuple, dict, deque, set, frozenset)):
+            self.container(name, v)
+        elif isinstance(v, types.FunctionType):
+            self.function(name, v, "closure")
+        elif isinstance(v, self.module):
+            self.hooks(name, v)
+            if depth > 0:
+                self.attributes(name, v, depth)
+        elif depth > 0 and not callable(v):
+            self.attributes(name, v, depth)
+
+    def attributes(self, name: str, obj: Any, depth: int) -> None:
+        try:
+            attrs = vars(obj)
+        except TypeError:
+            return
+        if not isinstance(attrs, dict):
+            return
+        for k, v in list(attrs.items())[:ITEM_CAP]:
+            if isinstance(k, str) and not k.startswith("_"):
+                self.value(f"{name}.{k}", v, depth - 1)
+
+    def function(self, name: str, fn: types.FunctionType, kind: str, label: str = "") -> None:
+        cells = fn.__closure__ or ()
+        names = fn.__code__.co_freevars
+        kept: list[tuple[str, Any]] = []
+        for var, cell in zip(names, cells, strict=False):
+            try:
+                kept.append((var, cell.cell_contents))
+            except ValueError:
+                continue  # an empty cell
+        kept.extend((f"default {i}", d) for i, d in enumerate(fn.__defaults__ or ()))
+        kept.extend((f"default {k}", d) for k, d in (fn.__kwdefaults__ or {}).items())
+        for var, v in kept:
+            if isinstance(v, (self.tensor, list, tuple, dict, deque, set, frozenset)):
+                self.container(f"{label or name} (`{var}`)", v, kind)
+        del kept
+
+    def hooks(self, name: str, module: Any) -> None:
+        try:
+            subs = list(module.named_modules())[:MODULE_CAP]
+        except Exception:
+            return
+        for sub, m in subs:
+            where = f"{name}.{sub}" if sub else name
+            for attr, what in (
+                ("_forward_hooks", "forward hook"),
+                ("_forward_pre_hooks", "forward pre-hook"),
+                ("_backward_hooks", "backward hook"),
+                ("_backward_pre_hooks", "backward pre-hook"),
+            ):
+                d = getattr(m, attr, None)
+                if not isinstance(d, dict):
+                    continue
+                for hook in list(d.values()):
+                    fn = getattr(hook, "__func__", hook)
+                    if isinstance(fn, types.FunctionType) and not _ours(fn):
+                        label = f"{what} `{fn.__name__}` on `{where}`"
+                        self.function(where, fn, "hook", label)
+        del subs
+
+
+def _ours(fn: types.FunctionType) -> bool:
+    return str(getattr(fn, "__module__", "") or "").startswith("jupyterlab_torchdbg")
+
+
+def scan(
+    ns: dict[str, Any], budget_s: float, clock: Callable[[], float] = time.monotonic
+) -> tuple[dict[str, Seen], bool]:
+    """Holders found in ``ns`` within ``budget_s``; ``(found, complete)``."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}, True
+    s = Scan(torch, clock() + budget_s, clock)
+    for _ in range(3):
+        try:
+            items = list(ns.items())
+            break
+        except RuntimeError:  # the namespace changed while copied: again
+            continue
+    else:
+        return {}, False
+    try:
+        for name, v in items:
+            if not isinstance(name, str) or name.startswith("_") or name in _SKIP:
+                continue
+            try:
+                s.value(name, v, 1)
+            except Budget:
+                raise
+            except Exception:
+                continue
+    except Budget:
+        return s.found, False
+    finally:
+        del items
+    return s.found, True
