@@ -89,7 +89,8 @@ async def test_a_kernel_killed_while_training_hands_its_run_to_the_next(start: A
     dead = rec["kernels"][0]
     assert dead["end"]["kind"] == "signal" and dead["end"]["code"] == 9, dead
     assert dead["run"] == 2 and dead["step"] is not None and dead["step"] > 10, dead
-    assert "of run 2 (killed by signal 9 (SIGKILL)" in dead["text"], dead["text"]
+    assert "of run 2 (killed by signal 9; memory" in dead["text"], dead["text"]
+    assert dead["end"]["text"] == "killed by signal 9 (SIGKILL)"
     assert [r["id"] for r in dead["runs"]] == [1, 2]
     assert dead["runs"][0]["steps"] == 300
     # its first run, whole: 300 losses, the gradient norms

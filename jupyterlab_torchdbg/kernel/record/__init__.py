@@ -190,15 +190,19 @@ def _kernel_args(args: dict[str, object], run: bool) -> dict[str, Any]:
 
 def monitor_facts(mon: Any) -> MemoryFacts:
     """The memory figures the record keeps, read from the memory monitor at each write:
-    the process RSS, and where the leak tracker has them its limit and growth per step."""
+    the process RSS and its limit, or, while memory grows steadily, the leak tracker's
+    fitted series (used, limit, growth per step: ``memory.leak``)."""
 
     def facts() -> dict[str, Any]:
-        out: dict[str, Any] = {"used": getattr(mon, "rss", None), "limit": None, "per_step": None}
-        leak = getattr(mon, "leak", None)
-        info = leak.facts() if leak is not None and hasattr(leak, "facts") else None
-        if isinstance(info, dict):
-            out.update({k: info.get(k, out[k]) for k in out})
-        return out
+        watch = getattr(mon, "leak", None)
+        leak = getattr(watch, "leak", None)
+        if isinstance(leak, dict):
+            return {k: leak.get(k) for k in ("used", "limit", "per_step")}
+        used = getattr(mon, "rss", None)
+        limit = None
+        if watch is not None and hasattr(watch, "host_limit"):
+            limit = watch.host_limit(used)[0]
+        return {"used": used, "limit": limit, "per_step": None}
 
     return facts
 

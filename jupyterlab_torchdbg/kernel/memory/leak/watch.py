@@ -14,6 +14,7 @@ user's step (R11): ``at_step`` counts its errors.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -62,6 +63,8 @@ class LeakWatch:
         self.ext: Host = mon.ext
         self._clock = clock
         self.guard = Guard()
+        #: ``TORCHDBG_LEAK=0`` turns the per-step tracking off (the bench's reference).
+        self.off = os.environ.get("TORCHDBG_LEAK") == "0"
         #: Wired by the extension: ``Control`` (its ``pause_here``) and the alert log.
         self.control: Any = None
         self.alerts: Any = None
@@ -95,6 +98,8 @@ class LeakWatch:
     # --- the training thread ----------------------------------------------------------
 
     def at_step(self, optimizer: object) -> None:
+        if self.off:
+            return
         try:
             self._at_step(optimizer)
         except Exception:
