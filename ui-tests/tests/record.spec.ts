@@ -72,7 +72,7 @@ test('a kernel killed while training: its run reaches the next kernel, after a r
   // the step the panel last received: the stream flushes while the loop runs, so the
   // last few steps before the 2 s sleep may not have been sent (nor recorded)
   await expect(banner.locator('.jp-TorchDbg-headline')).toHaveText(
-    /^The kernel died at step (2[89]\d|300) of run 1 \(killed by signal 9; memory [\d.]+ MiB\)\.$/
+    /^The kernel died at step (2[89]\d|300) of run 1 \(killed by signal 9; memory [\d.]+ MiB( of [\d.]+ GiB)?\)\.$/
   );
   // its run: the loss chart as it was recorded
   await banner.locator('.jp-TorchDbg-recordRuns button').first().click();

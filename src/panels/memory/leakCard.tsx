@@ -48,7 +48,11 @@ export function LeakCard(props: {
         <ol className="jp-TorchDbg-leakHolders">
           {leak.holders.map((h, i) => (
             <li key={i} data-kind={h.kind}>
-              <code className="jp-TorchDbg-localName">{h.name}</code>{' '}
+              {!h.text.includes(h.name) && (
+                <>
+                  <code className="jp-TorchDbg-localName">{h.name}</code>{' '}
+                </>
+              )}
               <RichText text={h.text} />
               {h.fix && (
                 <div className="jp-TorchDbg-leakFix">
