@@ -337,6 +337,50 @@ describe('memory panel: CPU-only state', () => {
         '.jp-TorchDbg-deviceCard[data-device="cuda:0"] .jp-TorchDbg-chart'
       )
     ).not.toBeNull();
+    // no interval peak from this kernel: no caption
+    expect(dom.host.querySelector('.jp-TorchDbg-peakNote')).toBeNull();
+  });
+
+  it('says under the chart how the interval peak is sampled (#24)', () => {
+    const model = new TorchDbgModel();
+    const status = memory({
+      state: 'active',
+      reason: null,
+      devices: [
+        {
+          device: 'cuda:0',
+          index: 0,
+          name: 'GPU',
+          uuid: null,
+          nvml_index: null,
+          matched_by: null,
+          mig: null,
+          series: {
+            allocated: 'mem/cuda:0/allocated',
+            reserved: 'mem/cuda:0/reserved',
+            peak: 'mem/cuda:0/peak',
+            inactive_split: 'mem/cuda:0/inactive_split',
+            nvml_used: 'mem/cuda:0/nvml_used',
+            peak_interval: 'mem/cuda:0/peak_interval'
+          },
+          allocator: null,
+          allocator_reason: 'not sampled yet',
+          nvml: null,
+          nvml_reason: 'NVML unavailable',
+          unavailable: {},
+          peak_note:
+            'peak in interval: exact where a new high was set, else sampled'
+        }
+      ]
+    });
+    expect(memoryMessage(status)).toBe(true);
+    model.memory.apply(status);
+    render(model, fakeConn(() => ({}) as IAck).conn);
+    expect(
+      dom.host.querySelector(
+        '.jp-TorchDbg-deviceCard[data-device="cuda:0"] .jp-TorchDbg-peakNote'
+      )!.textContent
+    ).toBe('peak in interval: exact where a new high was set, else sampled');
   });
 });
 

@@ -22,7 +22,8 @@ export function DeviceCard(props: {
         series: [
           { label: 'allocated', color: seriesColor(0) },
           { label: 'reserved', color: seriesColor(1) },
-          { label: 'nvml used', color: seriesColor(4) }
+          { label: 'nvml used', color: seriesColor(4) },
+          { label: 'peak in interval', color: seriesColor(3) }
         ],
         height: 100,
         ...TIMELINE
@@ -30,7 +31,13 @@ export function DeviceCard(props: {
     [d.device]
   );
   useEffect(() => {
-    const names = [d.series.allocated, d.series.reserved, d.series.nvml_used];
+    const peak = (d.series as { peak_interval?: string }).peak_interval;
+    const names = [
+      d.series.allocated,
+      d.series.reserved,
+      d.series.nvml_used,
+      peak ?? ''
+    ];
     const rings = names.map(n => model.series.get(n));
     const first = rings.find(r => r);
     if (first) {
@@ -88,6 +95,11 @@ export function DeviceCard(props: {
         </div>
       )}
       <div className="jp-TorchDbg-chartHost" ref={host} />
+      {d.peak_note && (
+        <div className="jp-TorchDbg-muted jp-TorchDbg-peakNote">
+          {d.peak_note}
+        </div>
+      )}
     </section>
   );
 }
