@@ -23,7 +23,7 @@ from torch import nn
 
 from jupyterlab_torchdbg.kernel.memory.leak import memory_limit
 from jupyterlab_torchdbg.kernel.memory.leak.fit import MiB, Series, fit, steady
-from jupyterlab_torchdbg.kernel.memory.leak.holders import compare
+from jupyterlab_torchdbg.kernel.memory.leak.holders import compare, filling
 from jupyterlab_torchdbg.kernel.memory.leak.limit import ENV, cgroup_limit
 from jupyterlab_torchdbg.kernel.memory.leak.scan import scan
 
@@ -142,6 +142,34 @@ def test_the_search_names_what_grows_and_nothing_else() -> None:
     assert hook[0]["count"] == 2 * 30  # two forwards per step
     # bounded, floats, private: not holders
     assert not {"cache", "floats", "_private"} & set(holders)
+
+
+def test_a_bounded_cache_is_no_holder_unless_full_it_would_not_fit() -> None:
+    cache: deque[torch.Tensor] = deque(maxlen=50)
+    ns: dict[str, Any] = {"cache": cache, "kept": []}
+
+    def steps(n: int) -> None:
+        for _ in range(n):
+            cache.append(torch.zeros(1024))  # 4 KiB an entry: 200 KiB full
+            ns["kept"].append(torch.zeros(1024))
+
+    steps(10)
+    a, _ = scan(ns, 1.0)
+    steps(10)
+    b, _ = scan(ns, 1.0)
+    assert b["cache"].bound == 50 and b["cache"].entries == 20
+    # full, it takes 30 x 4 KiB more: a cache when that fits (or the limit is unknown)
+    assert [h["name"] for h in compare(a, b, 10, None, room=1 << 20)] == ["kept"]
+    assert [h["name"] for h in compare(a, b, 10, None, room=None)] == ["kept"]
+    note = filling(a, b, 10, room=1 << 20)
+    assert len(note) == 1 and "`cache` is a bounded deque filling up (20 of 50" in note[0]
+    # ...a leak when it would not
+    assert {h["name"] for h in compare(a, b, 10, None, room=64 * 1024)} == {"cache", "kept"}
+    assert filling(a, b, 10, room=64 * 1024) == []
+    steps(40)  # full: not filling any more (growth elsewhere is not its doing)
+    c, _ = scan(ns, 1.0)
+    assert c["cache"].entries == 50 and filling(b, c, 40, room=1 << 20) == []
+    assert [h["name"] for h in compare(b, c, 40, None, room=1 << 20)] == ["kept"]
 
 
 def test_r49_the_search_keeps_nothing_alive_and_reads_no_data(
@@ -389,3 +417,43 @@ def test_r11_the_watch_never_raises_into_the_step() -> None:
     lw = LeakWatch(mon)
     lw.at_step(object())  # broken inputs: counted, never raised (R11)
     assert mon.ext.errors == ["memory:leak"]
+
+
+def test_a_bounded_cache_filling_waits_the_alert_until_it_is_full(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RSS grows 1 MiB a step while a ``deque(maxlen=150)`` fills: no alert while it fills
+    (the note says why); once it is full and memory still grows, the alert (nothing named)."""
+    from jupyterlab_torchdbg.kernel.memory.leak import LeakWatch, limit, watch
+
+    monkeypatch.setenv(limit.ENV, str(64 << 30))
+    now = [0.0]
+    mon = FakeMon()
+    lw = LeakWatch(mon, clock=lambda: now[0])
+    cache: deque[torch.Tensor] = deque(maxlen=150)
+    mon.ext.shell.user_ns["cache"] = cache
+    step = [0]
+    lw.rss.read = lambda: (1 << 30) + step[0] * MiB  # type: ignore[method-assign]
+    opt = object()
+    notes: list[str | None] = []
+    while step[0] < 160:
+        step[0] += 1
+        now[0] += 1.0  # a second a step: the searches' time gates open
+        cache.append(torch.zeros(256))
+        lw.at_step(opt)
+        if lw.leak is not None and lw.leak["search"] != "pending":
+            notes.append(lw.leak["search_note"])
+    assert mon.ext.errors == [] and mon.ext.hub.sent == []  # filling: no alert
+    assert notes and all("bounded deque filling up" in (n or "") for n in notes)
+    assert lw.leak is not None and lw.leak["holders"] == []
+    while step[0] < 260:  # full now, and the memory still grows: a leak elsewhere
+        step[0] += 1
+        now[0] += 1.0
+        cache.append(torch.zeros(256))
+        lw.at_step(opt)
+    sent = [a for m in mon.ext.hub.sent for a in m["alerts"]]
+    assert [a["kind"] for a in sent] == ["memory_leak"]
+    assert sent[0]["remedy"].startswith("Find what keeps") and sent[0]["step"] <= 220
+    assert lw.leak["search_note"] == watch.NOTHING_FOUND
+    for m in mon.ext.hub.sent:
+        validate_kernel_message(m)

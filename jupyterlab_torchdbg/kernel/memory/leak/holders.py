@@ -3,7 +3,9 @@
 A graph whose node count grows with the steps holds about ``nodes / (new nodes per
 step)`` steps of graph; a container (or a closure's / hook's tensors) whose tensor count
 grows by about one per step keeps one tensor a step. What holds the same between two
-scans (a bounded cache, a model's output kept once) is not a holder.
+scans (a cache that stopped growing, a model's output kept once) is not a holder, nor is a
+bounded cache (``deque(maxlen=N)``) filling up when, full, it fits in what is left below
+the limit: its growth stops at the bound (``filling`` says so, and the alert waits).
 """
 
 from __future__ import annotations
@@ -18,16 +20,53 @@ MAX_HOLDERS = 10
 MIN_RATE = 0.2
 
 
+def _to_fill(now: Seen) -> int | None:
+    """Bytes a bounded container still takes on until it is full (None: not bounded)."""
+    if now.bound is None or now.entries <= 0:
+        return None
+    return max(0, now.bound - now.entries) * (now.bytes or 0) // now.entries
+
+
+def _cache(now: Seen, room: float | None) -> bool:
+    """A bounded container that, full, fits in ``room`` (bytes left below the limit;
+    None: unknown): a cache, not a leak."""
+    more = _to_fill(now)
+    return more is not None and (room is None or more <= room)
+
+
+def filling(
+    before: dict[str, Seen], after: dict[str, Seen], steps: int, room: float | None
+) -> list[str]:
+    """The bounded caches growing between the two scans (each a sentence)."""
+    out = []
+    for name, now in after.items():
+        was = before.get(name)
+        if steps <= 0 or was is None or was.kind != now.kind or not _cache(now, room):
+            continue
+        if now.entries < (now.bound or 0) and (now.count - was.count) / steps >= MIN_RATE:
+            full = (now.bytes or 0) + (_to_fill(now) or 0)
+            out.append(
+                f"`{name}` is a bounded deque filling up ({now.entries:,} of {now.bound:,} "
+                f"entries, {size(now.bytes)}; about {size(full)} full): its growth stops there"
+            )
+    return out
+
+
 def compare(
-    before: dict[str, Seen], after: dict[str, Seen], steps: int, per_step: float | None
+    before: dict[str, Seen],
+    after: dict[str, Seen],
+    steps: int,
+    per_step: float | None,
+    room: float | None = None,
 ) -> list[dict[str, Any]]:
-    """Holders growing between two scans ``steps`` steps apart, biggest first."""
+    """Holders growing between two scans ``steps`` steps apart, biggest first (``room``:
+    bytes left below the limit, for the bounded caches)."""
     if steps <= 0:
         return []
     out: list[tuple[float, dict[str, Any]]] = []
     for name, now in after.items():
         was = before.get(name)
-        if was is None or was.kind != now.kind:
+        if was is None or was.kind != now.kind or _cache(now, room):
             continue
         rate = (now.count - was.count) / steps
         if rate < MIN_RATE:

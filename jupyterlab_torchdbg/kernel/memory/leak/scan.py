@@ -17,6 +17,7 @@ import types
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 #: Autograd nodes walked per graph at most.
@@ -42,6 +43,9 @@ class Seen:
     bytes: int | None
     graphs: bool = False
     capped: bool = False
+    #: A bounded container (``deque(maxlen=...)``): its bound and its entries now.
+    bound: int | None = None
+    entries: int = 0
 
 
 class Scan:
@@ -99,14 +103,9 @@ class Scan:
     # --- containers ----------------------------------------------------------------------
 
     def _items(self, obj: Any) -> Iterator[Any]:
-        if isinstance(obj, dict):
-            src: Any = list(obj.values())
-        else:
-            src = list(obj)
-        for i, v in enumerate(src):
-            if i >= ITEM_CAP:
-                return
-            yield v
+        # a copy of at most ITEM_CAP items (islice): a huge container costs no more
+        src = list(islice(obj.values() if isinstance(obj, dict) else obj, ITEM_CAP))
+        yield from src
 
     def tensors(self, obj: Any, depth: int, storages: set[int], acc: list[int]) -> None:
         """Tensors in ``obj`` (itself, or a container two levels deep): count, bytes,
@@ -127,7 +126,9 @@ class Scan:
         acc = [0, 0, 0]
         self.tensors(obj, 3, set(), acc)
         if acc[0]:
-            self.found[name] = Seen(name, kind, acc[0], acc[1], acc[2] > 0)
+            seen = self.found[name] = Seen(name, kind, acc[0], acc[1], acc[2] > 0)
+            if isinstance(obj, deque) and obj.maxlen is not None:
+                seen.bound, seen.entries = obj.maxlen, len(obj)
 
     # --- the namespace ---------------------------------------------------------------------
 

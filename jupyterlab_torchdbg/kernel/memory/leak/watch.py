@@ -7,7 +7,8 @@ initialising CUDA); every ``FIT_EVERY`` steps the fit (fit.py). When a series gr
 steadily, the holder search (scan.py) runs at this boundary, on the training thread
 (R36: no background thread touches tensors), on a ``SEARCH_BUDGET_S`` time budget, twice
 ``SEARCH_GAP`` steps apart and then rarely (R49); the second search names the holders and
-the ``memory_leak`` alert is raised, once per run and series. Nothing raises into the
+the ``memory_leak`` alert is raised, once per run and series (not while the only growth
+found is a bounded cache filling up: holders.py). Nothing raises into the
 user's step (R11): ``at_step`` counts its errors.
 """
 
@@ -25,7 +26,7 @@ from ...runs import name_of
 from .alert import MemoryAlert
 from .fit import MIN_POINTS, Fit, Series, steady
 from .guard import Guard
-from .holders import compare
+from .holders import compare, filling
 from .limit import memory_limit
 from .rss import RssReader
 from .scan import Seen, scan
@@ -261,22 +262,26 @@ class LeakWatch:
             return
         (s0, before), (s1, after) = self._scans
         per_step = leak["per_step"] if leak is not None else None
-        self._holders = compare(before, after, s1 - s0, per_step)
-        note = None if self._holders else NOTHING_FOUND
+        room = leak["limit"] - leak["used"] if leak is not None and leak["limit"] else None
+        self._holders = compare(before, after, s1 - s0, per_step, room)
+        # only bounded caches filling up (that fit): the alert waits for the next search
+        caches = [] if self._holders else filling(before, after, s1 - s0, room)
+        note = None if self._holders else ("; ".join(caches) or NOTHING_FOUND)
         if not complete:
             note = "the search stopped at its time budget: these are the holders found so far"
         self._search = ("done" if complete else "budget", note)
         self._next_search = self.step + SEARCH_AGAIN_STEPS
-        self._finish(optimizer)
+        self._finish(optimizer, wait=bool(caches))
 
-    def _finish(self, optimizer: object) -> None:
-        """A search ended: the leak shows its holders; the alert, once per run and series."""
+    def _finish(self, optimizer: object, wait: bool = False) -> None:
+        """A search ended: the leak shows its holders; the alert, once per run and series
+        (``wait``: not yet, only bounded caches were seen filling up)."""
         name = self._leak_series
         if self.leak is not None:
             state, note = self._search
             holders = list(self._holders)
             self.leak = {**self.leak, "holders": holders, "search": state, "search_note": note}
-        if self.leak is None or name is None or name in self._alerted:
+        if wait or self.leak is None or name is None or name in self._alerted:
             return
         self._alerted.add(name)
         first = self._holders[0] if self._holders else None
