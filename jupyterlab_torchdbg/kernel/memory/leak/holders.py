@@ -37,17 +37,25 @@ def _cache(now: Seen, room: float | None) -> bool:
 def filling(
     before: dict[str, Seen], after: dict[str, Seen], steps: int, room: float | None
 ) -> list[str]:
-    """The bounded caches growing between the two scans (each a sentence)."""
+    """The bounded caches that grew between the two scans (each a sentence): the growth
+    seen may be theirs, also when one filled up in between (the next search tells)."""
     out = []
     for name, now in after.items():
         was = before.get(name)
         if steps <= 0 or was is None or was.kind != now.kind or not _cache(now, room):
             continue
-        if now.entries < (now.bound or 0) and (now.count - was.count) / steps >= MIN_RATE:
+        if (now.count - was.count) / steps < MIN_RATE:
+            continue
+        if now.entries < (now.bound or 0):
             full = (now.bytes or 0) + (_to_fill(now) or 0)
             out.append(
                 f"`{name}` is a bounded deque filling up ({now.entries:,} of {now.bound:,} "
                 f"entries, {size(now.bytes)}; about {size(full)} full): its growth stops there"
+            )
+        else:
+            out.append(
+                f"`{name}` is a bounded deque that filled up ({now.bound:,} entries, "
+                f"{size(now.bytes)}): the next search tells whether memory still grows"
             )
     return out
 
