@@ -144,6 +144,29 @@ def test_the_search_names_what_grows_and_nothing_else() -> None:
     assert not {"cache", "floats", "_private"} & set(holders)
 
 
+def test_one_holder_seen_under_several_names_is_named_once() -> None:
+    kept: list[torch.Tensor] = []
+    holder, net = Holder(), nn.Linear(4, 4)
+    holder.seen = kept
+
+    def remember(t: torch.Tensor) -> None:
+        kept.append(t)
+
+    net.register_forward_hook(lambda m, i, o: remember(o))
+    total = torch.zeros(())
+    ns: dict[str, Any] = {"kept": kept, "alias": kept, "holder": holder, "remember": remember}
+    ns.update(net=net, layer=net, total=total)
+    scans = []
+    for _ in range(2):
+        for _ in range(10):
+            net(torch.randn(2, 4))
+            ns["total"] = ns["total"] + net(torch.randn(2, 4)).sum()
+        ns["same_total"] = ns["total"]
+        scans.append(scan(ns, 1.0)[0])
+    holders = compare(scans[0], scans[1], 10, None)
+    assert sorted(h["name"] for h in holders) == ["kept", "total"]
+
+
 def test_a_bounded_cache_is_no_holder_unless_full_it_would_not_fit() -> None:
     cache: deque[torch.Tensor] = deque(maxlen=50)
     ns: dict[str, Any] = {"cache": cache, "kept": []}

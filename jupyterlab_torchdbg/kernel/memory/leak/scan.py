@@ -55,6 +55,16 @@ class Scan:
         self.deadline, self.clock = deadline, clock
         self.found: dict[str, Seen] = {}
         self._ticks = 0
+        #: ids of what was counted (alive while the scan runs): one object seen under two
+        #: names (``kept`` and ``model.kept``, a closure's cell) is one holder, named once.
+        self._ids: set[int] = set()
+
+    def first(self, obj: Any) -> bool:
+        """Whether ``obj`` is met for the first time in this scan."""
+        if id(obj) in self._ids:
+            return False
+        self._ids.add(id(obj))
+        return True
 
     def tick(self) -> None:
         self._ticks += 1
@@ -76,7 +86,7 @@ class Scan:
 
     def graph(self, name: str, t: Any) -> None:
         fn = getattr(t, "grad_fn", None)
-        if fn is None:
+        if fn is None or not self.first(t):
             return
         seen = {id(fn)}
         todo = deque([fn])
@@ -123,6 +133,8 @@ class Scan:
             self.tensors(v, depth - 1, storages, acc)
 
     def container(self, name: str, obj: Any, kind: str = "container") -> None:
+        if not self.first(obj):
+            return
         acc = [0, 0, 0]
         self.tensors(obj, 3, set(), acc)
         if acc[0]:
@@ -178,7 +190,7 @@ class Scan:
 
     def hooks(self, name: str, module: Any) -> None:
         try:
-            subs = list(module.named_modules())[:MODULE_CAP]
+            subs = list(islice(module.named_modules(), MODULE_CAP))
         except Exception:
             return
         for sub, m in subs:
@@ -194,7 +206,7 @@ class Scan:
                     continue
                 for hook in list(d.values()):
                     fn = getattr(hook, "__func__", hook)
-                    if isinstance(fn, types.FunctionType) and not _ours(fn):
+                    if isinstance(fn, types.FunctionType) and not _ours(fn) and self.first(fn):
                         label = f"{what} `{fn.__name__}` on `{where}`"
                         self.function(where, fn, "hook", label)
         del subs
