@@ -29,3 +29,16 @@ def fmt_bytes(n: int | None) -> str:
         if abs(n) >= BYTE_UNITS[unit]:
             return f"{n / BYTE_UNITS[unit]:.2f} {unit}"
     return f"{n} bytes"
+
+
+def short_bytes(n: float | None) -> str:
+    """``n`` bytes with one decimal, for sentences (``2.1 MiB``, ``23.6 GiB``, ``512 B``;
+    GiB is the largest unit); None -> "?"."""
+    if n is None:
+        return "?"
+    v = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(v) < 1024 or unit == "GiB":
+            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
+        v /= 1024
+    return f"{v:.1f} GiB"  # pragma: no cover

@@ -18,6 +18,7 @@ import type { MemoryPanel as MemoryPanelT } from '../panels/memory/body';
 import type {
   IAck,
   IMemory,
+  IMemoryDevice,
   IMemorySnapshotSummary
 } from '../protocol/messages';
 import { schemaDef } from './schema';
@@ -85,6 +86,30 @@ function memory(over: Partial<IMemory> = {}): IMemory {
     recording: { state: 'off', max_entries: null, since: null, last: null },
     last_oom: null,
     nvml: { available: false, reason: 'NVML library not found' },
+    ...over
+  };
+}
+
+/** A CUDA device card's state before the first allocator sample. */
+function cudaDevice(over: Partial<IMemoryDevice> = {}): IMemoryDevice {
+  return {
+    device: 'cuda:0',
+    index: 0,
+    name: 'GPU',
+    uuid: null,
+    nvml_index: null,
+    matched_by: null,
+    mig: null,
+    series: {
+      allocated: 'mem/cuda:0/allocated',
+      reserved: 'mem/cuda:0/reserved',
+      nvml_used: 'mem/cuda:0/nvml_used'
+    } as IMemoryDevice['series'],
+    allocator: null,
+    allocator_reason: 'not sampled yet',
+    nvml: null,
+    nvml_reason: 'NVML unavailable',
+    unavailable: {},
     ...over
   };
 }
@@ -307,27 +332,7 @@ describe('memory panel: CPU-only state', () => {
       memory({
         state: 'active',
         reason: null,
-        devices: [
-          {
-            device: 'cuda:0',
-            index: 0,
-            name: 'GPU',
-            uuid: null,
-            nvml_index: null,
-            matched_by: null,
-            mig: null,
-            series: {
-              allocated: 'mem/cuda:0/allocated',
-              reserved: 'mem/cuda:0/reserved',
-              nvml_used: 'mem/cuda:0/nvml_used'
-            },
-            allocator: null,
-            allocator_reason: 'not sampled yet',
-            nvml: null,
-            nvml_reason: 'NVML unavailable',
-            unavailable: {}
-          }
-        ]
+        devices: [cudaDevice()]
       })
     );
     render(model, fakeConn(() => ({}) as IAck).conn);
@@ -347,14 +352,7 @@ describe('memory panel: CPU-only state', () => {
       state: 'active',
       reason: null,
       devices: [
-        {
-          device: 'cuda:0',
-          index: 0,
-          name: 'GPU',
-          uuid: null,
-          nvml_index: null,
-          matched_by: null,
-          mig: null,
+        cudaDevice({
           series: {
             allocated: 'mem/cuda:0/allocated',
             reserved: 'mem/cuda:0/reserved',
@@ -363,14 +361,9 @@ describe('memory panel: CPU-only state', () => {
             nvml_used: 'mem/cuda:0/nvml_used',
             peak_interval: 'mem/cuda:0/peak_interval'
           },
-          allocator: null,
-          allocator_reason: 'not sampled yet',
-          nvml: null,
-          nvml_reason: 'NVML unavailable',
-          unavailable: {},
           peak_note:
             'peak in interval: exact where a new high was set, else sampled'
-        }
+        })
       ]
     });
     expect(memoryMessage(status)).toBe(true);

@@ -15,6 +15,8 @@ import sqlite3
 import time
 from typing import Any
 
+from ..units import short_bytes
+
 #: Kernels listed in ``record``, newest first.
 LIST_KERNELS = 10
 #: Runs listed per kernel.
@@ -26,17 +28,6 @@ RUN_ALERTS = 200
 #: A kernel whose row has no end, whose process is alive and that wrote this recently
 #: is still running (another kernel of the same notebook).
 LIVE_S = 30.0
-
-
-def fmt_bytes(v: float | None) -> str:
-    if v is None:
-        return "n/a"
-    x, units = float(v), ["B", "KiB", "MiB", "GiB", "TiB"]
-    i = 0
-    while abs(x) >= 1024 and i < len(units) - 1:
-        x /= 1024
-        i += 1
-    return f"{x:.0f} {units[i]}" if i == 0 else f"{x:.1f} {units[i]}"
 
 
 def _signal_name(n: int) -> str:
@@ -118,13 +109,15 @@ def headline(row: dict[str, Any], end: dict[str, Any]) -> str:
         detail = [end["text"]]
     used, limit, per_step = row["mem_used"], row["mem_limit"], row["mem_per_step"]
     if per_step is not None and per_step > 0 and used is not None:
-        mem = f"memory was climbing {fmt_bytes(per_step)}/step"
-        mem += f", {fmt_bytes(used)} of {fmt_bytes(limit)}" if limit else f", {fmt_bytes(used)}"
+        mem = f"memory was climbing {short_bytes(per_step)}/step"
+        mem += (
+            f", {short_bytes(used)} of {short_bytes(limit)}" if limit else f", {short_bytes(used)}"
+        )
         detail.append(mem)
     elif used is not None and limit:
-        detail.append(f"memory {fmt_bytes(used)} of {fmt_bytes(limit)}")
+        detail.append(f"memory {short_bytes(used)} of {short_bytes(limit)}")
     elif used is not None:
-        detail.append(f"memory {fmt_bytes(used)}")
+        detail.append(f"memory {short_bytes(used)}")
     return f"The kernel {verb} {where} ({'; '.join(detail)})."
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ...units import short_bytes
+
 GENERIC_FIX = (
     "Find what keeps a tensor (or its autograd graph) every step: keep numbers "
     "(`loss.item()`) or detached copies (`t.detach().cpu()`), and bound caches."
@@ -13,16 +15,8 @@ SOURCES = {"cgroup": "cgroup limit", "host": "host memory", "device": "device to
 COUNTERS = {"rss": "RSS", "allocated": "allocated", "reserved": "reserved"}
 
 
-def size(n: float | None) -> str:
-    """``2.1 MiB``, ``23.6 GiB``, ``512 B``."""
-    if n is None:
-        return "?"
-    v = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(v) < 1024 or unit == "GiB":
-            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
-        v /= 1024
-    return f"{v:.1f} GiB"  # pragma: no cover
+#: Sizes in sentences (``2.1 MiB``): the shared formatter.
+size = short_bytes
 
 
 def about(n: int) -> str:
