@@ -59,7 +59,7 @@ def attach(endpoint: str | None = None, key: str | None = None) -> bool:
     world size and host come from torch.distributed. Never imports torch itself and
     never raises into training; returns False without an endpoint.
     """
-    from .ranks.entry import attach as _attach
+    from .ranks.worker.entry import attach as _attach
 
     return _attach(endpoint, key)
 

@@ -147,13 +147,13 @@ def test_one_registration_site_for_the_end_of_backward_hooks() -> None:
         m for m, deps in graph.items() if "jupyterlab_torchdbg.kernel.backward_boundary" in deps
     )
     # the step boundary owns it (and, in a worker process of a multi-process job,
-    # ranks/manual.py); the others only read its ModelSource (a track's key)
+    # ranks/worker/manual.py); the others only read its ModelSource (a track's key)
     assert "jupyterlab_torchdbg.kernel.step_boundary" in users
     assert set(users) <= {
         "jupyterlab_torchdbg.kernel.step_boundary",
-        "jupyterlab_torchdbg.ranks.manual",
-        "jupyterlab_torchdbg.ranks.worker",
-        "jupyterlab_torchdbg.ranks.reader",  # a ModelSource's model names the layers
+        "jupyterlab_torchdbg.ranks.worker.manual",
+        "jupyterlab_torchdbg.ranks.worker.boundary",
+        "jupyterlab_torchdbg.ranks.worker.reader",  # a ModelSource's model names the layers
         "jupyterlab_torchdbg.kernel.grads.naming",
         "jupyterlab_torchdbg.kernel.grads.track",
         "jupyterlab_torchdbg.kernel.grads.monitor",

@@ -17,7 +17,7 @@ from torch._utils import ExceptionWrapper
 
 from jupyterlab_torchdbg.kernel.exceptions.capture import Limits, capture
 from jupyterlab_torchdbg.kernel.exceptions.capture.loader_error import parse_traceback
-from jupyterlab_torchdbg.ranks import loader_errors
+from jupyterlab_torchdbg.ranks.worker import loader_errors
 
 
 def wrapped(fn: Any, worker: int = 0) -> BaseException:

@@ -33,8 +33,8 @@ from typing import IO, Any
 import pytest
 import zmq
 
-from jupyterlab_torchdbg.ranks import wire
-from jupyterlab_torchdbg.ranks.endpoint import Endpoint
+from jupyterlab_torchdbg.ranks.kernel.endpoint import Endpoint
+from jupyterlab_torchdbg.ranks.wire import transport as wire
 
 ROOT = Path(__file__).resolve().parents[1]
 #: How much the endpoint process may grow under a flood. What it may legitimately hold
@@ -47,7 +47,7 @@ FLOOD_S = 10.0
 
 ENDPOINT = r"""
 import json, os, sys, time
-from jupyterlab_torchdbg.ranks.endpoint import Endpoint
+from jupyterlab_torchdbg.ranks.kernel.endpoint import Endpoint
 got = []
 ep = Endpoint(lambda w, t, c: got.append(c.get("i")) if t == "tick" else None)
 print(json.dumps({"address": ep.address, "key": ep.key, "pid": os.getpid()}), flush=True)
@@ -97,7 +97,7 @@ print(sent, flush=True)
 
 SIGNED = r"""
 import sys, time
-from jupyterlab_torchdbg.ranks import wire
+from jupyterlab_torchdbg.ranks.wire import transport as wire
 address, key, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 ctx, sock = wire.connect(address, key)
 sess = wire.session(key)
@@ -303,7 +303,7 @@ def test_r55_messages_over_the_frame_or_byte_limit_are_dropped_by_reason() -> No
 
 KEYED_FLOODER = r"""
 import sys, time, zmq
-from jupyterlab_torchdbg.ranks import wire
+from jupyterlab_torchdbg.ranks.wire import transport as wire
 address, key, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
 ctx, sock = wire.connect(address, key)  # it may connect, but signs nothing
 forged = [b"<IDS|MSG>", b"f" * 64, b'{"msg_type": "tick"}', b"{}", b"{}", b'{"i": -1}']
@@ -322,7 +322,7 @@ def test_r55_forged_messages_from_a_connected_peer_are_throttled_not_a_signed_wo
     """A peer that got in (a leaked token, a broken worker) and sends forged messages as
     fast as it can: past the endpoint's verification budget they are dropped unread
     (``throttled``), while a worker that has proven itself keeps every message."""
-    from jupyterlab_torchdbg.ranks import gate
+    from jupyterlab_torchdbg.ranks.kernel import gate
 
     got: list[int] = []
     ep = Endpoint(lambda w, t, c: got.append(c["i"]) if t == "tick" else None)
@@ -470,7 +470,7 @@ def test_r55_tcp_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_r55_a_bad_listen_address_raises_a_clear_error(
     monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
-    from jupyterlab_torchdbg.ranks.listen import ListenError
+    from jupyterlab_torchdbg.ranks.kernel.listen import ListenError
 
     monkeypatch.setenv(wire.LISTEN_ENV, value)
     with pytest.raises(ListenError) as info:
@@ -499,7 +499,7 @@ def test_r55_ipv6_any_listens_and_local_workers_reach_it(monkeypatch: pytest.Mon
     try:
         ep = Endpoint(lambda w, t, c: got.append(c))
     except Exception as e:  # a host without IPv6 must say so clearly
-        from jupyterlab_torchdbg.ranks.listen import ListenError
+        from jupyterlab_torchdbg.ranks.kernel.listen import ListenError
 
         assert isinstance(e, ListenError) and "'::'" in str(e)
         return

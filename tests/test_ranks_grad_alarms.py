@@ -1,6 +1,6 @@
 """A job's gradient alarms from the ranks' own reports (issue #22 item 5): the kernel's
-side (ranks/grad_alarms.py) fed ``rows`` messages as workers send them, and the
-worker's side (ranks/rank_signals.py) on a real model with the kernel's diagnosis.
+side (ranks/kernel/grad_alarms.py) fed ``rows`` messages as workers send them, and the
+worker's side (ranks/worker/rank_signals.py) on a real model with the kernel's diagnosis.
 
 - One event, one alarm: the ranks' reports of a NaN at one step are grouped; the alarm
   waits until every live rank was checked past that step and names the rank whose own
@@ -24,9 +24,9 @@ from test_ranks_job import Harness, w
 from torch import nn
 
 from jupyterlab_torchdbg.kernel.watches import add_watch
-from jupyterlab_torchdbg.ranks import grad_alarms
-from jupyterlab_torchdbg.ranks.rank_signals import RankSignals
-from jupyterlab_torchdbg.ranks.reader import Read, Reader
+from jupyterlab_torchdbg.ranks.kernel import grad_alarms
+from jupyterlab_torchdbg.ranks.worker.rank_signals import RankSignals
+from jupyterlab_torchdbg.ranks.worker.reader import Read, Reader
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import pytest
 from kernel_client import validate_kernel_message
 
 from jupyterlab_torchdbg.kernel.action_registry import ActionRegistry
-from jupyterlab_torchdbg.ranks.aggregator import RankHub
+from jupyterlab_torchdbg.ranks.kernel.aggregator import RankHub
 
 KEY = "127.0.0.1:29500:4"
 

@@ -33,9 +33,10 @@ import pytest
 import torch.multiprocessing as mp
 from torch.multiprocessing.spawn import ProcessExitedException
 
-from jupyterlab_torchdbg.ranks import aggregator, mp_wrap, worker_env
-from jupyterlab_torchdbg.ranks.aggregator import RankHub
-from jupyterlab_torchdbg.ranks.endpoint import Endpoint
+from jupyterlab_torchdbg.ranks.kernel import aggregator, worker_env
+from jupyterlab_torchdbg.ranks.kernel.aggregator import RankHub
+from jupyterlab_torchdbg.ranks.kernel.endpoint import Endpoint
+from jupyterlab_torchdbg.ranks.worker import mp_wrap
 
 #: A spawn is a torch import per process on a busy machine.
 JOB_TIMEOUT_S = 240.0
@@ -85,7 +86,7 @@ def train(index, rdv, out, mode, steps):
 
 FAKE = """
 import os, socket, sys, time
-from jupyterlab_torchdbg.ranks import wire
+from jupyterlab_torchdbg.ranks.wire import transport as wire
 
 address, key, mode = sys.argv[1:4]
 sess = wire.session(key)

@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 import zmq
 
-from jupyterlab_torchdbg.ranks import mp_wrap, wire, worker_env
-from jupyterlab_torchdbg.ranks.endpoint import Endpoint
+from jupyterlab_torchdbg.ranks.kernel import worker_env
+from jupyterlab_torchdbg.ranks.kernel.endpoint import Endpoint
+from jupyterlab_torchdbg.ranks.wire import transport as wire
+from jupyterlab_torchdbg.ranks.worker import mp_wrap
 
 TIMEOUT_S = 20.0
 

@@ -30,8 +30,9 @@ import torch
 import torch.multiprocessing as mp
 
 from jupyterlab_torchdbg.kernel.step_boundary import HOOKS
-from jupyterlab_torchdbg.ranks import wire, worker_env
-from jupyterlab_torchdbg.ranks.endpoint import Endpoint
+from jupyterlab_torchdbg.ranks.kernel import worker_env
+from jupyterlab_torchdbg.ranks.kernel.endpoint import Endpoint
+from jupyterlab_torchdbg.ranks.wire import transport as wire
 
 #: A wait for something the ranks do (a spawn is a torch import per process).
 JOB_TIMEOUT_S = 180.0
@@ -104,7 +105,7 @@ FORK_LAUNCHER = """
 import os
 import sys
 import torch.multiprocessing as mp
-from jupyterlab_torchdbg.ranks import worker_env
+from jupyterlab_torchdbg.ranks.kernel import worker_env
 
 address, key, rdv, out = sys.argv[1:5]
 sys.path.insert(0, out)
@@ -467,9 +468,9 @@ def test_worker_is_lazy_never_raises_and_a_lost_kernel_releases_a_pause(
     holds there for it (cancel: nothing applied; commit: applied at that step); a rank
     paused by a kernel that then goes away resumes by itself once it has been
     unreachable for LOST_RELEASE_S."""
-    from jupyterlab_torchdbg.ranks import agent as agent_mod
-    from jupyterlab_torchdbg.ranks import agreed as agreed_mod
-    from jupyterlab_torchdbg.ranks.worker import Worker
+    from jupyterlab_torchdbg.ranks.worker import agent as agent_mod
+    from jupyterlab_torchdbg.ranks.worker import agreed as agreed_mod
+    from jupyterlab_torchdbg.ranks.worker.boundary import Worker
 
     monkeypatch.setattr(agent_mod, "LOST_RELEASE_S", 0.5)
     monkeypatch.setattr(agreed_mod, "DECIDE_S", WAIT_S)  # a rank holds for the decision
@@ -580,7 +581,7 @@ sys.path.insert(0, sys.argv[1])
 import torch
 from grads_support import session
 from jupyterlab_torchdbg.kernel.step_boundary import HOOKS
-from jupyterlab_torchdbg.ranks import activation
+from jupyterlab_torchdbg.ranks.worker import activation
 
 model = torch.nn.Linear(3, 2)
 with session({"model": model}) as s:
@@ -641,7 +642,7 @@ def test_a_loop_without_an_optimizer_counts_its_backward_passes_until_one_steps(
     optimizer's steps continue the count."""
     from torch.nn.modules import module as module_mod
 
-    from jupyterlab_torchdbg.ranks.worker import Worker
+    from jupyterlab_torchdbg.ranks.worker.boundary import Worker
 
     k = kernel
     w = Worker(k.ep.address, k.ep.key)

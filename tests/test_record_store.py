@@ -82,6 +82,34 @@ def test_points_runs_alerts_and_the_heartbeat_are_written(tmp_path: Path) -> Non
     assert row == (1, 4, 100, 1000, 5.0)
 
 
+def test_the_heartbeat_carries_the_live_step_when_nothing_was_sent(tmp_path: Path) -> None:
+    """A loop that sleeps (or is killed) between two stream flushes: the kernel's row
+    still says the step the training thread reached, read live, not the last one a
+    flush carried; an unchanged step writes nothing until the idle heartbeat."""
+    opened = store.open_store(tmp_path / "nb.sqlite")
+    kid = "0123456789abcdef"
+    opened.conn.execute(
+        "INSERT INTO kernels(id, pid, started, last_write) VALUES (?, ?, ?, ?)",
+        (kid, 1, 1.0, 1.0),
+    )
+    live = [(2, 278)]
+    now = [100.0]
+    w = Writer(opened.conn, kid, lambda: {}, _raise, clock=lambda: now[0], progress=lambda: live[0])
+    w.observe(*_series(1, ["loss"], [277, 278], [[1.0], [0.9]], run=2))
+    w.flush()
+    step = "SELECT run, step, last_write FROM kernels"
+    assert opened.conn.execute(step).fetchone() == (2, 278, 100.0)
+    live[0], now[0] = (2, 300), 100.5  # the steps since were never flushed
+    w.flush()
+    assert opened.conn.execute(step).fetchone() == (2, 300, 100.5)
+    now[0] = 101.0  # nothing new: no write before the idle heartbeat
+    w.flush()
+    assert opened.conn.execute(step).fetchone() == (2, 300, 100.5)
+    live[0] = (3, 0)  # a new run, before its first step: the run, no step yet
+    w.flush()
+    assert opened.conn.execute(step).fetchone() == (3, None, 101.0)
+
+
 def test_a_series_is_thinned_at_its_cap_and_spans_the_whole_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

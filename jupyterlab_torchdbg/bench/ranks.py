@@ -120,9 +120,9 @@ def run_ranks(rounds: int = ROUNDS, world: int = WORLD, seed: int = 0) -> dict[s
     """The ranks section of the bench (see the module docstring)."""
     import torch  # noqa: F401  (spawned workers import it anyway; the parent's patch needs it)
 
-    from ..ranks.aggregator import RankHub
-    from ..ranks.endpoint import Endpoint
-    from ..ranks.worker_env import install
+    from ..ranks.kernel.aggregator import RankHub
+    from ..ranks.kernel.endpoint import Endpoint
+    from ..ranks.kernel.worker_env import install
 
     counter = _Counter()
     errors: list[str] = []

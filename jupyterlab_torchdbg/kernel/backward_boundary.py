@@ -18,8 +18,8 @@ to ``watch()``) whose parameters no optimizer steps:
   later in the pass (DDP's reducer finalizes its all-reduce in one: read before it, a
   rank would see its local gradients); the boundary: gradients -> control, in
   step_boundary.py's ORDER (``StepBoundary.at_backward_end``; a worker's
-  ``Worker.at_backward_end``, ranks/manual.py). Memory is not called there: its ``after_step``
-  counts its argument as an optimizer of the memory breakdown.
+  ``Worker.at_backward_end``, ranks/worker/manual.py). Memory is not called there: its
+  ``after_step`` counts its argument as an optimizer of the memory breakdown.
 
 A step here: one backward pass that accumulated a gradient into the model's parameters
 (``autograd.grad``: none; ``backward(retain_graph=True)`` twice: two; N accumulation
@@ -266,7 +266,7 @@ class BackwardHooks:
 
     def scan(self, ns: dict[str, Any], watched: Watched, starting: Any = None) -> bool:
         """Hook new models, re-hook changed ones, unhook those gone out of scope (also a
-        worker's, with the model it found at its first call: ranks/manual.py).
+        worker's, with the model it found at its first call: ranks/worker/manual.py).
 
         ``watched``: (name or None, model) of every active watch without an optimizer, or
         None when no watch is active (then the namespace is the scope). ``starting``: the

@@ -40,7 +40,7 @@ from .stream import Stream
 from .torch_import import TorchImportWatcher
 
 if TYPE_CHECKING:
-    from ..ranks.aggregator import RankHub
+    from ..ranks.kernel.aggregator import RankHub
     from .host import Shell
 
 _current: Extension | None = None

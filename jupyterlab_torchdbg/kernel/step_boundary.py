@@ -23,7 +23,7 @@ here, in this order, written here and nowhere else:
 
 Each feature catches its own failures (R11): nothing raises into ``step()`` except the
 user's own KeyboardInterrupt while paused. A worker process of a multi-process job
-(ranks/worker.py) has its own boundary, which the same hooks call (``HOOKS.adopt``; in a
+(ranks/worker/boundary.py) has its own boundary, which the same hooks call (``HOOKS.adopt``; in a
 forked child ``HOOKS.pin``, which the parent's load can no longer replace).
 
 The loop's own clip (user_clip.py) tells this boundary what it clipped (``user_clip``):
@@ -85,7 +85,7 @@ RETRY_S = 0.01
 
 class Boundary(Protocol):
     """What torch's step hooks call: the kernel's ``StepBoundary``, or a worker
-    process's boundary (ranks/worker.py)."""
+    process's boundary (ranks/worker/boundary.py)."""
 
     def before_step(self, optimizer: Any, args: Any = None, kwargs: Any = None) -> Any: ...
 
@@ -156,7 +156,7 @@ class StepBoundary:
         self.grads.detach_torch()
 
     def forked(self) -> None:
-        """In a forked child (a rank started by fork, ranks/worker_env.py): this is the
+        """In a forked child (a rank started by fork, ranks/kernel/worker_env.py): this is the
         parent's boundary, never called again; the end-of-backward hooks it set on models
         go (their lock may have been held by another thread at the fork)."""
         self.backward._lock = threading.Lock()

@@ -5,8 +5,8 @@ changing torch's hook dicts, which torch iterates without a lock: the step bound
 (step_boundary.py) and the end-of-backward hooks (backward_boundary.py) change them only
 when no thread is inside an optimizer step or a backward pass.
 
-``stack_lines`` / ``user_first``: a stuck rank's training-thread stack (ranks/agent.py,
-ranks/alarms.py), each frame marked as the user's or not, the user's listed first.
+``stack_lines`` / ``user_first``: a stuck rank's training-thread stack (ranks/worker/agent.py,
+ranks/kernel/alarms.py), each frame marked as the user's or not, the user's listed first.
 """
 
 from __future__ import annotations

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..kernel.host import Host
-    from .aggregator import RankHub
+    from .kernel.aggregator import RankHub
 
 
 def attach_to(host: Host) -> tuple[RankHub, Callable[[], None]]:
     """The kernel side, wired into the loaded extension (never raises; see attach.py)."""
-    from .attach import attach_to as attach
+    from .kernel.attach import attach_to as attach
 
     return attach(host)

@@ -50,6 +50,10 @@ class Recorder:
         self._read_conn: Any = None
         self._sent_key: str | None = None
 
+    def _progress(self) -> tuple[int, int] | None:
+        run = self.host.runs.last
+        return None if run is None else (run.id, run.steps)
+
     # --- lifecycle --------------------------------------------------------------------
 
     def start(self) -> None:
@@ -77,7 +81,9 @@ class Recorder:
                 (self.kernel_id, session, os.getpid(), now, now, oom0),
             )
             self._read_conn = store.connect(self.path)
-            self.writer = Writer(conn, self.kernel_id, self._facts, self.host.count_error)
+            self.writer = Writer(
+                conn, self.kernel_id, self._facts, self.host.count_error, progress=self._progress
+            )
             self.writer.later = (REFRESH_S, self._refresh)
             self.writer.start()
             self._watcher = watcher.spawn(self.path, self.kernel_id, oom_file, oom0)

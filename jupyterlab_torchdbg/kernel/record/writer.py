@@ -33,6 +33,10 @@ QUEUE = 5000
 MAX_ALERTS = 2000
 
 MemoryFacts = Callable[[], dict[str, Any]]
+#: The current (else last) run's id and step count, read live (plain ints the training
+#: thread updates at each step boundary): the step a kernel died at is not the last one
+#: a stream flush or a ``runs`` message happened to carry.
+Progress = Callable[[], "tuple[int, int] | None"]
 
 
 class Writer:
@@ -43,8 +47,11 @@ class Writer:
         memory_facts: MemoryFacts,
         on_error: Callable[[str], None],
         clock: Callable[[], float] = time.time,
+        progress: Progress | None = None,
     ) -> None:
         self.conn = conn
+        self._progress = progress
+        self._beaten: tuple[int, int] | None = None
         self.kernel_id = kernel_id
         self._facts = memory_facts
         self._on_error = on_error
@@ -125,7 +132,13 @@ class Writer:
             items = list(self._queue)
             self._queue.clear()
         now = self._clock()
-        if not items and not force and now - self._last_beat < IDLE_HEARTBEAT_S:
+        live = self._live()
+        if (
+            not items
+            and not force
+            and live == self._beaten
+            and now - self._last_beat < IDLE_HEARTBEAT_S
+        ):
             return
         try:
             self.conn.execute("BEGIN")
@@ -138,9 +151,9 @@ class Writer:
                     self._alert(data)
                 else:
                     self._exception(data)
-            self._beat(now)
+            self._beat(now, live)
             self.conn.execute("COMMIT")
-            self._last_beat = now
+            self._last_beat, self._beaten = now, live
         except Exception:
             self._on_error("record:write")
             try:
@@ -245,11 +258,24 @@ class Writer:
             "UPDATE kernels SET exception=? WHERE id=?", (json.dumps(summary), self.kernel_id)
         )
 
-    def _beat(self, now: float) -> None:
+    def _live(self) -> tuple[int, int] | None:
+        if self._progress is None:
+            return None
+        try:
+            return self._progress()
+        except Exception:
+            self._on_error("record:progress")
+            return None
+
+    def _beat(self, now: float, live: tuple[int, int] | None = None) -> None:
         run = self._current if self._current is not None else self._latest
+        if live is not None and (run is None or live[0] >= run):
+            run = live[0]
         step = None
         if run is not None:
             seen = max(self._run_steps.get(run, 0), int(self._max_step.get(run, 0)))
+            if live is not None and live[0] == run:
+                seen = max(seen, live[1])
             step = seen if seen > 0 else None
         facts: dict[str, Any] = {}
         try:

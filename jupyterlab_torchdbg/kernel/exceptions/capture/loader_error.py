@@ -13,7 +13,7 @@ are the worker's, on this machine: they get the same rows as live frames (origin
 source), without locals (``process`` names where they ran).
 
 Which sample failed is known only when the worker noted it on the wrapper
-(ranks/loader_errors.py, in worker processes of ours); otherwise ``index_known`` is
+(ranks/worker/loader_errors.py, in worker processes of ours); otherwise ``index_known`` is
 false with the reason. With ``num_workers=0`` the dataset's frames are live in the
 kernel: the same reader finds the index there.
 """
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from ....ranks.loader_errors import ORIGIN_ATTR, read
+from ....ranks.worker.loader_errors import ORIGIN_ATTR, read
 from ..cells import CellMap
 from ..summarize import safe_text
 from .bounds import Limits

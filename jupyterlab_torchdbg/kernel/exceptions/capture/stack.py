@@ -51,7 +51,7 @@ _OWN_DIR = os.path.join(
 
 def skip_ipython_prefix(entries: list[StackEntry]) -> list[StackEntry]:
     """Drop IPython's own ``run_code`` frame(s) at the top, as its traceback does, and
-    this package's wrapper frames (``ranks/mp_wrap.py`` around a rank's function)."""
+    this package's wrapper frames (``ranks/worker/mp_wrap.py`` around a rank's function)."""
     shell_file = _ipython_shell_file()
     i = 0
     while i < len(entries) - 1 and (

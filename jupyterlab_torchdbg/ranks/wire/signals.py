@@ -2,7 +2,7 @@
 field and bounded (R52: what a worker sends is data, never code).
 
 A ``rows`` message's row may carry ``nonfinite`` (the rank's diagnosis of a non-finite
-step, ranks/rank_signals.py) and the message ``signals`` (its detector's explosion /
+step, ranks/worker/rank_signals.py) and the message ``signals`` (its detector's explosion /
 vanishing alerts); job.py keeps them for the alarms (grad_alarms.py).
 """
 

@@ -37,7 +37,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..kernel.backward_boundary import BackwardHooks, ModelSource
+from ...kernel.backward_boundary import BackwardHooks, ModelSource
 
 if TYPE_CHECKING:
     from torch.utils.hooks import RemovableHandle

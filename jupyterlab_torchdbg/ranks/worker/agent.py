@@ -36,8 +36,9 @@ from collections import Counter
 from types import FrameType
 from typing import Any, Protocol
 
-from ..kernel.thread_stacks import stack_lines
-from . import identity, wire
+from ...kernel.thread_stacks import stack_lines
+from ..wire import transport as wire
+from . import identity
 from .agreed import Agreements
 
 TICK_S = 0.02

@@ -7,7 +7,7 @@ Python imports ``sitecustomize`` at interpreter start. This one:
 2. does nothing more unless ``TORCHDBG_ENDPOINT`` is set;
 3. never imports torch, nor this package: a meta-path finder waits for the process's
    own ``import torch`` and, once ``torch/__init__`` has run, hands over to
-   ``jupyterlab_torchdbg.ranks.entry.torch_imported`` (the step hooks call a lazy
+   ``jupyterlab_torchdbg.ranks.worker.entry.torch_imported`` (the step hooks call a lazy
    worker from then on; nothing connects before the first optimizer step).
 
 Stdlib modules the interpreter has loaded already, no ``typing`` (annotations are never
@@ -80,7 +80,7 @@ class _TorchWatch:
             exec_module(module)  # the user's import: errors propagate unchanged
             watch.remove()
             try:
-                from jupyterlab_torchdbg.ranks.entry import torch_imported
+                from jupyterlab_torchdbg.ranks.worker.entry import torch_imported
 
                 torch_imported()
             except Exception:

@@ -68,7 +68,7 @@ def world_of(job_key: str) -> str:
 
 
 class Sender(Protocol):
-    """What the hub needs of the endpoint (ranks/endpoint.py)."""
+    """What the hub needs of the endpoint (ranks/kernel/endpoint.py)."""
 
     refused: int
 

@@ -23,11 +23,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ..kernel.torch_import import TorchImportWatcher
-from . import activation, mp_wrap, wire
+from ...kernel.torch_import import TorchImportWatcher
+from ..wire import transport as wire
+from ..worker import activation, mp_wrap
 
 #: The directory holding the boot ``sitecustomize.py`` (put on PYTHONPATH).
-BOOT_DIR = str(Path(__file__).resolve().parent / "boot")
+BOOT_DIR = str(Path(__file__).resolve().parent.parent / "worker" / "boot")
 _NAMES = (wire.ENDPOINT_ENV, wire.KEY_ENV, wire.CELL_ENV, "PYTHONPATH")
 _installed = False
 

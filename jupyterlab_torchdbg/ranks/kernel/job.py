@@ -19,7 +19,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from .signal_wire import finding_of, signal_of, wire_int, wire_num
+from ..wire.signals import finding_of, signal_of, wire_int, wire_num
 
 #: Points kept per rank (the panel's per-rank charts).
 RING = 2000

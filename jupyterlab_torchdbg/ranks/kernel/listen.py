@@ -25,7 +25,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .wire import LISTEN_ENV
+from ..wire.transport import LISTEN_ENV
 
 if TYPE_CHECKING:
     import zmq

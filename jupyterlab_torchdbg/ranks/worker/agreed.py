@@ -67,7 +67,7 @@ class Agreements:
         self.failures = 0
         self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()
         #: The rank's steps are the ends of backward passes of a loop without an
-        #: optimizer (ranks/manual.py): no learning rate to scale.
+        #: optimizer (ranks/worker/manual.py): no learning rate to scale.
         self.manual = False
 
     # --- the sender thread (messages from the kernel) ----------------------------------

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from ..kernel.backward_boundary import ModelSource
+from ...kernel.backward_boundary import ModelSource
 
 #: Path segments of wrapper modules that are not part of the user's layer names.
 WRAPPER_SEGMENTS = {"module", "_fsdp_wrapped_module", "_orig_mod", "_checkpoint_wrapped_module"}

@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..kernel.action_args import no_args, only_keys, schema_number
-from ..kernel.action_registry import ActionError, ActionRegistry
+from ...kernel.action_args import no_args, only_keys, schema_number
+from ...kernel.action_registry import ActionError, ActionRegistry
 
 if TYPE_CHECKING:
     import threading as _threading

@@ -24,7 +24,7 @@ from .aggregator import RankHub
 from .listen import ListenError
 
 if TYPE_CHECKING:
-    from ..kernel.host import Host
+    from ...kernel.host import Host
 
 
 def attach_to(host: Host) -> tuple[RankHub, Callable[[], None]]:
@@ -33,7 +33,7 @@ def attach_to(host: Host) -> tuple[RankHub, Callable[[], None]]:
     cleanups: list[Callable[[], None]] = []
     cell_setter: Callable[[str | None], None] | None = None
     try:
-        from . import mp_wrap
+        from ..worker import mp_wrap
 
         # torch's join reaps the ranks the notebook starts: their exit codes (R56)
         mp_wrap.exit_listener = hub.process_exited

@@ -30,11 +30,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..kernel.step_boundary import HOOKS, StepBoundary
-from ..kernel.torch_import import TorchImportWatcher
-from . import wire
+from ...kernel.step_boundary import HOOKS, StepBoundary
+from ...kernel.torch_import import TorchImportWatcher
+from ..wire import transport as wire
+from .boundary import Worker
 from .identity import Origin, launcher
-from .worker import Worker
 
 _lock = threading.Lock()
 _worker: Worker | None = None

@@ -23,7 +23,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from . import listen, wire
+from ..wire import transport as wire
+from . import listen
 from .gate import Gate
 
 OnMessage = Callable[[bytes, str, dict[str, Any]], None]

@@ -32,15 +32,15 @@ import weakref
 from collections import Counter, deque
 from typing import Any
 
-from ..kernel.backward_boundary import ModelSource
-from ..kernel.grads.loop_clip import learning_rate
+from ...kernel.backward_boundary import ModelSource
+from ...kernel.grads.loop_clip import learning_rate
+from ..wire.transport import finite_or_special
 from . import loader_errors
 from .agent import Agent
 from .agreed import Agreements
 from .manual import ManualModels
 from .rank_signals import RankSignals
 from .reader import Reader, memory
-from .wire import finite_or_special
 
 #: Seconds without a step before a heartbeat carries the stack (the kernel's config).
 DEFAULT_HANG_S = 10.0
@@ -289,7 +289,7 @@ def _exception_content(exc: BaseException) -> dict[str, Any]:
     """The panel's exception body (kernel/exceptions/capture, no shell), or a minimal
     one if the capture fails."""
     try:
-        from ..kernel.exceptions.capture import capture
+        from ...kernel.exceptions.capture import capture
 
         return dict(capture(exc))
     except Exception:

@@ -27,7 +27,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from ..kernel.thread_stacks import user_first
+from ...kernel.thread_stacks import user_first
 from .grad_alarms import GradAlarms
 from .job import LOST_S, Job, Rank, norm_value, same_norm
 

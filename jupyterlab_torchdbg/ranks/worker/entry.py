@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 
-from . import activation, mp_wrap, wire
+from ..wire import transport as wire
+from . import activation, mp_wrap
 from .identity import Origin
 
 

@@ -34,13 +34,13 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from ..wire.signals import CAUSES, SIGNAL_KINDS
 from .reader import frame_namespace
-from .signal_wire import CAUSES, SIGNAL_KINDS
 
 if TYPE_CHECKING:
-    from ..kernel.grads.alarms import Detector
-    from ..kernel.grads.bad_step import KeptCall
-    from ..kernel.grads.inputs import InputKeeper
+    from ...kernel.grads.alarms import Detector
+    from ...kernel.grads.bad_step import KeptCall
+    from ...kernel.grads.inputs import InputKeeper
     from .reader import Read
 
 #: Sampled reads waiting for the detector at most (the oldest dropped first).
@@ -118,8 +118,8 @@ class RankSignals:
             root = self._root() if self._root is not None else None
             if root is inner:
                 return
-            from ..kernel.grads.inputs import InputKeeper, hook_target
-            from ..kernel.grads.loss_sources import loss_modules
+            from ...kernel.grads.inputs import InputKeeper, hook_target
+            from ...kernel.grads.loss_sources import loss_modules
 
             if self.keeper is None:
                 self.keeper = InputKeeper(self._on_error)
@@ -156,7 +156,7 @@ class RankSignals:
         """Whether to read the weights' norms at this sampled step: at each of the first
         steps (the first updates' size, kernel/grads/explosion.py), then about once a
         second (the scale a gradient norm is judged against), as the kernel does."""
-        from ..kernel.grads.divergence import EARLY_UPDATES
+        from ...kernel.grads.divergence import EARLY_UPDATES
 
         if self._weight_reads <= EARLY_UPDATES:
             return True
@@ -173,7 +173,7 @@ class RankSignals:
         self._weight_reads += 1
 
     def _non_finite(self, step: int, read: Read) -> dict[str, Any] | None:
-        from ..kernel.grads.alarms import REARM_SAMPLES
+        from ...kernel.grads.alarms import REARM_SAMPLES
 
         assert read.norm is not None
         if math.isfinite(read.norm):
@@ -193,7 +193,7 @@ class RankSignals:
         as far as this rank's own data shows."""
         import torch
 
-        from ..kernel.grads import diagnose, rerun
+        from ...kernel.grads import diagnose, rerun
 
         layers, names = read.layers or [], read.names or []
         bad = [i for i, v in enumerate(layers) if not math.isfinite(v)]
@@ -276,7 +276,7 @@ class RankSignals:
         try:
             import torch
 
-            from ..kernel.grads.alarms import Detector, Thresholds
+            from ...kernel.grads.alarms import Detector, Thresholds
 
             if self._detector is None or self._detector_layout != layout:
                 self._detector = Detector("rank", Thresholds())
