@@ -136,9 +136,14 @@ async function generate() {
       return key && key in defs ? nameOf(defs, key) : undefined;
     }
   });
+  // the version, in one place: the schema's `x-protocol-version`
+  const version = `
+/** The protocol version: the schema's \`x-protocol-version\`. */
+export const PROTOCOL_VERSION = ${JSON.stringify(source['x-protocol-version'])};
+`;
   const target = path.join(ROOT, OUTPUT);
   const config = (await prettier.resolveConfig(target)) ?? {};
-  return prettier.format(ts, { ...config, filepath: target });
+  return prettier.format(ts + version, { ...config, filepath: target });
 }
 
 async function main() {

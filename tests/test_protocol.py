@@ -29,9 +29,18 @@ def test_version_constants_match_schema_and_typescript() -> None:
     schema = load_schema()
     assert schema["x-protocol-version"] == PROTOCOL_VERSION
     assert schema["x-comm-target"] == COMM_TARGET
+    # the version is kept in the schema only: TypeScript's constant is generated from it
+    # (jlpm gen:protocol:check fails when generated.ts is stale)
+    generated = (ROOT / "src" / "protocol" / "generated.ts").read_text()
+    assert re.search(rf"PROTOCOL_VERSION = '{re.escape(PROTOCOL_VERSION)}'", generated)
     ts = (ROOT / "src" / "protocol" / "version.ts").read_text()
-    assert re.search(rf"PROTOCOL_VERSION = '{re.escape(PROTOCOL_VERSION)}'", ts)
+    assert "export { PROTOCOL_VERSION } from './generated'" in ts
     assert re.search(rf"COMM_TARGET = '{COMM_TARGET}'", ts)
+    # and no document shows another version in its examples
+    doc = (ROOT / "jupyterlab_torchdbg" / "protocol" / "PROTOCOL.md").read_text()
+    shown = set(re.findall(r'"protocol_version": "([0-9.]+)"', doc))
+    assert shown == {PROTOCOL_VERSION}, shown
+    assert f"Version **{PROTOCOL_VERSION}**" in doc
 
 
 def test_major() -> None:

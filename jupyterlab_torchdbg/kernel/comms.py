@@ -364,14 +364,3 @@ class CommHub:
                 "message": f"{why} (an internal error of jupyterlab_torchdbg, counted)",
             },
         )
-
-    def requester(self) -> Callable[[dict[str, Any], list[memoryview] | None], None] | None:
-        """During an action handler: a function that sends to the requesting comm only."""
-        comm = getattr(self._local, "comm", None)
-        if comm is None:
-            return None
-
-        def send(data: Message, buffers: Buffers | None = None) -> None:
-            self._send(comm, data, buffers)
-
-        return send

@@ -1,8 +1,9 @@
 """The comm protocol shared by the kernel side and the lab extension.
 
 The single source of truth is ``messages.schema.json`` beside this file (documented in
-``PROTOCOL.md``). This module holds the version constant, which tests check against the
-schema, and the JSON encoding rules (NaN/Infinity as strings, numpy/torch scalars as
+``PROTOCOL.md``). This module reads the version from the schema's ``x-protocol-version``
+(the one place it is kept; the TypeScript constant is generated from the same field) and
+holds the JSON encoding rules (NaN/Infinity as strings, numpy/torch scalars as
 plain numbers). It must stay importable without torch.
 """
 
@@ -15,12 +16,22 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-PROTOCOL_VERSION = "2.6"
+SCHEMA_PATH = Path(__file__).with_name("messages.schema.json")
+
+
+def _schema_version() -> str:
+    with SCHEMA_PATH.open(encoding="utf-8") as f:
+        version = json.load(f)["x-protocol-version"]
+    if not isinstance(version, str):
+        raise TypeError(f"x-protocol-version in {SCHEMA_PATH} is not a string")
+    return version
+
+
+PROTOCOL_VERSION = _schema_version()
 COMM_TARGET = "jupyterlab_torchdbg"
 #: The target of the comm the kernel side opens (and closes at once) when it loads: the
 #: panels of a kernel whose side was unloaded reattach (PROTOCOL.md, "Transport").
 LOADED_TARGET = "jupyterlab_torchdbg.loaded"
-SCHEMA_PATH = Path(__file__).with_name("messages.schema.json")
 
 #: Nesting deeper than this in a panel message is rejected as malformed (R14).
 MAX_JSON_DEPTH = 16

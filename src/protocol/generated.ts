@@ -2159,3 +2159,6 @@ export interface IActionExportTensorboard {
   };
   [k: string]: unknown;
 }
+
+/** The protocol version: the schema's `x-protocol-version`. */
+export const PROTOCOL_VERSION = '2.6';

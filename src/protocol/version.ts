@@ -1,8 +1,8 @@
 /**
- * The protocol version and comm target. Kept equal to the schema's
- * `x-protocol-version` and to the Python constant (checked by jest and pytest).
+ * The protocol version (generated from the schema's `x-protocol-version`, the one
+ * place it is kept; Python reads the same field) and the comm target.
  */
-export const PROTOCOL_VERSION = '2.6';
+export { PROTOCOL_VERSION } from './generated';
 export const COMM_TARGET = 'jupyterlab_torchdbg';
 /** The comm the kernel side opens (and closes at once) each time it loads. */
 export const LOADED_TARGET = 'jupyterlab_torchdbg.loaded';

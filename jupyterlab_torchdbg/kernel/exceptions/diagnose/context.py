@@ -182,20 +182,6 @@ def user_name_or(c: Row | None, fallback: str) -> str:
     return fallback
 
 
-def merge_culprits(*groups: list[Row]) -> list[Row]:
-    """Culprits without duplicates (same object), first occurrence wins."""
-    seen: set[object] = set()
-    out = []
-    for g in groups:
-        for c in g:
-            key = c.get("_id", ("name", c.get("name")))
-            if key in seen:
-                continue
-            seen.add(key)
-            out.append(c)
-    return out
-
-
 def shape_text(shape: object) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]" if isinstance(shape, list) else "n/a"
 
