@@ -17,6 +17,10 @@ word-language-model example), with keyword arguments to the model's call.
 gradient explodes).
 These three sleep 50 ms a step, as a real step takes far longer than reading its norms
 (so every step is sampled, even on a busy machine).
+``fsdp``: the model sharded with FSDP2's ``fully_shard`` (no DDP): each rank holds half
+of every parameter and its gradient; every step rank 0 writes the global gradient norm
+``clip_grad_norm_`` computes (with an infinite bound: nothing is clipped) to
+``out/fsdp_norms.json``, the reference the kernel's combined norm is checked against.
 ``out``: each rank saves its final weights there.
 """
 
@@ -61,6 +65,9 @@ def train(
         dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2))
+    if mode == "fsdp":
+        _fsdp(model, rank, world, steps, out)
+        return
     ddp = model if mode == "spike-local" else nn.parallel.DistributedDataParallel(model)
     g = torch.Generator().manual_seed(1000 + rank)
     if mode.startswith("manual"):
@@ -115,6 +122,38 @@ def _manual(ddp: Any, g: Any, rank: int, steps: int, slow: bool) -> None:
                 p -= 0.05 * p.grad
         if slow:
             time.sleep(0.02)
+
+
+def _fsdp(model: Any, rank: int, world: int, steps: int, out: str | None) -> None:
+    """FSDP2 on CPU (gloo): the reference global norm of every step, from torch."""
+    import json
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (world,))
+    for layer in (model[0], model[2]):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    g = torch.Generator().manual_seed(1000 + rank)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    reference: dict[int, float] = {}
+    for i in range(steps):
+        x = torch.randn(32, 8, generator=g) * (1 + rank)
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        total = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))
+        full = total.full_tensor() if hasattr(total, "full_tensor") else total
+        reference[i + 1] = float(full)
+        time.sleep(0.05)
+        opt.step()
+    if rank == 0 and out is not None:
+        (Path(out) / "fsdp_norms.json").write_text(json.dumps(reference))
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def same_weights(out: str, world: int) -> bool:

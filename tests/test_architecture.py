@@ -239,3 +239,40 @@ def test_step_boundary_calls_grads_then_control_then_memory(
     # ...and memory ran after the step, seeing the clipped gradients.
     assert all(a == pytest.approx(1e-3, rel=1e-3) for a in after_step)
     assert all(b > 1e-2 for b in pre_clip)
+
+
+def _files_section(doc: str) -> str:
+    """A package docstring's list of its files: from "Files" to the first paragraph after
+    it that is not a list item."""
+    paragraphs = doc[doc.index("Files") :].split("\n\n")
+    keep = [paragraphs[0]]
+    for p in paragraphs[1:]:
+        if not p.lstrip().startswith("- "):
+            break
+        keep.append(p)
+    return "\n\n".join(keep)
+
+
+def test_a_package_docstring_names_every_module_and_no_missing_one() -> None:
+    """A package's docstring that lists its files (``Files``) names every module it holds
+    and none that is gone (kernel/grads listed a ``watch`` module that no longer was);
+    a name followed by a parenthesis (its description) must be a module: the others are
+    messages and functions."""
+    import ast
+    import re
+
+    root = Path(__file__).parent.parent / "jupyterlab_torchdbg"
+    checked = 0
+    for init in sorted(root.rglob("__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        if "Files" not in doc:
+            continue
+        modules = {p.stem for p in init.parent.glob("*.py")} - {"__init__"}
+        modules |= {p.name for p in init.parent.iterdir() if (p / "__init__.py").exists()}
+        files = _files_section(doc)
+        named = set(re.findall(r"``([a-z_][a-z0-9_]*)``", files))
+        described = set(re.findall(r"``([a-z_][a-z0-9_]*)`` \(", files))
+        assert modules <= named, (str(init), sorted(modules - named))
+        assert described <= modules, (str(init), sorted(described - modules))
+        checked += 1
+    assert checked >= 5

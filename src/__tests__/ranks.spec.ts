@@ -619,6 +619,41 @@ describe('ranks panel', () => {
     expect(note.getAttribute('role')).toBe('alert');
   });
 
+  it('an FSDP job: the global norm from the shards, shard norms in the grid, no all-rank clip', async () => {
+    const { model, conn } = setup();
+    render(conn);
+    const sharded = (global: number | null, step: number | null) =>
+      ranks({
+        job: job({
+          sharded: { replicas: 1, global_norm: global, global_step: step }
+        }),
+        ranks: [
+          rank(0, { sharded: true, grad_norm: 0.3 }),
+          rank(1, { sharded: true, grad_norm: 0.4 })
+        ]
+      });
+    await kernelSays(model, sharded(null, null));
+    expect($('.jp-TorchDbg-ranksGlobalNorm')!.textContent).toBe(
+      'Global gradient norm (FSDP): waiting for every rank to read one same step.'
+    );
+    await kernelSays(model, sharded(0.5, 12));
+    expect($('.jp-TorchDbg-ranksGlobalNorm')!.textContent).toBe(
+      'Global gradient norm (FSDP, from 2 ranks’ shards): 0.5 at step 12'
+    );
+    // a live figure: the next message moves it
+    await kernelSays(model, sharded(0.61234, 13));
+    expect($('.jp-TorchDbg-ranksGlobalNorm')!.textContent).toBe(
+      'Global gradient norm (FSDP, from 2 ranks’ shards): 0.6123 at step 13'
+    );
+    expect($('.jp-TorchDbg-rankHead')!.textContent).toContain('shard');
+    expect(button('Clip all ranks').disabled).toBe(true);
+    expect(button('Clip all ranks').title).toContain('sharded (FSDP)');
+    // a plain DDP job: no such line, the clip on
+    await kernelSays(model, ranks());
+    expect($('.jp-TorchDbg-ranksGlobalNorm')).toBeNull();
+    expect(button('Clip all ranks').disabled).toBe(false);
+  });
+
   it('once the job has ended every action is off, with the reason', async () => {
     const { model, conn, sent } = setup();
     model.ranks.apply(

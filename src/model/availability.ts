@@ -253,7 +253,15 @@ export function availability(
     copyReport: unless(noExc),
     resync: unless(offline),
     clearSeries: unless(offline),
-    ranksClip: unless(offline, ranksBlocked),
+    ranksClip: unless(
+      offline,
+      ranksBlocked,
+      job?.sharded
+        ? trans.__(
+            'The gradients are sharded (FSDP): an all-rank clip needs the global norm on every rank, a collective the extension does not add. Clip in your loop (clip_grad_norm_ handles sharded gradients).'
+          )
+        : ''
+    ),
     ranksUnclip: unless(
       offline,
       ranksBlocked,

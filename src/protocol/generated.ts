@@ -1547,6 +1547,20 @@ export interface IRankJob {
   transport: 'ipc' | 'tcp';
   paused_at: number | null;
   pending: IRankPending | null;
+  /**
+   * Only for a job whose gradients are sharded (FSDP's fully_shard: DTensor gradients): each rank's grad_norm is the norm of its own shards, and the job's global gradient norm is combined in the kernel from the ranks' shard norms of one step, sqrt(sum of squares / replicas), with no collective.
+   */
+  sharded?: {
+    /**
+     * How many ranks hold each shard (1 for FSDP; the replicate dimension's size for HSDP).
+     */
+    replicas: number;
+    /**
+     * The global gradient norm at global_step; null until every rank of the world has read one same step.
+     */
+    global_norm: FiniteOrSpecial | null;
+    global_step: number | null;
+  };
 }
 /**
  * An all-rank action agreed for one step.
@@ -1612,6 +1626,10 @@ export interface IRankState {
    * Where its training thread is now: in user code, inside a torch collective/backward, held by pause, or unknown.
    */
   phase: 'user' | 'torch_wait' | 'paused' | 'none';
+  /**
+   * Its gradients are sharded (FSDP): grad_norm and the layers' norms are of this rank's shards, not of the whole gradients.
+   */
+  sharded?: true;
   layers?: IRankLayers;
 }
 /**
@@ -2161,4 +2179,4 @@ export interface IActionExportTensorboard {
 }
 
 /** The protocol version: the schema's `x-protocol-version`. */
-export const PROTOCOL_VERSION = '2.6';
+export const PROTOCOL_VERSION = '2.7';

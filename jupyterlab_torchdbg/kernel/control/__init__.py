@@ -2,7 +2,8 @@
 
 Files: ``controller`` (the mailbox the actions write and the step boundary reads: pause,
 single step, LR scaling), ``clip`` (clipping exactly as ``clip_grad_norm_``, reusing the
-gradient monitor's read of the step). ``attach(host)`` registers the actions, the
+gradient monitor's read of the step), ``lr`` (learning rates per optimizer, as they
+are). ``attach(host)`` registers the actions, the
 snapshot part and nothing else: the step boundary (``step_boundary.py``) calls
 ``Control.at_step``; ``extension.py`` calls ``post_run_cell`` and ``detach``.
 """

@@ -1,12 +1,22 @@
 """Gradient monitor: per-layer norms at every optimizer step boundary, alarms, stride.
 
-Files: ``monitor`` (what runs at the step boundary, the flush side), ``track`` (one
-optimizer's state and table statistics), ``status`` (the ``grads`` message),
-``collector`` (foreach norms on the device), ``naming`` (parameter -> layer names, the
-plan), ``watch`` (the ``watch()`` registry), ``alarms`` (non-finite / explosion /
-vanishing / AMP), ``stride`` (self-timing and the automatic stride), ``probe`` (the
-forward probe after a non-finite alarm), ``action_args`` (the panel actions' arguments),
-``api`` (``watch()``).
+Files, by idea:
+
+- the step boundary's read: ``monitor`` (what runs at the boundary, the flush side),
+  ``collector`` (foreach norms left on the device), ``naming`` (parameter -> layer names,
+  the plan), ``stride`` (self-timing and the automatic stride), ``track`` (one optimizer's
+  state and table statistics), ``retired`` (tracks whose optimizer is gone), ``per_run``
+  (new tracks per run), ``status`` (the ``grads`` message), ``api`` (``watch()``);
+- alarms: ``alarms``, ``check``, ``alerts``, ``thresholds``, ``explosion``,
+  ``divergence``, ``amp_skips``, ``loop_clip`` (the loop's own clip);
+- a non-finite step: ``nonfinite``, ``bad_step``, ``step_diagnosis``, ``diagnose``,
+  ``finding``, ``cause_alert``, ``loss_check``, ``loss_sources``, ``backward_root``,
+  ``inputs`` / ``hookup`` (the kept forward calls), ``probe`` (the forward probe),
+  ``rerun`` (re-running user code changes nothing), ``replay`` / ``replay_run`` /
+  ``replay_loss`` / ``replay_report``; skipping it: ``skip``, ``closure_skip``,
+  ``norm_stats``, ``skip_facts``;
+- hooks on the user's modules: ``module_hooks``, ``hook_guard``;
+- ``action_args`` (the panel actions' arguments).
 
 ``attach(host, clipping)`` creates the monitor and registers its actions and snapshot
 part; the step boundary calls ``GradMonitor.on_step`` and ``extension.py`` calls

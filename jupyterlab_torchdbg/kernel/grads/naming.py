@@ -138,9 +138,6 @@ class Plan:
     #: The models that named the parameters, as (name, weakref) (the forward probe's roots).
     roots: list[tuple[str, Any]] = field(default_factory=list)
 
-    def full_sig(self) -> tuple[Any, ...]:
-        return tuple((id(p), bool(p.requires_grad)) for p in self.params)
-
 
 def group_sig(optimizer: torch.optim.Optimizer) -> tuple[tuple[int, int], ...]:
     """Cheap identity of the optimizer's parameter lists (checked at every sample)."""

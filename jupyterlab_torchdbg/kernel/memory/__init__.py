@@ -8,7 +8,8 @@ UUID), ``breakdown`` (parameters / gradients / optimizer state / everything else
 ``record_memory``, ``save_checkpoint``, ``set_memory_guard``; ``measure_activations`` is
 ``activations``), ``peaks`` (the peak of each sampling interval), ``leak`` (leaks named
 while they grow, the limit, the guard), ``monitor`` (sampling, the OOM trigger),
-``status`` (the ``memory`` message), ``poller`` (the NVML / RSS thread); actions that
+``status`` (the ``memory`` message), ``poller`` (the NVML / RSS thread),
+``step_threads`` (which thread steps which optimizer: what this thread may read); actions that
 wait for the training thread use ``kernel/safe_point.py``.
 
 ``attach(host, exception_id)`` registers the actions and the snapshot part and starts the

@@ -29,6 +29,7 @@ Files, one idea each:
 - ``names``: ``bound_name``, the one rule that makes every name wire-safe and at most
   512 characters (a feature that reports a series name elsewhere, e.g. in a status
   message, passes it through ``bound_name`` so the panel finds the series, R44);
+- ``run_points``: every kept point of one run as plain series (for an export);
 - ``limits``: every bound (read and patch them there: ``stream.limits.MAX_SERIES``).
 """
 

@@ -180,6 +180,14 @@ class AllRankActions:
             live = job.live(hub.now(), hub.hang_s)
             if not live:
                 raise ActionError(f"every rank of job {job.id} has ended", "refused")
+            if action == "ranks_clip" and job.sharded():
+                raise ActionError(
+                    f"job {job.id}'s gradients are sharded (FSDP): clipping them needs the "
+                    "global norm on every rank at one step, which takes a collective the "
+                    "extension does not add to your step; clip in your loop instead "
+                    "(torch.nn.utils.clip_grad_norm_ handles sharded gradients)",
+                    "refused",
+                )
             margin = max(MIN_MARGIN, math.ceil(job.fastest_steps_per_s() * MARGIN_S))
             furthest = max(r.step for r in live)
             workers = {r.worker: r.number for r in live}

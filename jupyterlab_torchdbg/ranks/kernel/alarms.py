@@ -122,6 +122,11 @@ class Alarms:
         ranks = job.ordered()
         if len(ranks) < max(2, job.world_size):
             return 0  # not every rank has attached yet: its early steps are still kept
+        if job.sharded():
+            # FSDP: each rank reads its own shards, so the norms differ by design; the
+            # job's global norm is combined from them instead (Job.global_norm)
+            job.checked_upto = max(r.row_step for r in ranks)
+            return 0
         live = job.live(now, hang_s)
         upto = min(r.row_step for r in live) if live else max(r.row_step for r in ranks)
         if upto <= job.checked_upto:

@@ -117,6 +117,9 @@ class Rank:
     signals: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_SIGNALS))
     #: The last step its detector (explosion, vanishing) has judged.
     checked: int = 0
+    #: Sharded gradients (FSDP): how many ranks hold each of its shards; its norms are
+    #: its shards' (None: whole gradients, every replica's norm is the global one).
+    replicas: int | None = None
 
     @property
     def number(self) -> int:
@@ -168,6 +171,8 @@ class Rank:
             "lr_scale": self.lr_scale,
             "phase": self.phase if self.ended is None else "none",
         }
+        if self.replicas is not None:
+            out["sharded"] = True
         if self.layers is not None:
             out["layers"] = self.layers
         return out
@@ -203,6 +208,9 @@ class Rank:
                 self.dts.append(dt)
                 if own is not None:
                     self.owns.append(dt * min(1.0, max(0.0, own)))
+            replicas = wire_int(row.get("replicas"), 1)
+            if replicas is not None:
+                self.replicas = min(replicas, 65536)
             if norm is not None:
                 self.norm, self.norm_step = norm, step
                 self.norms_by_step[step] = norm
@@ -393,8 +401,35 @@ class Job:
         times = [t for t in (r.step_time() for r in self.ranks.values()) if t]
         return 1.0 / min(times) if times else 0.0
 
+    def sharded(self) -> bool:
+        return any(r.replicas is not None for r in self.ranks.values())
+
+    def global_norm(self) -> tuple[int, float | str] | None:
+        """FSDP: the global gradient norm at the latest sampled step every rank of the
+        world has read, from their shard norms: sqrt(sum of squares / replicas) (each
+        shard is held by ``replicas`` ranks). Nothing is asked of the ranks: the norms
+        are the ones their rows carried. None while a rank of the world has not read
+        that step (or the job is not sharded)."""
+        ranks = list(self.ranks.values())
+        if len(ranks) < self.world_size or not ranks:
+            return None
+        replicas = max((r.replicas or 0) for r in ranks)
+        if replicas < 1 or any(r.replicas is None for r in ranks):
+            return None
+        for step in reversed(ranks[0].norms_by_step):
+            norms = [r.norms_by_step.get(step) for r in ranks]
+            if any(n is None for n in norms):
+                continue
+            total = 0.0
+            for n in norms:
+                v = norm_value(n)
+                total += math.nan if v is None else v * v
+            found = wire_norm(math.sqrt(total / replicas))
+            return None if found is None else (step, found)
+        return None
+
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "id": self.id,
             "started": self.started,
             "world_size": self.world_size,
@@ -403,6 +438,14 @@ class Job:
             "paused_at": self.paused_at,
             "pending": self.pending,
         }
+        if self.sharded():
+            found = self.global_norm()
+            out["sharded"] = {
+                "replicas": max((r.replicas or 1) for r in self.ranks.values()),
+                "global_norm": None if found is None else found[1],
+                "global_step": None if found is None else found[0],
+            }
+        return out
 
     def states(self, now: float, hang_s: float) -> list[dict[str, Any]]:
         return [r.to_json(now, hang_s) for r in self.ordered()]

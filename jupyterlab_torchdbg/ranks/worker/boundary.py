@@ -190,6 +190,8 @@ class Worker:
                 mem=mem,
                 mem_kind=self.mem_kind,
             )
+            if read.replicas is not None:
+                row["replicas"] = read.replicas  # the norm is of this rank's shards
             if read.names is not None and read.layers is not None:
                 self._layers = {
                     "step": step,

@@ -12,6 +12,13 @@ are searched for ``nn.Module`` locals and globals holding the optimizer's parame
 (the one covering most of them, the smallest on a tie); wrapper prefixes (DDP's
 ``module.``, FSDP's, ``torch.compile``'s) are dropped. Without a model: ``param[i]``.
 Optimizers and modules are held by weakref only; no tensor outlives the read.
+
+Sharded gradients (FSDP's ``fully_shard``: ``DTensor`` gradients) are read shard by shard:
+the norms are of this rank's local shards (``to_local()``), never of the whole tensor,
+which would take a collective. ``Read.replicas`` says how many ranks hold each shard (1
+for plain FSDP, the replicate dimension's size for HSDP), so the kernel can combine the
+ranks' shard norms of one step into the global norm with no collective of ours
+(kernel/job.py, ``Job.global_norm``).
 """
 
 from __future__ import annotations
@@ -47,6 +54,9 @@ class Read:
     module_name: str | None = None
     params: list[Any] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
+    #: Sharded gradients (DTensor): the ranks holding each shard (the norms are this
+    #: rank's shards'); None when the gradients are whole tensors.
+    replicas: int | None = None
 
 
 @dataclass
@@ -84,6 +94,7 @@ class Reader:
         module = layout.module() if layout.module is not None else None
         if not grads:
             return Read(None, None, None, module, layout.module_name)
+        grads, replicas = local_shards(grads)
         with torch.no_grad():
             try:
                 norms = torch._foreach_norm(grads)
@@ -99,7 +110,9 @@ class Reader:
             total += sq
         layers = [math.sqrt(s) for s in squares[:MAX_LAYERS]]
         names = layout.names[:MAX_LAYERS]
-        return Read(math.sqrt(total), layers, names, module, layout.module_name, with_grad, values)
+        return Read(
+            math.sqrt(total), layers, names, module, layout.module_name, with_grad, values, replicas
+        )
 
     def weights(self, optimizer: Any, frame: FrameType | None) -> list[float] | None:
         """The weights' norms, ``[total, layer_1..L]`` in the layout of ``read`` (the
@@ -111,12 +124,13 @@ class Reader:
         if not params:
             return None
         layout = self._layout(optimizer, params, frame)
+        weights, _ = local_shards([p.detach() for p in params])
         with torch.no_grad():
             try:
-                values = torch.stack(torch._foreach_norm([p.detach() for p in params]))
+                values = torch.stack(torch._foreach_norm(weights))
                 norms = values.double().tolist()
             except Exception:  # sparse, mixed devices: tensor by tensor
-                norms = [float(torch.linalg.vector_norm(p.detach().float())) for p in params]
+                norms = [float(torch.linalg.vector_norm(w.float())) for w in weights]
         squares = [0.0] * len(layout.names)
         for p, v in zip(params, norms, strict=True):
             squares[layout.layer_of.get(id(p), 0)] += v * v
@@ -147,6 +161,35 @@ class Reader:
         except TypeError:
             pass  # not weakref-able: found again at each read
         return layout
+
+
+def local_shards(tensors: list[Any]) -> tuple[list[Any], int | None]:
+    """This rank's shards of ``DTensor`` gradients (``to_local()``: no communication) and
+    how many ranks hold each shard (the product of the mesh's replicated dimensions);
+    plain tensors as they are, with None."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except Exception:  # torch without distributed tensors
+        return tensors, None
+    if not any(isinstance(t, DTensor) for t in tensors):
+        return tensors, None
+    replicas = 1
+    out: list[Any] = []
+    for t in tensors:
+        if isinstance(t, DTensor):
+            try:
+                mesh, placements = t.device_mesh, t.placements
+                r = 1
+                for dim, placement in enumerate(placements):
+                    if placement.is_replicate():
+                        r *= int(mesh.size(dim))
+                replicas = max(replicas, r)
+            except Exception:
+                pass
+            out.append(t.to_local())
+        else:
+            out.append(t)
+    return out, replicas
 
 
 def frame_namespace(frame: FrameType | None) -> dict[str, Any]:

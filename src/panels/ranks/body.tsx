@@ -10,6 +10,7 @@ import { RankCharts } from './charts';
 import { RankGrid } from './grid';
 import { RanksActionName, RanksModel } from './model';
 import { sendRanksAction } from './send';
+import { ShardedNorm } from './sharded';
 
 /** The pending all-rank action's name as a word ("clip", "pause", ...). */
 export function pendingLabel(action: string, trans: TranslationBundle): string {
@@ -252,6 +253,7 @@ export function RanksPanel(props: {
   return (
     <div className="jp-TorchDbg-ranks" data-job-state={model.job.state}>
       <RanksHeader model={model} trans={trans} />
+      <ShardedNorm job={model.job} trans={trans} />
       <RankGrid model={model} trans={trans} />
       <RanksActions conn={conn} trans={trans} />
       <RankAlarms alarms={model.alarms} trans={trans} />

@@ -48,11 +48,17 @@ export function RankGrid(props: {
         </span>
         <span
           role="columnheader"
-          title={trans.__(
-            'Total gradient norm after the all-reduce (equal on every rank unless desynced)'
-          )}
+          title={
+            model.job?.sharded
+              ? trans.__(
+                  'The norm of this rank’s shards of the gradients (FSDP); the global norm is above'
+                )
+              : trans.__(
+                  'Total gradient norm after the all-reduce (equal on every rank unless desynced)'
+                )
+          }
         >
-          {trans.__('grad')}
+          {model.job?.sharded ? trans.__('shard') : trans.__('grad')}
         </span>
         <span role="columnheader" title={trans.__('Memory of the rank')}>
           {trans.__('memory')}

@@ -9,7 +9,8 @@ Files, one idea each: ``message`` (the capture itself), ``stack`` (walking and e
 the traceback), ``origin`` (cell / user file / library, and the names shown),
 ``frame`` (one frame's row: source, span, locals), ``exception`` (the raised exception's
 type, message, SyntaxError position), ``linked`` (cause/context chain, ExceptionGroup
-leaves), ``bounds`` (``Limits`` and the size bound).
+leaves), ``bounds`` (``Limits`` and the size bound), ``loader_error`` (a DataLoader
+worker's error unwrapped: the original exception, its frames, the sample).
 """
 
 from __future__ import annotations
