@@ -103,7 +103,9 @@ export function RankCharts(props: {
   return (
     <div className="jp-TorchDbg-rankCharts">
       <div className="jp-TorchDbg-chartTitle">
-        {trans.__('gradient norm by rank')}
+        {model.job?.sharded
+          ? trans.__('shard gradient norm by rank')
+          : trans.__('gradient norm by rank')}
       </div>
       <RankChart
         model={model}
