@@ -276,3 +276,14 @@ def test_a_package_docstring_names_every_module_and_no_missing_one() -> None:
         assert described <= modules, (str(init), sorted(described - modules))
         checked += 1
     assert checked >= 5
+
+
+def test_one_owner_of_ipythons_cell_events() -> None:
+    """Only kernel/extension.py registers IPython's cell events; every feature's handler
+    (ranks' included) is called from there, in the order written there."""
+    sites = {
+        name
+        for name, path in _modules().items()
+        if "events.register(" in path.read_text(encoding="utf-8")
+    }
+    assert sites == {"jupyterlab_torchdbg.kernel.extension"}

@@ -275,7 +275,7 @@ class Extension:
     def _pre_run_cell(self, info: object = None) -> None:
         """A cell starts: torch may have arrived; models updated by hand get their
         end-of-backward hooks (not while another cell runs: it may be inside backward);
-        then exceptions, then memory."""
+        then exceptions, memory and ranks (the cell that starts a job)."""
         self._cells.add(threading.get_ident())
         self.shell_busy.cell_started()
         cell_id = getattr(info, "cell_id", None)
@@ -287,12 +287,15 @@ class Extension:
             self._guarded("exceptions:pre_run_cell", self.exceptions.pre_run_cell, info)
         if self.memory is not None:
             self._guarded("memory:pre_run_cell", self.memory.pre_run_cell, info)
+        if self.ranks is not None and self.ranks.cell_events is not None:
+            self._guarded("ranks:pre_run_cell", self.ranks.cell_events[0], info)
 
     def _post_run_cell(self, result: object = None) -> None:
         """A cell ended. The order matters:
 
         1. exceptions first: the failed cell's ``exception`` message exists before the
-           memory autopsy looks up its id;
+           memory autopsy looks up its id, and before ranks (a job's cell that failed:
+           its workers' exceptions follow the cell's own);
         2. gradients and control (only when no other cell still runs: a probe cell ending
            on a subshell while the main shell trains must not read the training thread's
            gradients or alarm state mid-backward): the last rows, alerts, refusals;
@@ -304,6 +307,8 @@ class Extension:
         self._guarded("post_run_cell", self._maybe_attach_torch)
         if self.exceptions is not None:
             self._guarded("exceptions:post_run_cell", self.exceptions.post_run_cell, result)
+        if self.ranks is not None and self.ranks.cell_events is not None:
+            self._guarded("ranks:post_run_cell", self.ranks.cell_events[1], result)
         if not self.others_running():
             if self.grads is not None:
                 self._guarded("grads:post_run_cell", self.grads.post_run_cell)

@@ -99,6 +99,9 @@ class RankHub:
         self.lock = threading.RLock()
         self.hang_s = _hang_s()
         self.endpoint: Sender | None = None
+        #: The cell-event handlers (pre_run_cell, post_run_cell) the extension calls
+        #: (attach.py); None once unloaded.
+        self.cell_events: tuple[Callable[[object], None], Callable[[object], None]] | None = None
         self.jobs: list[Job] = []
         self._job_ids = 0
         self._by_key: dict[str, Job] = {}

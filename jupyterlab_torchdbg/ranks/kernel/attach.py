@@ -4,8 +4,10 @@ On load: the endpoint binds (an owner-only ipc socket, or TCP on ``$TORCHDBG_LIS
 published to every process the notebook starts (``worker_env.install``: the env vars, the
 boot dir on ``PYTHONPATH``, the fork handler, the mp.spawn patch); the hub hears the exit
 codes torch's join reaps (``mp_wrap.exit_listener``) and gets the endpoint's messages,
-registers the ``ranks_*`` actions and its snapshot part, and hears the cell events
-(the cell that starts a job is the one its workers' exceptions name).
+registers the ``ranks_*`` actions and its snapshot part, and gives the extension its
+cell-event handlers (``hub.cell_events``: the cell that starts a job is the one its
+workers' exceptions name). The extension is the one owner of IPython's cell events and
+calls them in its own order (kernel/extension.py).
 A bind that fails leaves the feature off (``endpoint.transport: "off"``), counted, and
 says why on stderr (the ``%load_ext`` cell's output): a bad ``TORCHDBG_LISTEN`` names the
 value and what to set instead (R55).
@@ -109,7 +111,7 @@ def _wire(
             host.count_error("ranks:pre_run_cell")
 
     def post_run_cell(result: object = None) -> None:
-        # after the extension's own post_run_cell (registered first): its exception is out
+        # called after the exceptions feature's post_run_cell: the cell's exception is out
         try:
             exc = getattr(result, "error_in_exec", None)
             if exc is not None:
@@ -117,11 +119,12 @@ def _wire(
         except Exception:
             host.count_error("ranks:post_run_cell")
 
-    events = host.shell.events
-    events.register("pre_run_cell", pre_run_cell)
-    cleanups.append(lambda: events.unregister("pre_run_cell", pre_run_cell))
-    events.register("post_run_cell", post_run_cell)
-    cleanups.append(lambda: events.unregister("post_run_cell", post_run_cell))
+    hub.cell_events = (pre_run_cell, post_run_cell)
+
+    def forget_cells() -> None:
+        hub.cell_events = None
+
+    cleanups.append(forget_cells)
 
     def release_paused() -> None:
         for worker in hub.paused_workers():

@@ -12,8 +12,10 @@ ranks-contract / PROTOCOL.md "Ranks"):
    decision holds its step there up to ``DECIDE_S`` for it; without a commit by then
    it drops the action. So either every rank applies at ``at_step`` or none does.
 
-Actions: ``clip {max_norm}`` (``clip_grad_norm_`` over the optimizer's parameters at
-every step from then on: after the all-reduce, every replica clips identically),
+Actions: ``clip {max_norm}`` (exactly ``clip_grad_norm_`` over the optimizer's
+parameters at every step from then on, by the kernel's clip, kernel/control/clip.py:
+the total comes from the norms the reader read at this step, one read serving both, as
+in the kernel; after the all-reduce, every replica clips identically),
 ``unclip``, ``scale_lr {factor}`` (every group's lr once), ``pause`` (hold in the
 pre-hook until ``resume``; only the user's KeyboardInterrupt ends it early).
 """
@@ -69,6 +71,12 @@ class Agreements:
         #: The rank's steps are the ends of backward passes of a loop without an
         #: optimizer (ranks/worker/manual.py): no learning rate to scale.
         self.manual = False
+        #: This step's read (optimizer, step, reader.Read), set by the boundary for the
+        #: clip to reuse and dropped when the step's boundary ends.
+        self.read: tuple[Any, int, Any] | None = None
+        self._clipper: Any = None
+        #: Steps whose clip was refused (a non-finite total: nothing to clip), and why.
+        self.clip_refusals: list[str] = []
 
     # --- the sender thread (messages from the kernel) ----------------------------------
 
@@ -167,16 +175,41 @@ class Agreements:
             self._resume.clear()
             self.paused = True
 
-    def clip_now(self, optimizer: Any) -> None:
-        """Clip this optimizer's gradients if clipping is on."""
+    def clip_now(self, optimizer: Any, step: int) -> None:
+        """Clip this optimizer's gradients if clipping is on: the kernel's clip, with the
+        total from this step's read when there is one (bit for bit ``clip_grad_norm_``)."""
         max_norm = self.clip
         if max_norm is None:
             return
-        import torch
+        from ...kernel.control.clip import Clipper
+        from ...kernel.gradscaler import kernel_found_inf, kernel_scale
+        from ...kernel.step_read import StepRead
 
-        params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
-        if params:
-            torch.nn.utils.clip_grad_norm_(params, max_norm)
+        if self._clipper is None:
+            self._clipper = Clipper(self._refused)
+        read = (
+            self.read[2]
+            if self.read and self.read[0] is optimizer and self.read[1] == step
+            else None
+        )
+        step_read = None
+        # reused unless the norms are not the gradients' as clip_grad_norm_ sees them: a
+        # fused optimizer's still scaled ones, or a rank's shards of DTensor gradients
+        if read is not None and read.norms is not None and read.replicas is None:
+            if kernel_scale(optimizer) is None:
+                step_read = StepRead(
+                    step, read.params, read.norms, found_inf=kernel_found_inf(optimizer)
+                )
+        self._clipper.clip(optimizer, max_norm, step, step_read)
+
+    def _refused(self, why: str) -> None:
+        self.clip_refusals.append(why)
+        del self.clip_refusals[:-16]
+
+    @property
+    def clips_reused(self) -> int:
+        """Clipped steps whose total came from the reader's read (not a second read)."""
+        return 0 if self._clipper is None else int(self._clipper.reused)
 
     def hold(self) -> None:
         """While paused: wait here (the training thread) until ``resume``."""

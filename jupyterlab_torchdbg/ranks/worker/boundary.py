@@ -73,6 +73,8 @@ class Worker:
         self._primary: weakref.ref[Any] | None = None
         self._rows: deque[dict[str, Any]] = deque(maxlen=MAX_PENDING_ROWS)
         self._layers: dict[str, Any] | None = None
+        #: Sampled rows whose norms are still being copied from the device.
+        self._in_flight: deque[tuple[dict[str, Any], Any]] = deque(maxlen=MAX_PENDING_ROWS)
         self.mem_kind = "host"
         #: An uncaught exception ended (or will end) this process.
         self.failed = False
@@ -122,7 +124,7 @@ class Worker:
             if primary and not again:
                 self._record(optimizer, step)
             self.agreed.settle(due, optimizer)
-            self.agreed.clip_now(optimizer)
+            self.agreed.clip_now(optimizer, step)
         except Exception:
             self.errors["step"] += 1
             if primary:
@@ -130,6 +132,8 @@ class Worker:
                 # optimizer to step takes over (it may stay alive, held by a traceback).
                 self._primary = None
             primary = False
+        finally:
+            self.agreed.read = None  # this step's read (its device row) ends with the step
         if primary:
             self.agreed.hold()
 
@@ -167,14 +171,18 @@ class Worker:
             "mem": None,
             "mem_kind": self.mem_kind,
         }
-        if step % self.stride == 0:
+        # while clipping, every step is read: the clip reuses the read (agreed.py)
+        if step % self.stride == 0 or self.agreed.clip is not None:
             t0 = time.perf_counter()
             frame = sys._getframe()
             read = self.reader.read(optimizer, frame)
+            self.agreed.read = (optimizer, step, read)
             if read.module is not None:
                 self.signals.watch(read.module, read.module_name, frame)
             del frame
-            finding = self.signals.at_read(step, read)  # (the diagnosis: once per alarm)
+            finding = None
+            if read.pending is None:
+                finding = self.signals.at_read(step, read)  # (the diagnosis: once per alarm)
             if self.signals.wants_weights(step, now):
                 weights = self.reader.weights(optimizer, None)
                 if weights is not None:
@@ -185,21 +193,42 @@ class Worker:
             cost = time.perf_counter() - t0
             if finding is not None:
                 cost = 0.0  # a diagnosis is paid once: it says nothing of the read's cost
-            row.update(
-                norm=None if read.norm is None else finite_or_special(read.norm),
-                mem=mem,
-                mem_kind=self.mem_kind,
-            )
+            row.update(mem=mem, mem_kind=self.mem_kind)
             if read.replicas is not None:
                 row["replicas"] = read.replicas  # the norm is of this rank's shards
-            if read.names is not None and read.layers is not None:
-                self._layers = {
-                    "step": step,
-                    "names": read.names,
-                    "norms": [finite_or_special(x) for x in read.layers],
-                }
+            if read.pending is None:
+                self._with_norms(row, read)
+            else:  # on its way from the device: the agent's thread finishes the row
+                row["_pending"] = True
+                self._in_flight.append((row, read))
             self._adapt(cost, dt)
         self._rows.append(row)
+
+    def _with_norms(self, row: dict[str, Any], read: Any) -> None:
+        row.pop("_pending", None)
+        row["norm"] = None if read.norm is None else finite_or_special(read.norm)
+        if read.names is not None and read.layers is not None:
+            self._layers = {
+                "step": row["step"],
+                "names": read.names,
+                "norms": [finite_or_special(x) for x in read.layers],
+            }
+
+    def _land(self) -> None:
+        """(The agent's thread.) Rows whose norms were still on the device: wait for
+        their copies (this thread waits, never the training thread), then finish them
+        and hand the reads to the detector (the at-step diagnosis needs the host value
+        at the step, so on an accelerator a non-finite step is reported, undiagnosed,
+        as the kernel does without a per-step sync)."""
+        while self._in_flight:
+            row, read = self._in_flight.popleft()
+            try:
+                read.resolve(read.pending.wait())
+                read.norms, read.params = None, []  # no tensor outlives the read
+                self._with_norms(row, read)
+                self.signals.at_read(row["step"], read, diagnose=False)
+            except Exception:
+                self.errors["land"] += 1
 
     def _adapt(self, cost: float, dt: float | None) -> None:
         """Double the stride after three reads in a row over budget (the first read,
@@ -235,10 +264,15 @@ class Worker:
             agent.post(msg_type, content)
 
     def take_rows(self, limit: int) -> list[dict[str, Any]]:
+        self._land()
         rows: list[dict[str, Any]] = []
         try:
             while len(rows) < limit:
-                rows.append(self._rows.popleft())
+                row = self._rows.popleft()
+                if "_pending" in row:  # sampled after the _land above: land it too
+                    self._land()
+                    row.pop("_pending", None)
+                rows.append(row)
         except IndexError:
             pass
         return rows

@@ -132,10 +132,11 @@ class RankSignals:
         except Exception:
             self._on_error("signals:watch")
 
-    def at_read(self, step: int, read: Read) -> dict[str, Any] | None:
+    def at_read(self, step: int, read: Read, diagnose: bool = True) -> dict[str, Any] | None:
         """A sampled read (before the optimizer applies this step): keep it for the
         detector; at the first non-finite one, the diagnosis of its cause (the row's
-        ``nonfinite``). Never raises."""
+        ``nonfinite``; not with ``diagnose=False``: a read that reached the host after
+        its step, whose batch is gone). Never raises."""
         try:
             if read.norm is None or read.layers is None or read.names is None:
                 return None
@@ -147,7 +148,7 @@ class RankSignals:
                 self._reads.append((step, [read.norm, *read.layers]))
                 if len(self._reads) > MAX_PENDING:
                     del self._reads[0]
-            return self._non_finite(step, read)
+            return self._non_finite(step, read) if diagnose else None
         except Exception:
             self._on_error("signals:read")
             return None

@@ -2,10 +2,15 @@
 
 The read runs in torch's step pre-hook, on the training thread, after DDP's all-reduce:
 every replica holds the same gradients, so every rank must find the same norms (a
-difference is a desync, which the kernel's alarm looks for). One
-``torch._foreach_norm`` over the optimizer's gradients and one host copy of the
-per-tensor norms; the per-layer and total norms are sums of squares on the host, in a
-fixed order, so equal gradients give bit-equal figures on every rank.
+difference is a desync, which the kernel's alarm looks for). The per-tensor norms are the
+kernel's read (kernel/grads/collector.py ``norms_in_order``: one ``torch._foreach_norm``
+per device and dtype, the read ``clip_grad_norm_`` does), stacked into one row left on
+the device: ``Read.norms``, which an agreed clip at this step reuses (agreed.py, as the
+kernel's clip does). On the CPU the row is host memory already and is read at once; on
+an accelerator a non-blocking copy into pinned memory starts (``DeviceRow``) and the
+agent's thread waits for it, never the training thread (no host-device sync per step,
+as in the kernel, R26). The per-layer and total norms are sums of squares on the host,
+in a fixed order, so equal gradients give bit-equal figures on every rank.
 
 Layer names come from the model, found once per optimizer: the stepping thread's frames
 are searched for ``nn.Module`` locals and globals holding the optimizer's parameters
@@ -57,6 +62,56 @@ class Read:
     #: Sharded gradients (DTensor): the ranks holding each shard (the norms are this
     #: rank's shards'); None when the gradients are whole tensors.
     replicas: int | None = None
+    #: Each gradient's norm, aligned with ``params``: one tensor on the gradients'
+    #: device (what a clip at this step reuses). Dropped once the step is over.
+    norms: Any = None
+    #: The row's copy to the host, while it is in flight (an accelerator's gradients):
+    #: ``norm``, ``layers`` and ``values`` are None / empty until ``resolve``.
+    pending: DeviceRow | None = None
+    #: Each gradient's layer (an index into ``all_names``).
+    which: list[int] = field(default_factory=list)
+    all_names: list[str] = field(default_factory=list)
+
+    def resolve(self, values: list[float]) -> None:
+        """The per-tensor norms on the host: the total and per-layer norms from them."""
+        squares = [0.0] * len(self.all_names)
+        total = 0.0
+        for layer, v in zip(self.which, values, strict=True):
+            sq = v * v
+            squares[layer] += sq
+            total += sq
+        self.values = values
+        self.norm = math.sqrt(total)
+        self.layers = [math.sqrt(s) for s in squares[:MAX_LAYERS]]
+        self.names = self.all_names[:MAX_LAYERS]
+        self.pending = None
+
+
+class DeviceRow:
+    """A row of norms on its way from an accelerator to the host: a non-blocking copy into
+    pinned memory and its CUDA event (the kernel's way, kernel/stream/host_copy.py).
+    Started on the training thread; ``wait`` runs on the agent's thread."""
+
+    def __init__(self, row: Any) -> None:
+        import torch
+
+        self.event: Any = None
+        if row.device.type == "cuda":
+            self.host = torch.empty(row.shape, dtype=row.dtype, pin_memory=True)
+            self.host.copy_(row, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record(torch.cuda.current_stream(row.device))
+        else:  # another accelerator: no event API to wait on here, so copy now
+            self.host = row.cpu()
+
+    def ready(self) -> bool:
+        return self.event is None or bool(self.event.query())
+
+    def wait(self) -> list[float]:
+        """The host values (blocks the calling thread, the agent's, until copied)."""
+        if self.event is not None:
+            self.event.synchronize()
+        return [float(v) for v in self.host.double().tolist()]
 
 
 @dataclass
@@ -94,25 +149,19 @@ class Reader:
         module = layout.module() if layout.module is not None else None
         if not grads:
             return Read(None, None, None, module, layout.module_name)
+        from ...kernel.grads.collector import norms_in_order
+
         grads, replicas = local_shards(grads)
         with torch.no_grad():
-            try:
-                norms = torch._foreach_norm(grads)
-                values = torch.stack(norms).double().tolist()
-            except Exception:  # sparse, mixed devices: tensor by tensor
-                values = [float(torch.linalg.vector_norm(g.detach().float())) for g in grads]
+            row = torch.stack(norms_in_order(grads))  # the kernel's read, on the device
         del grads
-        squares = [0.0] * len(layout.names)
-        total = 0.0
-        for layer, v in zip(which, values, strict=True):
-            sq = v * v
-            squares[layer] += sq
-            total += sq
-        layers = [math.sqrt(s) for s in squares[:MAX_LAYERS]]
-        names = layout.names[:MAX_LAYERS]
-        return Read(
-            math.sqrt(total), layers, names, module, layout.module_name, with_grad, values, replicas
-        )
+        read = Read(None, None, None, module, layout.module_name, with_grad, [], replicas)
+        read.norms, read.which, read.all_names = row, which, layout.names
+        if row.device.type == "cpu":
+            read.resolve(row.double().tolist())  # host memory already: nothing to wait for
+        else:
+            read.pending = DeviceRow(row)
+        return read
 
     def weights(self, optimizer: Any, frame: FrameType | None) -> list[float] | None:
         """The weights' norms, ``[total, layer_1..L]`` in the layout of ``read`` (the
