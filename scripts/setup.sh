@@ -32,7 +32,7 @@ say "installing Python dependencies (CPU torch)"
 # tensorboard: export_tensorboard writes event files with it (tests read them back).
 python -m pip install -q \
   "torch==2.13.0" numpy pandas \
-  "jupyterlab>=4.4,<5" "ipykernel>=7" "jupyter_server>=2.4" nbclient nbformat \
+  "jupyterlab>=4.4,<5" "notebook>=7.2,<8" "ipykernel>=7" "jupyter_server>=2.4" nbclient nbformat \
   nvidia-ml-py pytest "pytest-jupyter[server]>=0.10" hypothesis "jsonschema>=4.18" ruff "mypy>=1.10" \
   "transformers>=4.46,<6" tensorboard \
   "hatchling>=1.5" editables "hatch-nodejs-version>=0.3.2" "hatch-jupyter-builder>=0.5" \

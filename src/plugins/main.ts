@@ -37,6 +37,27 @@ import { ITorchDebugger } from '../tokens';
 const PLUGIN_ID = 'jupyterlab_torchdbg:plugin';
 
 /**
+ * How to hide the right sidebar area: JupyterLab's shell, or Jupyter Notebook
+ * 7's (its shell has the same `collapseRight`, without the ILabShell token;
+ * read by shape so the extension needs no Notebook package). Undefined where
+ * the shell has none: the toggle then only shows the panel.
+ */
+export function rightCollapser(
+  app: JupyterFrontEnd,
+  labShell: ILabShell | null
+): (() => void) | undefined {
+  if (labShell) {
+    return () => labShell.collapseRight();
+  }
+  const shell = app.shell as unknown as { collapseRight?: unknown };
+  if (typeof shell.collapseRight === 'function') {
+    const collapse = shell.collapseRight as () => void;
+    return () => collapse.call(app.shell);
+  }
+  return undefined;
+}
+
+/**
  * Wires the tracker, the sidebar, the palette commands (registered per feature
  * in `src/commands/`) and the settings.
  */
@@ -149,7 +170,7 @@ export const mainPlugin: JupyterFrontEndPlugin<ITorchDebugger> = {
     addPanelCommands(commands, {
       sidebar,
       icon: torchDbgIcon,
-      collapseRight: labShell ? () => labShell.collapseRight() : undefined
+      collapseRight: rightCollapser(app, labShell)
     });
     addGradsCommands(commands);
     addExceptionCommands(commands, actions);
