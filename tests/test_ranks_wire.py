@@ -104,8 +104,7 @@ def test_r52_wrong_key_is_refused_and_replays_too(endpoint: Any) -> None:
     ctx, sock = _client(ep.address, ep.key)
     try:
         right = wire.session(ep.key)
-        msg = right.msg("hello", {"ok": True})
-        frames = right.serialize(msg)
+        frames = wire.signed(right, "hello", {"ok": True})
         sock.send_multipart(frames)
         rec.wait(1)
         sock.send_multipart(frames)  # the same signature again

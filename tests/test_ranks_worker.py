@@ -15,6 +15,7 @@ with generous timeouts, never on sleeps.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import torch
 import torch.multiprocessing as mp
@@ -353,6 +355,11 @@ def test_spawned_ranks_stream_agree_pause_hang_and_fail(
     assert max(post[: clip_step - 1]) > 1e-2
     _equal_norms_at_common_steps(k)
     assert k.ep.refused == 0
+    # every kind a worker sends, each as wire.schema.json describes it (R59)
+    schema = json.loads(Path(wire.__file__).with_name("wire.schema.json").read_text())
+    assert {t for _, t, _ in k.messages} == set(schema["x-worker-kinds"])
+    for _, msg_type, content in k.messages:
+        jsonschema.validate(content, {**schema, "$ref": f"#/$defs/{msg_type}"})
     # at most 10 messages a second per rank in the steady state (rows or heartbeat)
     for worker_id in k.workers().values():
         times = [
