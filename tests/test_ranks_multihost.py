@@ -7,8 +7,9 @@ host A's address; ``torchrun --nnodes=2 --nproc-per-node=2 --rdzv-backend=c10d``
 once on each host (gloo on the veth), every process with what ``ranks_env()`` says to
 export, nothing more: the boot hook makes each rank a worker, which attaches over TCP
 with the key. All four ranks must be in one job with their hosts, reach the last step
-and end; a process on host B with another key is refused at the connection (R55) and
-counted; nothing else is refused (R58, R59).
+and end; a process on host B with another key is refused at the connection (R55), one
+with the key but another job at each message and told why (R58), each counted; nothing
+else is refused (R58, R59).
 
 Needs root and ``ip netns`` (skipped otherwise, with the reason); about 30-60 s.
 scripts/multihost-test.sh runs it on its own, with more steps.
@@ -55,13 +56,15 @@ dist.destroy_process_group()
 """
 
 STRANGER = """
+import time
 import torch
 model = torch.nn.Linear(4, 2)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for _ in range(5):
+for _ in range(40):  # 2 s: time for the kernel's answer on a busy machine
     opt.zero_grad()
     model(torch.randn(4, 4)).sum().backward()
     opt.step()
+    time.sleep(0.05)
 """
 
 
@@ -209,24 +212,30 @@ def test_a_2x2_torchrun_job_on_two_hosts_attaches_over_tcp(hosts: Hosts, tmp_pat
                         hosts.command(side, argv), env=env, stdout=log, stderr=subprocess.STDOUT
                     )
                 )
-        # a process on host B with the endpoint and job but another key
+        # processes on host B with another key, and with the key but another job
         stranger = tmp_path / "stranger.py"
         stranger.write_text(STRANGER)
-        wrong = {**base, **exported, "TORCHDBG_KEY": "0f" * 32}
-        wrong["PYTHONPATH"] = f"{exported['PYTHONPATH']}{os.pathsep}{base['PYTHONPATH']}"
-        procs.append(
-            subprocess.Popen(
-                hosts.command("b", [sys.executable, str(stranger)]),
-                env=wrong,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
+        told = tmp_path / "other-job.log"
+        for change, out in (
+            ({"TORCHDBG_KEY": "0f" * 32}, None),
+            ({"TORCHDBG_JOB_ID": "0" * 16}, told),
+        ):
+            env = {**base, **exported, **change}
+            env["PYTHONPATH"] = f"{exported['PYTHONPATH']}{os.pathsep}{base['PYTHONPATH']}"
+            with open(out or os.devnull, "w") as sink:
+                procs.append(
+                    subprocess.Popen(
+                        hosts.command("b", [sys.executable, str(stranger)]),
+                        env=env,
+                        stdout=sink,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
         deadline = time.monotonic() + TIMEOUT_S
         for p in procs:
             p.wait(max(1.0, deadline - time.monotonic()))
         logs = {s: (tmp_path / f"torchrun-{s}.log").read_text()[-3000:] for s in ("a", "b")}
-        assert [p.returncode for p in procs] == [0, 0, 0], logs
+        assert [p.returncode for p in procs] == [0, 0, 0, 0], logs
 
         def done(s: dict[str, Any]) -> bool:
             ranks = [r for j in s["jobs"] for r in j["ranks"]]
@@ -247,9 +256,12 @@ def test_a_2x2_torchrun_job_on_two_hosts_attaches_over_tcp(hosts: Hosts, tmp_pat
         assert all(len(v) == 2 for v in by_host.values()), state
         assert [(r["step"], r["ended"]) for r in ranks] == [(STEPS, "exited")] * 4, state
         assert job["key"].startswith(f"{hosts.addr['a']}:") or "torchelastic" in job["key"]
-        # the stranger: refused at the connection, and nothing else refused
+        # the strangers: another key refused at the connection, another job at each
+        # message (and told why); nothing else refused
         assert state["refusals"].get("key", 0) >= 1, state
-        assert set(state["refusals"]) == {"key"}, state
+        assert state["refusals"].get("job", 0) >= 2, state
+        assert set(state["refusals"]) == {"key", "job"}, state
+        assert "the kernel refused this rank" in told.read_text(), (told.read_text(), state)
         assert not state["errors"], state
     finally:
         for p in procs:

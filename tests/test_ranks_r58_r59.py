@@ -158,7 +158,7 @@ def test_r58_a_worker_of_another_job_is_refused_and_told_why(
     kernel: Kernel, tmp_path: Path
 ) -> None:
     k = kernel
-    proc = _run_worker(tmp_path, k, 6, TORCHDBG_JOB_ID="0123456789abcdef")
+    proc = _run_worker(tmp_path, k, 30, TORCHDBG_JOB_ID="0123456789abcdef")  # 1.5 s
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _wait(lambda: k.ep.refusals["job"] >= 3), k.ep.refusals
     assert k.got == [] and set(k.ep.refusals) == {"job"}
