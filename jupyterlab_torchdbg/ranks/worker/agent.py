@@ -37,7 +37,6 @@ from types import FrameType
 from typing import Any, Protocol
 
 from ...kernel.thread_stacks import stack_lines
-from ...package_version import __version__
 from ..wire import transport as wire
 from ..wire.envelope import WIRE_VERSION
 from . import identity
@@ -219,6 +218,9 @@ class Agent:
             self.errors["send"] += 1
 
     def _hello(self, sess: Any, sock: Any) -> None:
+        # (on this thread, not at import: without a built _version.py it reads metadata)
+        from ...package_version import __version__
+
         ident = identity.identity()
         self._identity = ident
         torch = sys.modules.get("torch")
