@@ -25,6 +25,7 @@ __all__ = [
     "attach",
     "load_ipython_extension",
     "log",
+    "ranks_env",
     "unload_ipython_extension",
     "watch",
 ]
@@ -62,6 +63,23 @@ def attach(endpoint: str | None = None, key: str | None = None) -> bool:
     from .ranks.worker.entry import attach as _attach
 
     return _attach(endpoint, key)
+
+
+def ranks_env(host: str | None = None) -> dict[str, str]:
+    """What to export on another host so that its ranks attach to this kernel's panel.
+
+    In the notebook's kernel, with the extension loaded and listening on TCP
+    (``TORCHDBG_LISTEN=0.0.0.0:PORT`` in the kernel's environment before ``%load_ext``):
+    ``TORCHDBG_ENDPOINT`` (as other hosts reach it: ``host``, else this machine's name,
+    where the kernel listens on every interface), ``TORCHDBG_KEY``, ``TORCHDBG_JOB_ID``
+    and ``PYTHONPATH`` with the boot directory (for the same install path on every host).
+    A dict; ``print(ranks_env())`` prints it as ``export`` lines for a job script. The
+    key is a secret: keep those lines out of shared files. Raises ``RuntimeError`` when
+    there is no TCP endpoint, saying what to set.
+    """
+    from .ranks.kernel.remote_env import ranks_env as _ranks_env
+
+    return _ranks_env(host)
 
 
 def log(*step: object, **values: object) -> None:

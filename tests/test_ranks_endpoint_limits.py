@@ -282,7 +282,7 @@ def test_r55_messages_over_the_frame_or_byte_limit_are_dropped_by_reason() -> No
     ctx, sock = _client(ep.address, ep.key)
     try:
         sess = wire.session(ep.key)
-        frames = sess.serialize(sess.msg("tick", {"i": 1}))
+        frames = wire.signed(sess, "tick", {"i": 1})
         sock.send_multipart([*frames, *([b"b"] * wire.MAX_FRAMES)])  # too many frames
         chunk = b"x" * (wire.MAX_MESSAGE_BYTES // 4)
         sock.send_multipart([*frames, chunk, chunk, chunk, chunk])  # too many bytes in all
@@ -368,7 +368,7 @@ def test_r52_unsigned_and_replayed_messages_are_refused_by_reason() -> None:
     ctx, sock = _client(ep.address, ep.key)
     try:
         sess = wire.session(ep.key)
-        frames = sess.serialize(sess.msg("tick", {"i": 1}))
+        frames = wire.signed(sess, "tick", {"i": 1})
         sock.send_multipart(frames)
         assert _wait(lambda: got == [{"i": 1}])
         sock.send_multipart(frames)  # replayed

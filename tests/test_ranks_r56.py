@@ -89,20 +89,24 @@ import os, socket, sys, time
 from jupyterlab_torchdbg.ranks.wire import transport as wire
 
 address, key, mode = sys.argv[1:4]
-sess = wire.session(key)
+SESSIONS = {}
+
+
+def S(sock):  # one signing session per socket: its counter orders that stream (R58)
+    return SESSIONS.setdefault(id(sock), wire.session(key))
 
 
 def hello(sock, rank, world, job_key):
     identity = {"rank": rank, "world_size": world, "local_rank": rank,
                 "host": socket.gethostname(), "pid": os.getpid(), "launcher": "attach"}
-    wire.send(sess, sock, "hello", {"identity": identity, "job_key": job_key, "torch": ""})
+    wire.send(S(sock), sock, "hello", {"identity": identity, "job_key": job_key, "torch": ""})
 
 
 def reply(sock, timeout=30.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if sock.poll(100):
-            return wire.recv(sess, sock)
+            return wire.recv(S(sock), sock)
     raise SystemExit("no reply from the kernel")
 
 
@@ -114,8 +118,8 @@ if mode == "jobs":  # N two-rank jobs in a row: hello, one step, bye
             reply(sock)  # config
         for _, sock in socks:
             row = {"step": 1, "t": 0.0, "dt": 0.1, "norm": 1.0, "mem": 1, "mem_kind": "host"}
-            wire.send(sess, sock, "rows", {"rows": [row], "own": 0.5, "phase": "user"})
-            wire.send(sess, sock, "bye", {"state": "exited"})
+            wire.send(S(sock), sock, "rows", {"rows": [row], "own": 0.5, "phase": "user"})
+            wire.send(S(sock), sock, "bye", {"state": "exited"})
         for ctx, sock in socks:
             sock.close(wire.LINGER_MS)
             ctx.term()
@@ -125,9 +129,9 @@ elif mode == "hold":  # rank 0 of the job argv[4] names, beating until argv[5] e
     reply(sock)
     print("ready", flush=True)
     while not os.path.exists(sys.argv[5]):
-        wire.send(sess, sock, "heartbeat", {"step": 0, "since_step_s": None, "phase": "user"})
+        wire.send(S(sock), sock, "heartbeat", {"step": 0, "since_step_s": None, "phase": "user"})
         time.sleep(0.2)
-    wire.send(sess, sock, "bye", {"state": "exited"})
+    wire.send(S(sock), sock, "bye", {"state": "exited"})
     sock.close(wire.LINGER_MS)
     ctx.term()
 elif mode == "claim":  # says hello as rank 0 too, then raises in its name
@@ -138,8 +142,8 @@ elif mode == "claim":  # says hello as rank 0 too, then raises in its name
     exc = {"exception": {"type": "RuntimeError", "module": "builtins",
                          "message": "forged", "message_truncated": False},
            "frames": [], "diagnosis": None, "step": 1}
-    wire.send(sess, sock, "exception", exc)
-    wire.send(sess, sock, "bye", {"state": "failed"})
+    wire.send(S(sock), sock, "exception", exc)
+    wire.send(S(sock), sock, "bye", {"state": "failed"})
     sock.close(wire.LINGER_MS)
     ctx.term()
 """

@@ -19,6 +19,7 @@ import zmq
 
 from jupyterlab_torchdbg.ranks.kernel import worker_env
 from jupyterlab_torchdbg.ranks.kernel.endpoint import Endpoint
+from jupyterlab_torchdbg.ranks.wire import envelope
 from jupyterlab_torchdbg.ranks.wire import transport as wire
 from jupyterlab_torchdbg.ranks.worker import mp_wrap
 
@@ -104,8 +105,7 @@ def test_r52_wrong_key_is_refused_and_replays_too(endpoint: Any) -> None:
     ctx, sock = _client(ep.address, ep.key)
     try:
         right = wire.session(ep.key)
-        msg = right.msg("hello", {"ok": True})
-        frames = right.serialize(msg)
+        frames = wire.signed(right, "hello", {"ok": True})
         sock.send_multipart(frames)
         rec.wait(1)
         sock.send_multipart(frames)  # the same signature again
@@ -120,11 +120,14 @@ def test_close_ends_the_thread_and_removes_its_env(monkeypatch: pytest.MonkeyPat
     ep = Endpoint(Recorder())
     monkeypatch.setenv(wire.ENDPOINT_ENV, ep.address)
     monkeypatch.setenv(wire.KEY_ENV, ep.key)
+    monkeypatch.setenv(envelope.JOB_ENV, ep.job)
+    assert ep.job == envelope.job_of(ep.key)  # a fresh key, a fresh job
     thread = ep._thread
     ep.close()
     ep.close()  # idempotent
     assert not thread.is_alive()
     assert wire.ENDPOINT_ENV not in os.environ and wire.KEY_ENV not in os.environ
+    assert envelope.JOB_ENV not in os.environ
     ep.send(b"gone", "config", {})  # after close: nothing, no error
 
 
@@ -155,10 +158,12 @@ def test_install_publishes_and_cleanup_puts_everything_back(
     monkeypatch.setenv("PYTHONPATH", "/somewhere")
     monkeypatch.delenv(wire.ENDPOINT_ENV, raising=False)
     monkeypatch.setenv(wire.KEY_ENV, "older")
-    cleanup = worker_env.install("tcp://127.0.0.1:1", "k" * 64, cell_id="cell-1")
+    monkeypatch.delenv(envelope.JOB_ENV, raising=False)
+    cleanup = worker_env.install("tcp://127.0.0.1:1", "k" * 64, cell_id="cell-1", job="j1")
     try:
         assert os.environ[wire.ENDPOINT_ENV] == "tcp://127.0.0.1:1"
         assert os.environ[wire.KEY_ENV] == "k" * 64
+        assert os.environ[envelope.JOB_ENV] == "j1"  # what workers' messages must name
         assert os.environ[wire.CELL_ENV] == "cell-1"
         assert os.environ["PYTHONPATH"] == os.pathsep.join([worker_env.BOOT_DIR, "/somewhere"])
         assert spawn_mod._wrap is mp_wrap._wrap
@@ -168,6 +173,7 @@ def test_install_publishes_and_cleanup_puts_everything_back(
         cleanup()
     assert spawn_mod._wrap is original
     assert wire.ENDPOINT_ENV not in os.environ and wire.CELL_ENV not in os.environ
+    assert envelope.JOB_ENV not in os.environ
     assert os.environ[wire.KEY_ENV] == "older"
     assert os.environ["PYTHONPATH"] == "/somewhere"
 

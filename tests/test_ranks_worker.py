@@ -15,6 +15,7 @@ with generous timeouts, never on sleeps.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import torch
 import torch.multiprocessing as mp
@@ -38,6 +40,9 @@ from jupyterlab_torchdbg.ranks.wire import transport as wire
 JOB_TIMEOUT_S = 180.0
 WAIT_S = 60.0
 MODULE = "torchdbg_ranks_w"
+#: The directory holding the package under test: a subprocess imports this one, not an
+#: install elsewhere (the wire's version handshake would refuse another's workers: R59).
+SOURCE = str(Path(wire.__file__).resolve().parents[3])
 
 WORKER = '''
 """A DDP rank for tests/test_ranks_worker.py (steered by files in ``out``)."""
@@ -353,6 +358,11 @@ def test_spawned_ranks_stream_agree_pause_hang_and_fail(
     assert max(post[: clip_step - 1]) > 1e-2
     _equal_norms_at_common_steps(k)
     assert k.ep.refused == 0
+    # every kind a worker sends, each as wire.schema.json describes it (R59)
+    schema = json.loads(Path(wire.__file__).with_name("wire.schema.json").read_text())
+    assert {t for _, t, _ in k.messages} == set(schema["x-worker-kinds"])
+    for _, msg_type, content in k.messages:
+        jsonschema.validate(content, {**schema, "$ref": f"#/$defs/{msg_type}"})
     # at most 10 messages a second per rank in the steady state (rows or heartbeat)
     for worker_id in k.workers().values():
         times = [
@@ -379,7 +389,7 @@ def test_forked_ranks_from_an_installed_process(
     launcher = tmp_path / "launch.py"
     launcher.write_text(FORK_LAUNCHER.format(module=MODULE))
     env = {n: v for n, v in os.environ.items() if not n.startswith("TORCHDBG_")}
-    env.pop("PYTHONPATH", None)
+    env["PYTHONPATH"] = SOURCE  # no boot directory: only the package under test
     proc = subprocess.run(
         [sys.executable, str(launcher), k.ep.address, k.ep.key, f"file://{tmp_path}/rdv", str(out)],
         env=env,
@@ -560,7 +570,7 @@ def test_a_script_started_elsewhere_attaches_with_one_line(kernel: Kernel, tmp_p
     script = tmp_path / "elsewhere.py"
     script.write_text(ATTACH_SCRIPT)
     env = {n: v for n, v in os.environ.items() if not n.startswith("TORCHDBG_")}
-    env.pop("PYTHONPATH", None)
+    env["PYTHONPATH"] = SOURCE  # no boot directory: only the package under test
     proc = subprocess.run(
         [sys.executable, str(script), k.ep.address, k.ep.key],
         env=env,
@@ -616,7 +626,7 @@ def test_a_fork_of_a_loaded_kernel_becomes_a_worker(tmp_path: Path) -> None:
     script = tmp_path / "fork_loaded.py"
     script.write_text(FORK_FROM_LOADED)
     env = {n: v for n, v in os.environ.items() if not n.startswith("TORCHDBG_")}
-    env.pop("PYTHONPATH", None)
+    env["PYTHONPATH"] = SOURCE  # no boot directory: only the package under test
     tests_dir = str(Path(__file__).parent)
     proc = subprocess.run(
         [sys.executable, str(script), tests_dir],

@@ -53,7 +53,9 @@ def attach_to(host: Host) -> tuple[RankHub, Callable[[], None]]:
         hub.transport = endpoint.transport
         cleanups.append(endpoint.close)
         # torch's import is watched by the extension, which tells the hub (torch_imported)
-        cleanups.append(install(endpoint.address, endpoint.key, watch_torch=False))
+        cleanups.append(
+            install(endpoint.address, endpoint.key, watch_torch=False, job=endpoint.job)
+        )
         hub.on_torch = torch_imported
         cell_setter = set_cell
     except ListenError as e:

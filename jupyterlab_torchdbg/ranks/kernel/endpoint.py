@@ -8,7 +8,10 @@ before reading, Jupyter's HMAC and replay check) and hands each verified one to
 ``send``, which only appends to a queue and wakes the thread through an inproc PAIR
 (itself used under a lock). Whatever is refused is dropped and counted, by reason, in
 ``refusals`` (``refused``: the total): nothing from a process without the key ever
-reaches the callback, and it costs the kernel no buffered frame (R55).
+reaches the callback, and it costs the kernel no buffered frame (R55). A signed message
+of another wire version (R59) or another job, or a replay (R58), is refused after its
+HMAC by the envelope's guard (wire/envelope.py): counted by reason, its sentence kept in
+``notes`` and logged, and the worker told why (``refused``) once per sender and reason.
 
 Where it listens (listen.py): an ipc socket in a 0700 directory unless
 ``TORCHDBG_LISTEN`` asks for TCP; a bad ``TORCHDBG_LISTEN`` raises ``ListenError``.
@@ -16,14 +19,16 @@ Where it listens (listen.py): an ipc socket in a 0700 directory unless
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import threading
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
 from ..wire import transport as wire
+from ..wire.envelope import JOB_ENV, Guard, job_of
 from . import listen
 from .gate import Gate
 
@@ -33,6 +38,10 @@ POLL_MS = 200
 #: A connection that has not finished zmq's handshake by then is dropped (ms).
 HANDSHAKE_MS = 5000
 ZAP_ADDRESS = "inproc://zeromq.zap.01"
+#: Refusal sentences kept (``notes``), and senders told why they were refused.
+MAX_NOTES = 16
+MAX_TOLD = 1024
+log = logging.getLogger("jupyterlab_torchdbg.ranks")
 
 
 class Endpoint:
@@ -40,12 +49,24 @@ class Endpoint:
     and starts its thread; ``close()`` ends both. Only the bind may raise
     (``listen.ListenError`` for a bad ``TORCHDBG_LISTEN``)."""
 
-    def __init__(self, on_message: OnMessage, key: str | None = None, host: str | None = None):
+    def __init__(
+        self,
+        on_message: OnMessage,
+        key: str | None = None,
+        host: str | None = None,
+        job: str | None = None,
+    ):
         import zmq
 
         self.key = key or wire.new_key()
+        #: The job every message must name (``TORCHDBG_JOB_ID``; the key's by default).
+        self.job = job or job_of(self.key)
         self._on_message = on_message
-        self._session = wire.session(self.key)
+        self._session = wire.session(self.key, self.job)
+        self._guard = Guard(self.job)
+        #: The newest refusals of signed messages, as sentences (version, job, replay).
+        self.notes: deque[str] = deque(maxlen=MAX_NOTES)
+        self._told: set[tuple[str, str]] = set()
         self._gate = Gate(wire.connect_token(self.key))
         #: Refusals by reason (gate.py, wire.Refused): the same Counter the gate fills.
         self.refusals = self._gate.refusals
@@ -117,7 +138,8 @@ class Endpoint:
         if self._closed:
             return
         self._closed = True
-        for name, value in ((wire.ENDPOINT_ENV, self.address), (wire.KEY_ENV, self.key)):
+        named = ((wire.ENDPOINT_ENV, self.address), (wire.KEY_ENV, self.key), (JOB_ENV, self.job))
+        for name, value in named:
             if os.environ.get(name) == value:
                 os.environ.pop(name, None)
         self._outbox.put(None)
@@ -227,9 +249,11 @@ class Endpoint:
                 gate.refuse("throttled")
                 continue
             try:
-                ident, msg_type, content = wire.verify(self._session, frames)
+                ident, msg_type, content = wire.verify(self._session, frames, self._guard)
             except wire.Refused as r:
                 gate.refuse(r.reason, peer)
+                if r.detail:
+                    self._note(peer, r)
                 continue
             except Exception:
                 self.errors["verify"] += 1
@@ -243,3 +267,20 @@ class Endpoint:
                 self._on_message(ident, msg_type, content)
             except Exception:
                 self.errors["on_message"] += 1
+
+    def _note(self, peer: bytes, r: wire.Refused) -> None:
+        """Keep, log and tell (once per sender and reason) a signed message's refusal."""
+        sender = r.sender or peer.hex()
+        if (sender, r.reason) in self._told:
+            return
+        if len(self._told) >= MAX_TOLD:
+            self._told.clear()
+        self._told.add((sender, r.reason))
+        text = f"a worker's message was refused ({r.reason}): {r.detail}"
+        self.notes.append(text)
+        log.warning("jupyterlab_torchdbg: %s", text)
+        if r.reason in ("version", "job"):  # a replay's sender may be the live worker
+            try:
+                wire.send(self._session, self._sock, "refused", {"reason": r.detail}, ident=peer)
+            except Exception:
+                self.errors["send:refused"] += 1

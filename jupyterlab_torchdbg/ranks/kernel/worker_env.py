@@ -4,7 +4,8 @@
 notebook starts from now on attach by themselves, and returns the cleanup that undoes
 it all (on unload):
 
-- ``TORCHDBG_ENDPOINT`` / ``TORCHDBG_KEY`` (/ ``TORCHDBG_JOB_CELL``) in ``os.environ``;
+- ``TORCHDBG_ENDPOINT`` / ``TORCHDBG_KEY`` / ``TORCHDBG_JOB_ID`` (/ ``TORCHDBG_JOB_CELL``)
+  in ``os.environ`` (for hosts the notebook does not start processes on: remote_env.py);
 - the boot directory first on ``PYTHONPATH``: its ``sitecustomize`` makes spawned
   interpreters (mp.spawn, ``!torchrun``, ``!python train.py``) workers once they
   import torch (boot/sitecustomize.py);
@@ -25,18 +26,25 @@ from pathlib import Path
 
 from ...kernel.torch_import import TorchImportWatcher
 from ..wire import transport as wire
+from ..wire.envelope import JOB_ENV, job_of
 from ..worker import activation, mp_wrap
 
 #: The directory holding the boot ``sitecustomize.py`` (put on PYTHONPATH).
 BOOT_DIR = str(Path(__file__).resolve().parent.parent / "worker" / "boot")
-_NAMES = (wire.ENDPOINT_ENV, wire.KEY_ENV, wire.CELL_ENV, "PYTHONPATH")
+_NAMES = (wire.ENDPOINT_ENV, wire.KEY_ENV, JOB_ENV, wire.CELL_ENV, "PYTHONPATH")
 _installed = False
 
 
 def install(
-    address: str, key: str, cell_id: str | None = None, *, watch_torch: bool = True
+    address: str,
+    key: str,
+    cell_id: str | None = None,
+    *,
+    watch_torch: bool = True,
+    job: str | None = None,
 ) -> Callable[[], None]:
-    """Publish the endpoint to the processes the notebook starts; returns the cleanup.
+    """Publish the endpoint (and the job its messages must name: ``job``, else the
+    key's) to the processes the notebook starts; returns the cleanup.
     ``watch_torch=False``: the caller (the extension, which watches ``import torch``
     already: one watcher per kernel) calls ``torch_imported()`` instead. Never raises."""
     global _installed
@@ -45,6 +53,7 @@ def install(
     try:
         os.environ[wire.ENDPOINT_ENV] = address
         os.environ[wire.KEY_ENV] = key
+        os.environ[JOB_ENV] = job or job_of(key)
         set_cell(cell_id)
         path = os.environ.get("PYTHONPATH", "")
         parts = [p for p in path.split(os.pathsep) if p and p != BOOT_DIR]
@@ -66,7 +75,7 @@ def install(
             if remove_watcher is not None:
                 remove_watcher()
             mp_wrap.unpatch()
-            for name in (wire.ENDPOINT_ENV, wire.KEY_ENV, wire.CELL_ENV):
+            for name in (wire.ENDPOINT_ENV, wire.KEY_ENV, JOB_ENV, wire.CELL_ENV):
                 _restore(name, saved[name])
             path = os.environ.get("PYTHONPATH", "")
             parts = [p for p in path.split(os.pathsep) if p and p != BOOT_DIR]

@@ -11,6 +11,8 @@ the notebook starts inherits:
   ``tcp://HOST:PORT`` when the kernel was asked to listen on TCP;
 - ``TORCHDBG_KEY``: the HMAC key, 64 hex digits (32 random bytes from ``secrets``);
 - ``TORCHDBG_JOB_CELL``: the notebook cell running when the job started (optional);
+- ``TORCHDBG_JOB_ID``: the kernel's job id every message names (envelope.py; derived
+  from the key where unset);
 - ``TORCHDBG_LISTEN``: read by the kernel only: the interface to listen on for workers
   on other hosts (listen.py); unset, the endpoint is an owner-only ipc socket.
 
@@ -20,6 +22,9 @@ the key never gets a frame into the kernel's queue (R55). Each message is then r
 frame at a time and dropped, without keeping its frames, once over ``MAX_FRAMES`` or
 ``MAX_MESSAGE_BYTES`` (a single frame over that is refused by libzmq itself, which drops
 the connection), before any HMAC or JSON; what fails raises ``Refused`` with its reason.
+Every message carries the envelope (envelope.py: wire version, job, sender, counter) in
+its signed metadata; the kernel refuses another version, another job, a replay (R58,
+R59). wire.schema.json beside this file describes the envelope and each message kind.
 
 Sends never block (``NOBLOCK``; a full queue drops the message and says so), and
 floats that JSON cannot carry go as the strings ``"NaN"``, ``"Infinity"``,
@@ -33,6 +38,8 @@ import hmac
 import math
 import secrets
 from typing import TYPE_CHECKING, Any
+
+from .envelope import Guard, Refusal, Stamp, job_for
 
 if TYPE_CHECKING:
     import zmq
@@ -62,11 +69,24 @@ def new_key() -> str:
     return secrets.token_hex(32)
 
 
-def session(key: str) -> Session:
-    """A Jupyter session signing with ``key`` (HMAC-SHA256), checking replays."""
+def session(key: str, job: str | None = None) -> Session:
+    """A Jupyter session signing with ``key`` (HMAC-SHA256), checking replays, whose
+    messages name ``job`` (else ``$TORCHDBG_JOB_ID``, else the key's: envelope.job_for)
+    under a sender id of its own."""
     from jupyter_client.session import Session
 
-    return Session(key=key.encode("ascii"), signature_scheme="hmac-sha256", username="torchdbg")
+    sess = Session(key=key.encode("ascii"), signature_scheme="hmac-sha256", username="torchdbg")
+    sess._torchdbg_stamp = Stamp(job_for(key, job))  # type: ignore[attr-defined]
+    return sess
+
+
+def stamp_of(sess: Session) -> Stamp:
+    """The session's envelope (one made on first use for a session not from ``session``)."""
+    stamp = getattr(sess, "_torchdbg_stamp", None)
+    if not isinstance(stamp, Stamp):
+        stamp = Stamp(job_for(sess.key.decode("ascii")))
+        sess._torchdbg_stamp = stamp  # type: ignore[attr-defined]
+    return stamp
 
 
 def finite_or_special(x: float) -> float | str:
@@ -76,6 +96,14 @@ def finite_or_special(x: float) -> float | str:
     if math.isnan(x):
         return "NaN"
     return "Infinity" if x > 0 else "-Infinity"
+
+
+def signed(
+    sess: Session, msg_type: str, content: dict[str, Any], ident: bytes | None = None
+) -> list[bytes]:
+    """One message's frames, signed, with the session's next envelope."""
+    msg = sess.msg(msg_type, content, metadata=stamp_of(sess).next())
+    return list(sess.serialize(msg, ident=ident))
 
 
 def send(
@@ -88,8 +116,7 @@ def send(
     """Sign and send one message without blocking; False if the queue was full."""
     import zmq
 
-    msg = sess.msg(msg_type, content)
-    parts = sess.serialize(msg, ident=ident)
+    parts = signed(sess, msg_type, content, ident)
     try:
         sock.send_multipart(parts, flags=zmq.NOBLOCK)
     except zmq.Again:
@@ -99,11 +126,15 @@ def send(
 
 class Refused(ValueError):
     """A message (or connection) refused, with a short reason: ``frames``, ``size``,
-    ``malformed``, ``signature``, ``replay``."""
+    ``malformed``, ``signature``, ``replay``, ``version``, ``job``; ``detail``: a
+    sentence for the user where there is one; ``sender``: the envelope's sender id once
+    the message was verified (an envelope refusal)."""
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(f"refused: {reason}")
+    def __init__(self, reason: str, detail: str = "", sender: str | None = None) -> None:
+        super().__init__(f"refused: {reason}" + (f": {detail}" if detail else ""))
         self.reason = reason
+        self.detail = detail
+        self.sender = sender
 
 
 def connect_token(key: str) -> bytes:
@@ -147,9 +178,12 @@ def read_frames(
     return frames
 
 
-def verify(sess: Session, frames: list[Any]) -> tuple[bytes | None, str, dict[str, Any]]:
+def verify(
+    sess: Session, frames: list[Any], guard: Guard | None = None
+) -> tuple[bytes | None, str, dict[str, Any]]:
     """``(sender identity or None, msg_type, content)`` of a message's frames, cheapest
-    checks first (shape, signature length, replay), then the HMAC, and only then JSON.
+    checks first (shape, signature length, replay), then the HMAC, and only then JSON;
+    with a ``guard`` (the kernel's), then the envelope: wire version, job, counter.
     Raises ``Refused``."""
     raw = [f if isinstance(f, bytes) else f.bytes for f in frames]
     try:
@@ -175,6 +209,13 @@ def verify(sess: Session, frames: list[Any]) -> tuple[bytes | None, str, dict[st
     msg_type = header.get("msg_type") if isinstance(header, dict) else None
     if not isinstance(msg_type, str) or not isinstance(content, dict):
         raise Refused("malformed")
+    if guard is not None:
+        try:
+            guard.check(msg.get("metadata"))
+        except Refusal as r:
+            meta = msg.get("metadata")
+            sender = meta.get("sender") if isinstance(meta, dict) else None
+            raise Refused(r.reason, r.detail, sender if isinstance(sender, str) else None) from None
     return (idents[0] if idents else None), msg_type, content
 
 

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 
 from ...kernel.thread_stacks import stack_lines
 from ..wire import transport as wire
+from ..wire.envelope import WIRE_VERSION
 from . import identity
 from .agreed import Agreements
 
@@ -217,6 +218,9 @@ class Agent:
             self.errors["send"] += 1
 
     def _hello(self, sess: Any, sock: Any) -> None:
+        # (on this thread, not at import: without a built _version.py it reads metadata)
+        from ...package_version import __version__
+
         ident = identity.identity()
         self._identity = ident
         torch = sys.modules.get("torch")
@@ -225,6 +229,8 @@ class Agent:
             "job_key": identity.job_key(ident["world_size"]),
             "torch": str(getattr(torch, "__version__", "")),
             "cell": os.environ.get(wire.CELL_ENV),
+            "wire": WIRE_VERSION,  # the handshake: the kernel refuses another (R59)
+            "package": __version__,
         }
         self._send(sess, sock, "hello", content)
 
@@ -285,6 +291,12 @@ class Agent:
                 agreed.decide(str(content.get("action_id", "")), msg_type)
             elif msg_type == "resume":
                 agreed.resume()
+            elif msg_type == "refused" and not self.errors["refused:kernel"]:
+                self.errors["refused:kernel"] += 1  # said once: the kernel drops the rest
+                reason = str(content.get("reason", ""))[:500]
+                print(
+                    f"jupyterlab_torchdbg: the kernel refused this rank: {reason}", file=sys.stderr
+                )
 
     # --- what it sends -------------------------------------------------------------------
 

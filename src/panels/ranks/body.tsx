@@ -104,7 +104,7 @@ export function RanksHeader(props: {
         <span
           className="jp-TorchDbg-chip jp-TorchDbg-warn jp-TorchDbg-ranksRefused"
           title={trans.__(
-            'Connections and messages this kernel refused: without its key, forged, replayed, oversized or over the rate limit'
+            'Connections and messages this kernel refused: without its key, forged, replayed, from another job or wire version, oversized or over the rate limit'
           )}
         >
           {trans._n('%1 refused', '%1 refused', refused)}
