@@ -76,9 +76,7 @@ def attach(host: Host) -> tuple[Control, Callable[[], None]]:
         )
     ]
     removers.append(host.hub.add_snapshot_part(lambda: [control.state()]))
-    runs = getattr(host, "runs", None)
-    if runs is not None:
-        removers.append(runs.on_change(control.on_run))
+    removers.append(host.runs.on_change(control.on_run))
 
     def cleanup() -> None:
         for remove in reversed(removers):

@@ -79,7 +79,7 @@ class Control:
     # --- state message ---------------------------------------------------------------
 
     def _runs(self) -> Any:
-        return getattr(self._ext, "runs", None)
+        return self._ext.runs
 
     def idle(self) -> bool:
         """Nothing is training now (runs.py); never while the loop is held paused."""

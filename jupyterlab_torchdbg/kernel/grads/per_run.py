@@ -21,9 +21,8 @@ if TYPE_CHECKING:
 
 
 def current_run(ext: Host) -> int | None:
-    """The step boundary's run (None: no run registry, e.g. a bare monitor in tests)."""
-    runs = getattr(ext, "runs", None)
-    return None if runs is None else runs.current_id
+    """The step boundary's run (None before the first)."""
+    return ext.runs.current_id
 
 
 def start_run(mon: Any, run: int | None) -> None:
@@ -52,9 +51,7 @@ def hand_over(mon: Any, source: ModelSource) -> None:
 
 def connect(mon: Any, ext: Host) -> None:
     """Alerts count towards their run in the registry."""
-    runs: Any = getattr(ext, "runs", None)
-    if runs is not None:
-        mon.alerts.counter = runs.count_alerts
+    mon.alerts.counter = ext.runs.count_alerts
 
 
 def loss_nonfinite(stream: Stream) -> bool:

@@ -184,8 +184,7 @@ class ActivationMeter:
         self._publish()
 
     def _set(self, state: str, **fields: Any) -> None:
-        runs = getattr(self.mon.ext, "runs", None)
-        run = getattr(runs, "current", None)
+        run = self.mon.ext.runs.current
         report: dict[str, Any] = {
             "state": state,
             "time": round(self.mon._wall(), 3),

@@ -107,8 +107,7 @@ class LeakWatch:
             self.ext.count_error("memory:leak")
 
     def _at_step(self, optimizer: object) -> None:
-        runs = getattr(self.ext, "runs", None)
-        run = runs.current_id if runs is not None else None
+        run = self.ext.runs.current_id
         if run != self.run:
             self._new_run(run)
         if self._primary is None:
