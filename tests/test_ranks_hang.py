@@ -6,11 +6,17 @@ The hang alarm must name the collective most ranks wait in (op, seq, group, shap
 the rank that never entered it (a lower seq, or none), blame that rank even when it is
 not in its own code, merge the ranks' stacks by their innermost own frame, say when the
 source was the sequence number rather than the recorder, and wait (bounded) for every
-rank's collectives before raising. Every message is validated against the schema.
+rank's collectives before raising. Every message is validated against the schema. The
+worker side on a real (one-rank) gloo group: the recorder's newest entry (op, seq, group,
+shapes) and, with the recorder turned off, torch's own sequence counter.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -191,3 +197,42 @@ def test_malformed_collectives_from_the_wire_are_dropped() -> None:
             "ranks": None,
         }
     ]
+
+
+SNAPSHOT = """
+import json, os, sys, tempfile
+import torch, torch.distributed as dist
+from jupyterlab_torchdbg.ranks.worker import collectives
+store = dist.FileStore(os.path.join(tempfile.mkdtemp(), "store"), 1)
+dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+for _ in range(3):
+    dist.all_reduce(torch.ones(5, dtype=torch.float64))
+dist.broadcast(torch.zeros(2, 3, dtype=torch.int64), src=0)
+print(json.dumps(collectives.snapshot(sys._getframe())))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("recorder", [True, False])
+def test_a_real_process_group_snapshot_from_the_recorder_or_the_sequence(recorder: bool) -> None:
+    env = {k: v for k, v in os.environ.items() if "TRACE_BUFFER" not in k}
+    env["TORCH_FR_BUFFER_SIZE"] = "2000" if recorder else "0"  # 2000: torch's default
+    run = subprocess.run(
+        [sys.executable, "-c", SNAPSHOT], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["backward"] is False
+    (g,) = got["groups"]
+    if recorder:
+        assert got["source"] == "flight_recorder"
+        assert (g["op"], g["group"], g["shapes"], g["in"]) == (
+            "broadcast",
+            "default",
+            "[2x3] int64",
+            False,
+        )
+        assert g["ranks"] == [0] and g["seq"] == 4
+    else:  # the default group's own counter: 4 collectives, none running now
+        assert got["source"] == "sequence"
+        assert (g["op"], g["seq"], g["group"], g["in"]) == (None, 4, "default", False)

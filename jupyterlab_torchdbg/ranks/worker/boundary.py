@@ -35,7 +35,7 @@ from typing import Any
 from ...kernel.backward_boundary import ModelSource
 from ...kernel.grads.loop_clip import learning_rate
 from ..wire.transport import finite_or_special
-from . import collectives, loader_errors
+from . import loader_errors
 from .agent import Agent
 from .agreed import Agreements
 from .manual import ManualModels
@@ -81,8 +81,6 @@ class Worker:
         self.manual = ManualModels(self.at_backward_end, self._count_error)
         #: Non-finite (diagnosed from this rank's own batch), explosion and vanishing.
         self.signals = RankSignals(self._count_error)
-        #: torch's flight recorder on for the process groups made from now on (R57).
-        self._recorder = collectives.enable_recorder()
 
     def _count_error(self, where: str) -> None:
         self.errors[where] += 1
@@ -285,7 +283,6 @@ class Worker:
             self.signals.remove()
         except Exception:
             self.errors["close"] += 1
-        self._recorder.remove()
 
 
 def _exception_content(exc: BaseException) -> dict[str, Any]:

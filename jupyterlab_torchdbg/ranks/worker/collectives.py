@@ -1,20 +1,20 @@
 """Which collective a rank is in (or last finished): torch's own flight recorder (R57).
 
-torch 2.13's c10d flight recorder is not NCCL-only: ProcessGroupGloo records every
+torch 2.13's c10d flight recorder is not NCCL-only, and it is on by default (a ring of
+2000 entries; ``TORCH_FR_BUFFER_SIZE=0`` turns it off): ProcessGroupGloo records every
 collective it enqueues too (op, per-group sequence number, process group, input sizes
-and dtypes, time created, retired or not), the ones DDP's C++ reducer issues from
-backward included, which Python-level wrappers of ``torch.distributed`` would miss. It
-is on when ``TORCH_FR_BUFFER_SIZE`` (or ``TORCH_NCCL_TRACE_BUFFER_SIZE``) is set before
-the process group is created: ``enable_recorder`` sets a small ring in the worker at
-activation, unless the user set one. Recording is torch's, in C++, per collective it
-already runs: nothing is added to the step (no collective, no host-device sync).
+and dtypes, time created) and keeps per group the last collective enqueued and the last
+completed; the all-reduces DDP's C++ reducer issues from backward are there as well,
+which Python-level wrappers of ``torch.distributed`` would miss. So nothing is wrapped,
+hooked or switched on here: recording is torch's own, in C++, for the collectives it
+already runs; nothing is added to the step (no collective, no host-device sync).
 
 ``snapshot`` is read only by the agent's thread, only in a heartbeat of a rank that has
-not stepped for ``hang_s`` (a dump of a 64-entry ring: well under a millisecond). Per
-process group, the newest entry: ``in`` (not retired: the rank waits in it) or the last
-one it finished. Where the recorder is off (the process group was created before the
-worker started), the default group's sequence number (``_get_sequence_number_for_group``,
-a local counter that counts the reducer's all-reduces too) with the op read off the
+not stepped for ``hang_s``, and at most every ``REUSE_S`` (a dump of the full ring costs
+tens of milliseconds). Per process group, the newest entry: ``in`` (enqueued, not
+completed: the rank waits in it) or the last one it finished. Where the recorder is off
+or empty, the default group's sequence number (``_get_sequence_number_for_group``, a
+local counter that counts the reducer's all-reduces too) with the op read off the
 training thread's stack, and ``source`` says so.
 """
 
@@ -27,35 +27,13 @@ import time
 from types import FrameType
 from typing import Any
 
-#: Entries kept by the flight recorder when the user did not ask for a size.
-RING = 64
-RECORDER_ENVS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+#: Seconds a snapshot is reused (a dump of torch's 2000-entry ring costs tens of ms).
+REUSE_S = 2.0
 #: Process groups described in one snapshot (the ones with the newest entries).
 MAX_GROUPS = 8
 _C10D = f"torch{os.sep}distributed{os.sep}distributed_c10d.py"
 _AUTOGRAD = f"torch{os.sep}autograd{os.sep}"
 _TENSOR = f"torch{os.sep}_tensor.py"
-
-
-class RecorderHandle:
-    """Puts back the environment ``enable_recorder`` changed (the recorder itself stays
-    on for the process's process groups: torch has no switch to turn it off)."""
-
-    def __init__(self, name: str | None) -> None:
-        self.name = name
-
-    def remove(self) -> None:
-        if self.name is not None and os.environ.get(self.name) == str(RING):
-            del os.environ[self.name]
-        self.name = None
-
-
-def enable_recorder() -> RecorderHandle:
-    """Ask torch to record this process's collectives (a no-op where the user set a size)."""
-    if any(os.environ.get(n) for n in RECORDER_ENVS):
-        return RecorderHandle(None)
-    os.environ[RECORDER_ENVS[0]] = str(RING)
-    return RecorderHandle(RECORDER_ENVS[0])
 
 
 #: The recorder's dtype names (c10's ScalarType) as torch's Python names.
@@ -94,12 +72,12 @@ def _entry(e: dict[str, Any], names: dict[str, str], now_ns: int) -> dict[str, A
     since = (now_ns - created) / 1e9 if isinstance(created, int) and created > 0 else None
     return {
         "op": op.split(":", 1)[-1][:64],
-        "seq": int(e.get("collective_seq_id") or e.get("p2p_seq_id") or 0),
+        "seq": int(e.get("collective_seq_id") or 0),
         "group": names.get(pg_id, pg_id)[:64],
         "shapes": _shape(e.get("input_sizes"), e.get("input_dtypes")),
-        "in": not e.get("retired", True),
+        "in": False,
         "since_s": None if since is None else round(max(0.0, since), 3),
-        "p2p": bool(e.get("is_p2p")),
+        "pg_id": pg_id,
     }
 
 
@@ -124,10 +102,26 @@ def _groups(trace: dict[str, Any]) -> tuple[dict[str, str], dict[str, list[int]]
     return names, ranks
 
 
+def _status(trace: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """pg id -> (last collective enqueued, last completed), torch's own counters."""
+    out: dict[str, tuple[int, int]] = {}
+    status = trace.get("pg_status")
+    for pg_id, st in status.items() if isinstance(status, dict) else []:
+        try:
+            out[str(pg_id)] = (
+                int(st["last_enqueued_collective"]),
+                int(st["last_completed_collective"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
 def from_recorder() -> dict[str, Any] | None:
-    """The newest entry of each process group in torch's flight recorder, or None."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is None:
+    """The newest collective of each process group in torch's flight recorder (on by
+    default in torch 2.13, gloo included), or None. ``in``: enqueued but not completed
+    (torch's per-group status; an entry's own ``retired`` flag lags its completion)."""
+    if sys.modules.get("torch.distributed") is None:
         return None
     try:
         from torch._C import _distributed_c10d as c10d
@@ -139,17 +133,26 @@ def from_recorder() -> dict[str, Any] | None:
     if not entries:
         return None
     names, ranks = _groups(trace)
+    status = _status(trace)
     now_ns = time.time_ns()
     newest: dict[str, dict[str, Any]] = {}
-    for raw in entries:
-        if isinstance(raw, dict):
-            e = _entry(raw, names, now_ns)
-            if not e["p2p"]:
-                newest[e["group"]] = e  # the ring is in record order
-    groups = sorted(newest.values(), key=lambda e: e["since_s"] or 0.0)[:MAX_GROUPS]
+    for raw in reversed(entries):  # the ring is in record order: newest last
+        if not isinstance(raw, dict) or raw.get("is_p2p"):
+            continue
+        pg = raw.get("process_group")
+        pg_id = str(pg[0]) if isinstance(pg, list) and pg else "?"
+        if pg_id in newest:
+            continue
+        e = _entry(raw, names, now_ns)
+        enqueued, completed = status.get(pg_id, (e["seq"], e["seq"]))
+        e["in"] = e["seq"] == enqueued and completed < enqueued
+        newest[pg_id] = e
+        if len(newest) >= MAX_GROUPS or len(newest) >= max(1, len(status)):
+            break
+    groups = list(newest.values())
     for e in groups:
         e["ranks"] = ranks.get(e["group"])
-        del e["p2p"]
+        del e["pg_id"]
     return {"source": "flight_recorder", "groups": groups}
 
 
@@ -184,13 +187,21 @@ def from_sequence(frame: FrameType | None) -> dict[str, Any] | None:
     return {"source": "sequence", "groups": [entry]}
 
 
+_last: tuple[float, dict[str, Any] | None] = (-REUSE_S, None)
+
+
 def snapshot(frame: FrameType | None) -> dict[str, Any] | None:
     """What the heartbeat carries: the collectives per group, and whether the training
-    thread is in backward (DDP's reducer all-reduces there: no Python frame of c10d)."""
+    thread is in backward (DDP's reducer all-reduces there: no Python frame of c10d).
+    Read again at most every ``REUSE_S`` (a hung rank's collectives do not move)."""
+    global _last
+    now = time.monotonic()
+    if now - _last[0] < REUSE_S:
+        return _last[1]
     got = from_recorder() or from_sequence(frame)
-    if got is None:
-        return None
-    got["backward"] = in_backward(frame)
+    if got is not None:
+        got["backward"] = in_backward(frame)
+    _last = (now, got)
     return got
 
 
