@@ -322,7 +322,7 @@ class Agent:
             frame = self._training_frame()
             beat["stack"], beat["stack_user"] = stack_lines(frame, MAX_STACK)
             try:  # which collective it waits in, or finished last (R57)
-                beat["collective"] = collectives.snapshot(frame)
+                beat["collective"] = collectives.snapshot(frame, w.agreed.step)
             except Exception:
                 self.errors["collective"] += 1
             del frame

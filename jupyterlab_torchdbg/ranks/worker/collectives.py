@@ -187,21 +187,22 @@ def from_sequence(frame: FrameType | None) -> dict[str, Any] | None:
     return {"source": "sequence", "groups": [entry]}
 
 
-_last: tuple[float, dict[str, Any] | None] = (-REUSE_S, None)
+_last: tuple[float, object, dict[str, Any] | None] = (-REUSE_S, None, None)
 
 
-def snapshot(frame: FrameType | None) -> dict[str, Any] | None:
+def snapshot(frame: FrameType | None, key: object = None) -> dict[str, Any] | None:
     """What the heartbeat carries: the collectives per group, and whether the training
     thread is in backward (DDP's reducer all-reduces there: no Python frame of c10d).
-    Read again at most every ``REUSE_S`` (a hung rank's collectives do not move)."""
+    Read again at most every ``REUSE_S`` while ``key`` (the rank's step) is the same:
+    a hung rank's collectives do not move; a new hang reads afresh."""
     global _last
     now = time.monotonic()
-    if now - _last[0] < REUSE_S:
-        return _last[1]
+    if now - _last[0] < REUSE_S and key == _last[1] and key is not None:
+        return _last[2]
     got = from_recorder() or from_sequence(frame)
     if got is not None:
         got["backward"] = in_backward(frame)
-    _last = (now, got)
+    _last = (now, key, got)
     return got
 
 
