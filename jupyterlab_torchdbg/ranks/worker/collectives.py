@@ -27,6 +27,8 @@ import time
 from types import FrameType
 from typing import Any
 
+#: torch's recorder dumps (the second exists in CUDA builds only).
+DUMPS = ("_dump_fr_trace_json", "_dump_nccl_trace_json")
 #: Seconds a snapshot is reused (a dump of torch's 2000-entry ring costs tens of ms).
 REUSE_S = 2.0
 #: Process groups described in one snapshot (the ones with the newest entries).
@@ -117,19 +119,40 @@ def _status(trace: dict[str, Any]) -> dict[str, tuple[int, int]]:
     return out
 
 
+def _dump() -> dict[str, Any]:
+    """torch's recorders, merged: the generic one (gloo and the others) and, in a CUDA
+    build, NCCL's own (``_dump_nccl_trace_json``; not exercised by this CPU test suite)."""
+    merged: dict[str, Any] = {"entries": [], "pg_config": {}, "pg_status": {}}
+    try:
+        from torch._C import _distributed_c10d as c10d
+    except Exception:
+        return merged
+    for name in DUMPS:
+        dump = getattr(c10d, name, None)
+        if dump is None:
+            continue
+        try:
+            trace = json.loads(dump(True, False))
+        except Exception:
+            continue
+        if not isinstance(trace, dict):
+            continue
+        if isinstance(trace.get("entries"), list):
+            merged["entries"].extend(trace["entries"])
+        for key in ("pg_config", "pg_status"):
+            if isinstance(trace.get(key), dict):
+                merged[key].update(trace[key])
+    return merged
+
+
 def from_recorder() -> dict[str, Any] | None:
     """The newest collective of each process group in torch's flight recorder (on by
     default in torch 2.13, gloo included), or None. ``in``: enqueued but not completed
     (torch's per-group status; an entry's own ``retired`` flag lags its completion)."""
     if sys.modules.get("torch.distributed") is None:
         return None
-    try:
-        from torch._C import _distributed_c10d as c10d
-
-        trace = json.loads(c10d._dump_fr_trace_json(True, False))  # type: ignore[attr-defined]
-    except Exception:
-        return None
-    entries = trace.get("entries") if isinstance(trace, dict) else None
+    trace = _dump()
+    entries = trace.get("entries")
     if not entries:
         return None
     names, ranks = _groups(trace)
