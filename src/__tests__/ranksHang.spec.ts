@@ -86,13 +86,19 @@ describe('hang at the collective', () => {
 
   it("says DDP's backward, and shows nothing of it for an older kernel's alarm", () => {
     const ddp = hang({
-      collective: { ...hang().collective!, ddp_backward: true, shapes: null }
+      collective: {
+        ...hang().collective!,
+        ranks_in: [0],
+        never_entered: [1],
+        ddp_backward: true,
+        shapes: null
+      }
     });
     dom.render(React.createElement(RankAlarms, { alarms: [ddp], trans }));
     expect(
       dom.host.querySelector('.jp-TorchDbg-rankHangCollective')!.textContent
     ).toBe(
-      'ranks 0, 2 wait in all_reduce · seq 41 · default group · DDP backward'
+      'rank 0 waits in all_reduce · seq 41 · default group · DDP backward'
     );
     const old = hang();
     delete old.collective;

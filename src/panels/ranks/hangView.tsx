@@ -38,7 +38,12 @@ export function HangView(props: {
       {c && (
         <div className="jp-TorchDbg-rankHangCollective">
           <span className="jp-TorchDbg-rankHangLabel">
-            {trans.__('%1 wait in', rankList(c.ranks_in, trans))}
+            {trans._n(
+              'rank %2 waits in',
+              'ranks %2 wait in',
+              c.ranks_in.length,
+              c.ranks_in.join(', ')
+            )}
           </span>{' '}
           <code>{facts.join(' · ')}</code>
         </div>
