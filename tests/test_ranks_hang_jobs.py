@@ -7,7 +7,9 @@ notebook. One rank never enters the collective the others wait in:
 
 - three ranks all-reduce a [1024] float32 tensor by hand each step; rank 1 sleeps in its
   dataset's ``__getitem__``: the alarm names all_reduce, its seq and group, rank 1 as the
-  rank that never entered it, with its stack at ``__getitem__``;
+  rank that never entered it, with its stack at ``__getitem__``; again with torch's
+  recorder turned off (``TORCH_FR_BUFFER_SIZE=0``): the op from the stack, the seq from
+  the group's own counter, and the alarm says so;
 - a DDP job where rank 1 sleeps before backward while rank 0 is in backward, in DDP's
   gradient all-reduce (its C++ reducer: no Python call to wrap): the same, marked as
   DDP's gradient all-reduce;
@@ -103,7 +105,12 @@ def _run(rw: Any, k: Kernel, world: int, mode: str) -> dict[str, Any]:
     return alarm
 
 
-def test_the_rank_sleeping_in_its_data_loading_never_entered_the_all_reduce(rw: Any) -> None:
+@pytest.mark.parametrize("recorder", [True, False], ids=["recorder", "recorder-off"])
+def test_the_rank_sleeping_in_its_data_loading_never_entered_the_all_reduce(
+    rw: Any, recorder: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not recorder:  # the ranks inherit it: torch records nothing
+        monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "0")
     k = Kernel()
     try:
         alarm = _run(rw, k, 3, "loader")
@@ -111,18 +118,23 @@ def test_the_rank_sleeping_in_its_data_loading_never_entered_the_all_reduce(rw: 
         k.close()
     c = alarm["collective"]
     assert alarm["rank"] == 1
+    shapes = "[1024] float32" if recorder else None  # the sequence counter has no shapes
+    source = "flight_recorder" if recorder else "sequence"
     assert (c["op"], c["group"], c["shapes"], c["source"]) == (
         "all_reduce",
         "default",
-        "[1024] float32",
-        "flight_recorder",
+        shapes,
+        source,
     )
     assert c["ranks_in"] == [0, 2] and c["never_entered"] == [1]
     assert c["ddp_backward"] is False
     msg = alarm["message"]
-    assert f"Ranks 0, 2 are in all_reduce (seq {c['seq']}, default group, [1024] float32)" in msg
+    label = f"all_reduce (seq {c['seq']}, default group" + (f", {shapes})" if shapes else ")")
+    assert f"Ranks 0, 2 are in {label}" in msg
     assert "rank 1 never entered it" in msg
-    assert f"finished all_reduce seq {c['seq'] - 1}" in msg  # its last one, the step before
+    last = "all_reduce" if recorder else "a collective"  # its last one, the step before
+    assert f"finished {last} seq {c['seq'] - 1}" in msg
+    assert ("flight recorder was off" in msg) is not recorder
     assert "in __getitem__" in msg and "time.sleep(HANG_S)" in msg
     by_ranks = {tuple(m["ranks"]): m for m in alarm["merged"]}
     assert by_ranks[(0, 2)]["where"].endswith("in hang")  # dist.all_reduce(t) in hang()
