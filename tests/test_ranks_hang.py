@@ -153,6 +153,11 @@ def test_ddp_backward_and_the_sequence_fallback_are_told_truthfully(h: Harness) 
         in (diag["sentence"])
     )
     assert "flight recorder was off" in diag["sentence"]
+    # a reduce-scatter in backward (FSDP's) is not called DDP's all-reduce
+    c["groups"][0]["op"] = "reduce_scatter"
+    diag = diagnose([(0, collective_of(c), WAIT, USER), views[1]])
+    assert diag is not None and "DDP" not in diag["sentence"]
+    assert "reduce_scatter (seq 5, default group, in backward)" in diag["sentence"]
 
 
 def test_the_alarm_waits_for_every_ranks_collectives_then_goes_without(h: Harness) -> None:

@@ -1750,7 +1750,7 @@ export interface IRankCollective {
    */
   shapes?: string | null;
   /**
-   * Every rank in it is inside backward: DDP's gradient all-reduce (issued by its C++ reducer).
+   * Every rank in it is inside backward (their stacks): for an all_reduce, DDP's gradient all-reduce (issued by its C++ reducer).
    */
   ddp_backward?: boolean;
   /**

@@ -85,7 +85,10 @@ def label(c: dict[str, Any], backward: bool) -> str:
     parts = [f"seq {c['seq']}", f"{c['group']} group"]
     if c.get("shapes"):
         parts.append(str(c["shapes"]))
-    via = ", DDP's gradient all-reduce in backward" if backward else ""
+    via = ""
+    if backward:  # an all-reduce issued inside backward is DDP's reducer's (its buckets)
+        ddp = c.get("op") in ("all_reduce", "allreduce")
+        via = ", DDP's gradient all-reduce in backward" if ddp else ", in backward"
     return f"{c.get('op') or 'a collective'} ({', '.join(parts)}{via})"
 
 

@@ -30,7 +30,13 @@ export function HangView(props: {
         trans.__('seq %1', String(c.seq)),
         trans.__('%1 group', c.group),
         ...(c.shapes ? [c.shapes] : []),
-        ...(c.ddp_backward ? [trans.__('DDP backward')] : [])
+        ...(c.ddp_backward
+          ? [
+              c.op === 'all_reduce'
+                ? trans.__('DDP backward')
+                : trans.__('in backward')
+            ]
+          : [])
       ]
     : [];
   return (
