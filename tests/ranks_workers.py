@@ -21,7 +21,8 @@ These three sleep 50 ms a step, as a real step takes far longer than reading its
 of every parameter and its gradient; every step rank 0 writes the global gradient norm
 ``clip_grad_norm_`` computes (with an infinite bound: nothing is clipped) to
 ``out/fsdp_norms.json``, the reference the kernel's combined norm is checked against.
-``out``: each rank saves its final weights there.
+``out``: each rank saves its final weights there, and its default group's collective
+count (``rankN.seq``). ``hang``: a rank that never enters the collective (see there).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from typing import Any
 
 #: Seconds rank 1 sleeps in ``sleep`` mode (its stack names this line).
 SLEEP_S = 9.0
+#: Seconds rank 1 sleeps in ``hang`` (far over the tests' hang threshold).
+HANG_S = 14.0
 #: The step (1-based) at which rank 1's batch is bad in ``nan`` / ``spike`` modes.
 BAD_STEP = 26
 
@@ -104,8 +107,78 @@ def train(
             {k: v.detach().clone() for k, v in model.state_dict().items()},
             Path(out) / f"rank{rank}.pt",
         )
+        _save_collectives(out, rank)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _save_collectives(out: str, rank: int) -> None:
+    """How many collectives this rank's default group ran (torch's own counter)."""
+    import torch.distributed as dist
+
+    seq = dist.distributed_c10d._get_default_group()._get_sequence_number_for_group()
+    (Path(out) / f"rank{rank}.seq").write_text(str(seq))
+
+
+class SlowData:
+    """A dataset whose item ``slow_at`` sleeps ``HANG_S`` on rank 1 (``__getitem__`` runs
+    on the training thread: no loader workers)."""
+
+    def __init__(self, rank: int, slow_at: int) -> None:
+        self.rank, self.slow_at = rank, slow_at
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, i: int) -> Any:
+        import torch
+
+        if self.rank == 1 and i == self.slow_at:
+            time.sleep(HANG_S)  # rank 1 hangs in its data loading
+        return torch.full((8,), float(i + self.rank))
+
+
+def hang(rank: int, world: int, port: int, mode: str) -> None:
+    """A hang for the collective diagnosis (tests/test_ranks_hang_jobs.py). ``loader``:
+    each step all-reduces a [1024] float32 tensor by hand; rank 1 sleeps in its dataset's
+    ``__getitem__`` at step 6 while the others enter that all-reduce. ``ddp``: rank 1
+    sleeps after its forward at step 6, before backward, while the others are in
+    backward, in DDP's gradient all-reduce."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    torch.set_num_threads(1)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    model: nn.Module = nn.Linear(8, 1024)
+    if mode == "ddp":
+        model = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = torch.utils.data.DataLoader(SlowData(rank, 5 * 4), batch_size=4)
+    for i, x in enumerate(loader):
+        out = model(x)
+        if mode == "ddp" and rank == 1 and i == 5:
+            time.sleep(HANG_S)  # rank 1 hangs before backward
+        out.pow(2).mean().backward()
+        if mode == "loader":
+            t = torch.ones(1024)
+            dist.all_reduce(t)  # the collective the others wait in
+        time.sleep(0.02)
+        opt.step()
+        opt.zero_grad()
+    dist.destroy_process_group()
+
+
+def spawn_hang(world: int, mode: str) -> Any:
+    """Start ``hang`` on ``world`` ranks (not joined: the caller joins)."""
+    import torch.multiprocessing as mp
+
+    return mp.start_processes(
+        hang, args=(world, free_port(), mode), nprocs=world, join=False, start_method="spawn"
+    )
 
 
 def _manual(ddp: Any, g: Any, rank: int, steps: int, slow: bool) -> None:

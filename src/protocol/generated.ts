@@ -1739,6 +1739,66 @@ export interface IRankAlarm {
    * hang: how many of `stack`'s first lines are the user's frames (a cell or a user file); the rest are collapsed like the exception view's library frames.
    */
   stack_user?: number;
+  collective?: IRankCollective;
+  /**
+   * hang (2.7): every rank's stack merged: ranks grouped by their innermost frame of their own code (else their innermost frame) and the collective they are in, lowest rank first.
+   *
+   * @maxItems 16
+   */
+  merged?: IRankStackGroup[];
+}
+/**
+ * hang (2.7): the collective the hung ranks wait in, read from torch's flight recorder in each rank (`source`: `flight_recorder`, or `sequence` where only the default group's sequence number and the stack were available).
+ */
+export interface IRankCollective {
+  /**
+   * The collective as torch names it (all_reduce, broadcast, allgather, barrier...).
+   */
+  op: string | null;
+  /**
+   * Its sequence number in its process group (the same on every rank of the group).
+   */
+  seq: number;
+  /**
+   * The process group: `default` for the world, else its description or id.
+   */
+  group: string;
+  /**
+   * Its input tensors' sizes and dtypes, e.g. `[1024] float32`.
+   */
+  shapes?: string | null;
+  /**
+   * Every rank in it is inside backward (their stacks): for an all_reduce, DDP's gradient all-reduce (issued by its C++ reducer).
+   */
+  ddp_backward?: boolean;
+  /**
+   * @maxItems 1024
+   */
+  ranks_in: number[];
+  /**
+   * Ranks of its group whose newest collective on that group has a lower sequence number (or none): the ones the others wait for.
+   *
+   * @maxItems 1024
+   */
+  never_entered: number[];
+  source?: string;
+}
+/**
+ * hang (2.7): ranks stopped at the same place.
+ */
+export interface IRankStackGroup {
+  /**
+   * @maxItems 1024
+   */
+  ranks: number[];
+  /**
+   * `file:line in function` of the innermost frame of their own code.
+   */
+  where: string;
+  /**
+   * The collective they wait in, as a label (`all_reduce (seq 41, default group, [1024] float32)`), or null.
+   */
+  in: string | null;
 }
 /**
  * Kernel -> every frontend of the kernel, when the kernel side loads (%load_ext, %reload_ext, the panel's auto-load): the data of a comm_open that the kernel initiates on the target `jupyterlab_torchdbg.loaded` and closes at once. A panel whose kernel side was not loaded opens its own comm then.

@@ -11,7 +11,10 @@
   ``STRAGGLER_FACTOR`` x the median of the other ranks' and ``STRAGGLER_MIN_S`` more.
 - hang: no rank stepped for ``hang_s``: the ranks in their own code (``user``) are the
   stuck ones, the others wait in a collective; the alarm carries the stuck rank's stack
-  (taken in the worker), its own frames first. Once per rank per hang.
+  (taken in the worker), its own frames first. Once per rank per hang. With the ranks'
+  collectives (torch's flight recorder, hang_diag.py, R57): the collective the others
+  wait in (op, seq, group, shapes), the ranks that never entered it (the stuck ones),
+  and the ranks' stacks merged by their innermost own frame.
 - failed: a worker's exception or a failed exit; lost: no message for ``LOST_S``.
 - action: a rank refused or did not answer an all-rank action (``actions.py``).
 - non_finite / explosion / vanishing: judged in each rank (its own batch diagnosed at a
@@ -29,6 +32,7 @@ from typing import Any
 
 from ...kernel.thread_stacks import user_first
 from .grad_alarms import GradAlarms
+from .hang_diag import RankView, diagnose, merged_sentence, merged_stacks
 from .job import LOST_S, Job, Rank, norm_value, same_norm
 
 STRAGGLER_STEPS = 5
@@ -222,8 +226,20 @@ class Alarms:
             # stepping again: a later hang is a new one
             self._raised = {k for k in self._raised if k[0] != "hang"}
             return 0
+        views = [(r.number, r.collective, r.stack, r.stack_user) for r in active]
+        if (
+            any(c is not None for _, c, _, _ in views)
+            and any(c is None for _, c, _, _ in views)
+            and since < hang_s + STACK_GRACE_S
+        ):
+            return 0  # the others' collectives are on the way (R57)
+        diag = diagnose(views)
         stuck = [r for r in active if r.phase == "user"]
         waiting = [r for r in active if r.phase == "torch_wait"]
+        if diag is not None and diag["missing"]:  # the ranks that never entered it
+            stuck = [r for r in active if r.number in diag["missing"]]
+            waiting = [r for r in active if r.number in diag["collective"]["ranks_in"]]
+        extra, told = _hang_extra(views, diag)
         if not stuck:  # every rank waits inside torch: the one behind is the suspect
             stuck = [min(active, key=lambda r: (r.step, r.number))]
             waiting = [r for r in waiting if r is not stuck[0]]
@@ -240,9 +256,11 @@ class Alarms:
             stack, n_user, where = _stuck_at(r)
             message = (
                 f"Hang: rank {r.number} has not stepped for {since:.0f} s (its last step "
-                f"was {r.step}){others}.{where}."
+                f"was {r.step}){others}.{where}.{told}"
             )
-            if self.raise_alarm("hang", r.number, r.step, message, stack=stack, stack_user=n_user):
+            if self.raise_alarm(
+                "hang", r.number, r.step, message, stack=stack, stack_user=n_user, extra=extra
+            ):
                 raised += 1
         return raised
 
@@ -296,6 +314,26 @@ class Alarms:
             + self.check_hang(now, hang_s)
             + self.check_stragglers(now, hang_s)
         )
+
+
+def _hang_extra(
+    views: list[RankView], diag: dict[str, Any] | None
+) -> tuple[dict[str, Any] | None, str]:
+    """A hang alarm's ``collective`` and ``merged`` fields, and the sentences they add
+    to its message (R57); nothing when no rank sent its collectives."""
+    merged = merged_stacks(views, diag)
+    if diag is None and not any(c is not None for _, c, _, _ in views):
+        return None, ""
+    extra: dict[str, Any] = {"merged": merged}
+    told = ""
+    if diag is not None:
+        extra["collective"] = diag["collective"]
+        told = f" {diag['sentence']}."
+    else:
+        told = " No rank is in a collective."
+    if len(merged) > 1:
+        told += f" Stacks: {merged_sentence(merged)}."
+    return extra, told
 
 
 def _stuck_at(r: Rank) -> tuple[list[str] | None, int | None, str]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..wire.signals import finding_of, signal_of, wire_int, wire_num
+from .hang_diag import collective_of
 
 #: Points kept per rank (the panel's per-rank charts).
 RING = 2000
@@ -102,6 +103,8 @@ class Rank:
     stack: list[str] | None = None
     #: Which of ``stack``'s frames are the user's (None: the worker did not say).
     stack_user: list[bool] | None = None
+    #: The collectives it is in or finished last, per group (hang_diag.py; with the stack).
+    collective: dict[str, Any] | None = None
     layers: dict[str, Any] | None = None
     layers_by_step: OrderedDict[int, dict[str, Any]] = field(default_factory=OrderedDict)
     norms_by_step: OrderedDict[int, float | str] = field(default_factory=OrderedDict)
@@ -203,7 +206,7 @@ class Rank:
             if step > self.step:
                 self.step = step
                 self.step_at = now
-                self.stack = None
+                self.stack = self.collective = None
             if dt is not None:
                 self.dts.append(dt)
                 if own is not None:
@@ -283,6 +286,7 @@ class Rank:
                 self.stack_user = [u is True for u in user[-64:]]
             else:
                 self.stack_user = None
+            self.collective = collective_of(content.get("collective"))
         return before != (self.phase, self.step, self.stack is not None)
 
     def take_points(self, replay: bool) -> dict[str, Any] | None:

@@ -13,7 +13,8 @@ the DEALER socket (zmq sockets are not thread-safe) and, on a 20 ms tick:
 - every 100 ms sends the new step rows as one ``rows`` message (with the explosion /
   vanishing alerts of the kernel's detector on them: rank_signals.py), every 0.5 s
   without rows a ``heartbeat`` (with the training thread's stack once it has not stepped
-  for ``hang_s``, each frame marked as the user's or not: kernel/thread_stacks.py): at
+  for ``hang_s``, each frame marked as the user's or not: kernel/thread_stacks.py, and
+  the collective it is in or finished last, from torch's flight recorder: collectives.py): at
   most 10 messages a second in the steady state;
 - identity changes (the process group came up) send ``hello`` again;
 - a rank paused by the kernel resumes by itself once the kernel has been unreachable
@@ -39,7 +40,7 @@ from typing import Any, Protocol
 from ...kernel.thread_stacks import stack_lines
 from ..wire import transport as wire
 from ..wire.envelope import WIRE_VERSION
-from . import identity
+from . import collectives, identity
 from .agreed import Agreements
 
 TICK_S = 0.02
@@ -330,7 +331,13 @@ class Agent:
             "stack": None,
         }
         if since is not None and since >= w.hang_s:
-            beat["stack"], beat["stack_user"] = stack_lines(self._training_frame(), MAX_STACK)
+            frame = self._training_frame()
+            beat["stack"], beat["stack_user"] = stack_lines(frame, MAX_STACK)
+            try:  # which collective it waits in, or finished last (R57)
+                beat["collective"] = collectives.snapshot(frame, w.agreed.step)
+            except Exception:
+                self.errors["collective"] += 1
+            del frame
         return beat
 
     def _training_frame(self) -> FrameType | None:

@@ -3,6 +3,7 @@ import React, { useState } from 'react';
 
 import type { IRankAlarm } from '../../protocol/generated';
 import { AlarmTags } from '../../ui/alarmTags';
+import { HangView } from './hangView';
 
 /** Rank alarms shown before "show all": the first (the root cause) and the latest ones. */
 export const SHOWN_RANK_ALARMS = 6;
@@ -128,6 +129,7 @@ export function RankAlarms(props: {
               {trans.__('Fix: %1', a.remedy)}
             </span>
           )}
+          {a.kind === 'hang' && <HangView alarm={a} trans={trans} />}
           {a.stack.length > 0 && <RankStack alarm={a} trans={trans} />}
         </span>
       </li>
