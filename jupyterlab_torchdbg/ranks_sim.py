@@ -1,0 +1,176 @@
+"""Simulated ranks: N workers' real wire messages, from one process (not public API).
+
+Used by the benchmark (``bench/ranks_sim.py``, ``--ranks-sim``) and by the UI tests
+(``testing_ranks.start``). Each simulated rank is what a worker's agent is on the wire:
+its own DEALER socket connected with ``wire.connect`` (the connect token), its own
+Jupyter session (``wire.session``: HMAC-signed, replay-checked), and an ``Agent``
+(ranks/worker/agent.py) whose own methods build and send the messages (``hello``,
+``rows`` every ``ROWS_S`` while it steps, ``heartbeat`` every ``HEARTBEAT_S`` without
+rows, ``bye``) at the agent's cadence. Only the training is simulated: a rank steps
+every ``step_s`` (``SLOW`` ranks are 6x slower), with a norm on every step
+(``HIGH_NORM`` ranks' norms are 8x the others') and a few layers.
+
+Run as ``python -m jupyterlab_torchdbg.ranks_sim FIRST COUNT WORLD SECONDS [STEP_S]``
+with ``TORCHDBG_ENDPOINT`` / ``TORCHDBG_KEY`` in the environment (as every worker has).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import sys
+import time
+from collections import deque
+from typing import Any
+
+from .ranks.wire import transport as wire
+
+#: The ranks the simulation makes outliers (when the world has them).
+SLOW = (137,)
+HIGH_NORM = (200,)
+SLOW_FACTOR = 6.0
+NORM_FACTOR = 8.0
+LAYERS = ("embed.weight", "block.0.attn", "block.0.mlp", "block.1.attn", "block.1.mlp", "head")
+
+
+class SimWorker:
+    """What an agent reads of its worker (agent.WorkerState), for one simulated rank."""
+
+    def __init__(self, rank: int, world: int, step_s: float, address: str, key: str) -> None:
+        from .ranks.worker.agreed import Agreements
+
+        self.rank = rank
+        self.world = world
+        self.address = address
+        self.key = key
+        self.hang_s = 10.0
+        self.train_tid: int | None = None
+        self.agreed = Agreements(lambda _t, _c: None)
+        self.step_s = step_s * (SLOW_FACTOR if rank in SLOW else 1.0)
+        self.norm_scale = NORM_FACTOR if rank in HIGH_NORM else 1.0
+        self._rng = random.Random(rank)
+        self._rows: deque[dict[str, Any]] = deque()
+        self._layers: dict[str, Any] | None = None
+        self._last = time.perf_counter()
+        self._next = self._last + self.step_s * self._rng.uniform(0.5, 1.5)
+
+    def advance(self, now: float) -> None:
+        """The steps this rank finished by ``now`` (perf_counter)."""
+        while now >= self._next:
+            self.agreed.step += 1
+            step = self.agreed.step
+            dt = self._next - self._last
+            self._last = self._next
+            self._next += self.step_s * self._rng.uniform(0.9, 1.1)
+            norm = (
+                self.norm_scale * (0.4 + 0.1 * math.sin(step / 7)) * self._rng.uniform(0.95, 1.05)
+            )
+            self._rows.append(
+                {
+                    "step": step,
+                    "t": time.time(),
+                    "dt": dt,
+                    "norm": wire.finite_or_special(norm),
+                    "mem": 1_000_000 + 1000 * step,
+                    "mem_kind": "host",
+                }
+            )
+            self._layers = {
+                "step": step,
+                "names": list(LAYERS),
+                "norms": [norm / (i + 2) for i in range(len(LAYERS))],
+            }
+
+    def take_rows(self, limit: int) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        while self._rows and len(rows) < limit:
+            rows.append(self._rows.popleft())
+        return rows
+
+    def take_signals(self) -> tuple[list[dict[str, Any]], int]:
+        return [], self.agreed.step
+
+    def take_layers(self) -> dict[str, Any] | None:
+        layers, self._layers = self._layers, None
+        return layers
+
+    def since_step(self) -> float | None:
+        return time.perf_counter() - self._last
+
+
+def _as_rank(rank: int, world: int) -> None:
+    """The environment a worker of this rank would have (read by ``identity``)."""
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+        MASTER_ADDR="sim", MASTER_PORT=str(os.getppid()),
+    )  # fmt: skip
+
+
+def run(first: int, count: int, world: int, seconds: float, step_s: float = 0.05) -> int:
+    """Ranks ``first`` .. ``first + count - 1`` of ``world`` for ``seconds``; returns the
+    messages sent. One thread drives them all on the agent's 20 ms tick."""
+    from .ranks.worker import agent as agent_mod
+
+    address, key = os.environ[wire.ENDPOINT_ENV], os.environ[wire.KEY_ENV]
+    sims = []
+    for rank in range(first, first + count):
+        worker = SimWorker(rank, world, step_s, address, key)
+        ctx, sock = wire.connect(address, key)
+        sess = wire.session(key)
+        agent = agent_mod.Agent(worker)
+        _as_rank(rank, world)
+        agent._hello(sess, sock)
+        sims.append((worker, agent, ctx, sock, sess))
+    now = time.monotonic()
+    due = {id(a): [now + agent_mod.ROWS_S, now + agent_mod.HEARTBEAT_S, False] for _, a, *_ in sims}
+    end = now + seconds
+    while time.monotonic() < end:
+        time.sleep(agent_mod.TICK_S)
+        now, perf = time.monotonic(), time.perf_counter()
+        for worker, agent, _, sock, sess in sims:
+            worker.advance(perf)
+            d = due[id(agent)]
+            if now >= d[0]:
+                d[0] = now + agent_mod.ROWS_S
+                if agent._send_rows(sess, sock):
+                    d[2] = True
+            if now >= d[1]:
+                d[1] = now + agent_mod.HEARTBEAT_S
+                if not d[2]:
+                    agent._send(sess, sock, "heartbeat", agent._heartbeat())
+                d[2] = False
+            _drain(sock)
+    sent = 0
+    for _, agent, _ctx, sock, sess in sims:
+        agent._send_rows(sess, sock)
+        agent._send(sess, sock, "bye", {"state": "exited"})
+        sent += sum(agent.sent.values())
+    for _, _, ctx, sock, _ in sims:
+        sock.close(wire.LINGER_MS)
+        ctx.term()
+    return sent
+
+
+def _drain(sock: Any) -> None:
+    """The kernel's ``config`` messages (read and dropped: the simulation has no use)."""
+    import zmq
+
+    try:
+        while True:
+            sock.recv(zmq.NOBLOCK)
+    except zmq.Again:
+        pass
+
+
+def main(argv: list[str]) -> int:
+    first, count, world = int(argv[0]), int(argv[1]), int(argv[2])
+    seconds = float(argv[3])
+    step_s = float(argv[4]) if len(argv) > 4 else 0.05
+    sent = run(first, count, world, seconds, step_s)
+    print(sent)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
