@@ -7,8 +7,9 @@ Jupyter session (``wire.session``: HMAC-signed, replay-checked), and an ``Agent`
 (ranks/worker/agent.py) whose own methods build and send the messages (``hello``,
 ``rows`` every ``ROWS_S`` while it steps, ``heartbeat`` every ``HEARTBEAT_S`` without
 rows, ``bye``) at the agent's cadence. Only the training is simulated: a rank steps
-every ``step_s`` (``SLOW`` ranks are 6x slower), with a norm on every step
-(``HIGH_NORM`` ranks' norms are 8x the others') and a few layers.
+every ``step_s`` (``SLOW`` ranks are 6x slower), with a norm on every step,
+the same on every rank at a step as after DDP's all-reduce (``HIGH_NORM`` ranks' norms
+are 8x the others': a desynced replica) and a few layers.
 
 Run as ``python -m jupyterlab_torchdbg.ranks_sim FIRST COUNT WORLD SECONDS [STEP_S]``
 with ``TORCHDBG_ENDPOINT`` / ``TORCHDBG_KEY`` in the environment (as every worker has).
@@ -63,9 +64,8 @@ class SimWorker:
             dt = self._next - self._last
             self._last = self._next
             self._next += self.step_s * self._rng.uniform(0.9, 1.1)
-            norm = (
-                self.norm_scale * (0.4 + 0.1 * math.sin(step / 7)) * self._rng.uniform(0.95, 1.05)
-            )
+            # all-reduced gradients: every rank has the same norm at a step (but one)
+            norm = self.norm_scale * (0.4 + 0.1 * math.sin(step / 7))
             self._rows.append(
                 {
                     "step": step,
@@ -107,7 +107,7 @@ def _as_rank(rank: int, world: int) -> None:
     )  # fmt: skip
 
 
-def run(first: int, count: int, world: int, seconds: float, step_s: float = 0.05) -> int:
+def run(first: int, count: int, world: int, seconds: float, step_s: float = 0.1) -> int:
     """Ranks ``first`` .. ``first + count - 1`` of ``world`` for ``seconds``; returns the
     messages sent. One thread drives them all on the agent's 20 ms tick."""
     from .ranks.worker import agent as agent_mod
@@ -132,15 +132,15 @@ def run(first: int, count: int, world: int, seconds: float, step_s: float = 0.05
             worker.advance(perf)
             d = due[id(agent)]
             if now >= d[0]:
-                d[0] = now + agent_mod.ROWS_S
+                d[0] = now + agent.rows_s
                 if agent._send_rows(sess, sock):
                     d[2] = True
             if now >= d[1]:
-                d[1] = now + agent_mod.HEARTBEAT_S
+                d[1] = now + agent.heartbeat_s
                 if not d[2]:
                     agent._send(sess, sock, "heartbeat", agent._heartbeat())
                 d[2] = False
-            _drain(sock)
+            _receive(agent, sess, sock)
     sent = 0
     for _, agent, _ctx, sock, sess in sims:
         agent._send_rows(sess, sock)
@@ -152,21 +152,18 @@ def run(first: int, count: int, world: int, seconds: float, step_s: float = 0.05
     return sent
 
 
-def _drain(sock: Any) -> None:
-    """The kernel's ``config`` messages (read and dropped: the simulation has no use)."""
+def _receive(agent: Any, sess: Any, sock: Any) -> None:
+    """The kernel's messages (``config``: the cadence it asks for), read by the agent."""
     import zmq
 
-    try:
-        while True:
-            sock.recv(zmq.NOBLOCK)
-    except zmq.Again:
-        pass
+    if sock.poll(0, zmq.POLLIN):
+        agent._receive(sess, sock)
 
 
 def main(argv: list[str]) -> int:
     first, count, world = int(argv[0]), int(argv[1]), int(argv[2])
     seconds = float(argv[3])
-    step_s = float(argv[4]) if len(argv) > 4 else 0.05
+    step_s = float(argv[4]) if len(argv) > 4 else 0.1
     sent = run(first, count, world, seconds, step_s)
     print(sent)
     return 0

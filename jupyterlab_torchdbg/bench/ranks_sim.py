@@ -52,7 +52,13 @@ class _Panel:
                 self.last = msg
 
 
-def run_one(world: int, seconds: float = SECONDS, procs: int = PROCS) -> dict[str, Any]:
+#: Each simulated rank's step time (s): 10 steps a second, a norm read at every one.
+STEP_S = 0.1
+
+
+def run_one(
+    world: int, seconds: float = SECONDS, procs: int = PROCS, step_s: float = STEP_S
+) -> dict[str, Any]:
     """One simulated job of ``world`` ranks (see the module docstring)."""
     from ..ranks.kernel.aggregator import RankHub
     from ..ranks.kernel.endpoint import Endpoint
@@ -70,7 +76,7 @@ def run_one(world: int, seconds: float = SECONDS, procs: int = PROCS) -> dict[st
         for first in range(0, world, share):
             count = min(share, world - first)
             cmd = [sys.executable, "-m", "jupyterlab_torchdbg.ranks_sim", str(first), str(count),
-                   str(world), str(seconds)]  # fmt: skip
+                   str(world), str(seconds), str(step_s)]  # fmt: skip
             children.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True))
         settle = min(SETTLE_S, seconds / 4)
         deadline = time.monotonic() + seconds
@@ -101,6 +107,7 @@ def run_one(world: int, seconds: float = SECONDS, procs: int = PROCS) -> dict[st
         "seconds": seconds,
         "measured_s": round(wall, 3),
         "simulator_processes": len(children),
+        "step_s": step_s,
         "kernel_cpu_fraction": (cpu1 - cpu0) / wall,
         "worker_messages_per_s": (received1 - received0) / wall,
         "worker_messages_sent": sent,
