@@ -1,15 +1,16 @@
-"""Simulated ranks: N workers' real wire messages, from one process (not public API).
+"""Simulated ranks: N workers' real wire messages, from a few processes (not public API).
 
 Used by the benchmark (``bench/ranks_sim.py``, ``--ranks-sim``) and by the UI tests
-(``testing_ranks.start``). Each simulated rank is what a worker's agent is on the wire:
-its own DEALER socket connected with ``wire.connect`` (the connect token), its own
-Jupyter session (``wire.session``: HMAC-signed, replay-checked), and an ``Agent``
-(ranks/worker/agent.py) whose own methods build and send the messages (``hello``,
-``rows`` every ``ROWS_S`` while it steps, ``heartbeat`` every ``HEARTBEAT_S`` without
-rows, ``bye``) at the agent's cadence. Only the training is simulated: a rank steps
-every ``step_s`` (``SLOW`` ranks are 6x slower), with a norm on every step,
-the same on every rank at a step as after DDP's all-reduce (``HIGH_NORM`` ranks' norms
-are 8x the others': a desynced replica) and a few layers.
+(``start`` from a notebook cell: the kernel's endpoint is in its environment). Each
+simulated rank is what a worker's agent is on the wire: its own DEALER socket connected
+with ``wire.connect`` (the connect token), its own Jupyter session (``wire.session``:
+HMAC-signed, replay-checked), and an ``Agent`` (ranks/worker/agent.py) whose own methods
+build and send the messages (``hello``, ``rows`` every ``rows_s`` while it steps,
+``heartbeat`` every ``heartbeat_s`` without rows, ``bye``) at the agent's cadence, as
+the kernel's ``config`` sets it. Only the training is simulated: a rank steps
+every ``step_s`` (rank ``SLOW`` is 6x slower), with a norm on every step, the same
+on every rank at a step as after DDP's all-reduce (rank ``HIGH_NORM``'s is 8x the
+others': a desynced replica) and a few layers; both modulo the world size.
 
 Run as ``python -m jupyterlab_torchdbg.ranks_sim FIRST COUNT WORLD SECONDS [STEP_S]``
 with ``TORCHDBG_ENDPOINT`` / ``TORCHDBG_KEY`` in the environment (as every worker has).
@@ -20,6 +21,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import subprocess
 import sys
 import time
 from collections import deque
@@ -27,9 +29,13 @@ from typing import Any
 
 from .ranks.wire import transport as wire
 
-#: The ranks the simulation makes outliers (when the world has them).
-SLOW = (137,)
-HIGH_NORM = (200,)
+#: The ranks the simulation makes outliers (modulo the world size: 9 and 8 of 64).
+SLOW = 137
+HIGH_NORM = 200
+#: Simulator processes ``start`` runs (the ranks split between them).
+PROCS = 4
+#: What groups one ``start``'s ranks into one job (their ``MASTER_PORT``).
+JOB_ENV = "TORCHDBG_SIM_JOB"
 SLOW_FACTOR = 6.0
 NORM_FACTOR = 8.0
 LAYERS = ("embed.weight", "block.0.attn", "block.0.mlp", "block.1.attn", "block.1.mlp", "head")
@@ -48,8 +54,8 @@ class SimWorker:
         self.hang_s = 10.0
         self.train_tid: int | None = None
         self.agreed = Agreements(lambda _t, _c: None)
-        self.step_s = step_s * (SLOW_FACTOR if rank in SLOW else 1.0)
-        self.norm_scale = NORM_FACTOR if rank in HIGH_NORM else 1.0
+        self.step_s = step_s * (SLOW_FACTOR if rank == SLOW % world else 1.0)
+        self.norm_scale = NORM_FACTOR if rank == HIGH_NORM % world else 1.0
         self._rng = random.Random(rank)
         self._rows: deque[dict[str, Any]] = deque()
         self._layers: dict[str, Any] | None = None
@@ -103,7 +109,7 @@ def _as_rank(rank: int, world: int) -> None:
     """The environment a worker of this rank would have (read by ``identity``)."""
     os.environ.update(
         RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-        MASTER_ADDR="sim", MASTER_PORT=str(os.getppid()),
+        MASTER_ADDR="sim", MASTER_PORT=os.environ.get(JOB_ENV) or str(os.getppid()),
     )  # fmt: skip
 
 
@@ -158,6 +164,31 @@ def _receive(agent: Any, sess: Any, sock: Any) -> None:
 
     if sock.poll(0, zmq.POLLIN):
         agent._receive(sess, sock)
+
+
+def start(
+    world: int, seconds: float = 30.0, step_s: float = 0.1, procs: int = PROCS
+) -> list[subprocess.Popen[str]]:
+    """From a kernel with the extension loaded (its endpoint in this environment): start
+    ``world`` simulated ranks, one job, for ``seconds``, in ``procs`` processes; returns
+    them at once (the cell ends; ``wait`` joins them). For the UI tests."""
+    if not os.environ.get(wire.ENDPOINT_ENV) or not os.environ.get(wire.KEY_ENV):
+        raise RuntimeError("no ranks endpoint here: %load_ext jupyterlab_torchdbg first")
+    env = {**os.environ, JOB_ENV: f"{os.getpid()}{time.monotonic_ns() % 10**9}"}
+    procs = max(1, min(procs, world))
+    share = -(-world // procs)
+    children = []
+    for first in range(0, world, share):
+        count = min(share, world - first)
+        cmd = [sys.executable, "-m", "jupyterlab_torchdbg.ranks_sim", str(first), str(count),
+               str(world), str(seconds), str(step_s)]  # fmt: skip
+        children.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True))
+    return children
+
+
+def wait(children: list[subprocess.Popen[str]], timeout: float = 120.0) -> int:
+    """Join ``start``'s processes; the messages they sent."""
+    return sum(int((c.communicate(timeout=timeout)[0] or "0").strip() or 0) for c in children)
 
 
 def main(argv: list[str]) -> int:

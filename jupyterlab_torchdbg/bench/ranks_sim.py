@@ -17,11 +17,11 @@ import json
 import os
 import resource
 import subprocess
-import sys
 import threading
 import time
 from typing import Any
 
+from .. import ranks_sim as sim
 from ..ranks.wire import transport as wire
 
 #: Simulator processes (ranks split between them).
@@ -68,16 +68,14 @@ def run_one(
     hub = RankHub(panel.broadcast, errors.append, "bench")
     endpoint = Endpoint(hub.on_message)
     hub.endpoint = endpoint
-    env = {**os.environ, wire.ENDPOINT_ENV: endpoint.address, wire.KEY_ENV: endpoint.key}
-    procs = max(1, min(procs, world))
-    share = -(-world // procs)
-    children = []
+    children: list[subprocess.Popen[str]] = []
+    undo = {
+        wire.ENDPOINT_ENV: os.environ.get(wire.ENDPOINT_ENV),
+        wire.KEY_ENV: os.environ.get(wire.KEY_ENV),
+    }
+    os.environ[wire.ENDPOINT_ENV], os.environ[wire.KEY_ENV] = endpoint.address, endpoint.key
     try:
-        for first in range(0, world, share):
-            count = min(share, world - first)
-            cmd = [sys.executable, "-m", "jupyterlab_torchdbg.ranks_sim", str(first), str(count),
-                   str(world), str(seconds), str(step_s)]  # fmt: skip
-            children.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True))
+        children = sim.start(world, seconds, step_s, procs)
         settle = min(SETTLE_S, seconds / 4)
         deadline = time.monotonic() + seconds
         time.sleep(settle)
@@ -89,12 +87,14 @@ def run_one(
         with panel.lock:
             sizes = panel.sizes[n0:]
             last = panel.last
-        sent = 0
-        for child in children:
-            out, _ = child.communicate(timeout=seconds + 60)
-            sent += int(out.strip() or 0)
+        sent = sim.wait(children, timeout=seconds + 60)
         time.sleep(0.3)
     finally:
+        for name, value in undo.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         for child in children:
             if child.poll() is None:
                 child.kill()
