@@ -197,6 +197,9 @@ def test_ranks_sim_json_shape(tmp_path: Path) -> None:
         assert w["worker_messages_received"] == w["worker_messages_sent"] > int(n)
         assert w["refused"] == 0 and w["errors"] == []
         assert 0 < w["kernel_cpu_fraction"] < 2
+        # the endpoint's thread (it verified every message) is among the kernel's threads
+        if sys.platform == "linux":
+            assert w["kernel_cpu_fraction_by_thread"].get("torchdbg-ranks", 0) > 0
         assert 0 < w["ranks_messages_per_s_to_panel"] <= 10.5
         assert w["ranks_message_bytes_max"] >= w["ranks_message_bytes_median"] > 0
     # the target is kept for 256 ranks only, as the check its name says

@@ -36,6 +36,29 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _threads() -> dict[str, float]:
+    """CPU seconds of each thread of this process by name (Linux ``/proc``; else {}):
+    Python's own names for its threads, the OS's for the others (zmq's I/O thread)."""
+    names = {str(t.native_id): t.name for t in threading.enumerate()}
+    out: dict[str, float] = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+        tick = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        name = names.get(tid, comm)
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 class _Panel:
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -79,11 +102,13 @@ def run_one(
         settle = min(SETTLE_S, seconds / 4)
         deadline = time.monotonic() + seconds
         time.sleep(settle)
+        threads0 = _threads()
         received0, cpu0, wall0 = endpoint.received, _cpu(), time.monotonic()
         with panel.lock:
             n0 = len(panel.sizes)
         time.sleep(max(0.5, deadline - 0.5 - time.monotonic()))
         received1, cpu1, wall1 = endpoint.received, _cpu(), time.monotonic()
+        threads1 = _threads()
         with panel.lock:
             sizes = panel.sizes[n0:]
             last = panel.last
@@ -109,6 +134,13 @@ def run_one(
         "simulator_processes": len(children),
         "step_s": step_s,
         "kernel_cpu_fraction": (cpu1 - cpu0) / wall,
+        # where it goes: the endpoint's thread (verify, rows), the flusher (clock checks,
+        # the ranks messages), zmq's I/O thread
+        "kernel_cpu_fraction_by_thread": {
+            name: round((t - threads0.get(name, 0.0)) / wall, 5)
+            for name, t in sorted(threads1.items())
+            if t > threads0.get(name, 0.0)
+        },
         "worker_messages_per_s": (received1 - received0) / wall,
         "worker_messages_sent": sent,
         "worker_messages_received": endpoint.received,

@@ -430,15 +430,18 @@ class RankHub:
                     self._forget_ended()
             if self._held:
                 self._admit_held(now)
-            if self._compare_due(now):
-                self._dirty = True
             job = self.jobs[-1] if self.jobs else None
-            if job is not None:
+            every = flush_s(len(job.ranks)) if job is not None else FLUSH_S
+            due = now - self._last_sent >= every - 1e-9
+            if due and self._compare_due(now):
+                self._dirty = True
+            states: list[tuple[int, str, str]] = []
+            if job is not None and due:
+                # a state the clock changed (late, lost): read only when a message may go
                 states = [(r.number, r.state(now, self.hang_s), r.phase) for r in job.ordered()]
                 if (job.id, states) != self._sent_states:
                     self._dirty = True
-            every = flush_s(len(job.ranks)) if job is not None else FLUSH_S
-            if self._dirty and now - self._last_sent >= every - 1e-9:
+            if self._dirty and due:
                 msg = self.message()
                 self._dirty = False
                 self._last_sent = now
