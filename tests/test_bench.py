@@ -165,3 +165,48 @@ def test_bench_rejects_unknown_models() -> None:
         timeout=60,
     )
     assert proc.returncode == 2 and "unknown model" in proc.stdout
+
+
+def test_ranks_sim_json_shape(tmp_path: Path) -> None:
+    """``--ranks-sim``: simulated workers in subprocesses, the kernel side's CPU here."""
+    out = tmp_path / "sim.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab_torchdbg.bench",
+            "--ranks-sim",
+            "4,8",
+            "--ranks-sim-seconds",
+            "3",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "| ranks | kernel CPU / wall |" in proc.stdout
+    data = json.loads(out.read_text())
+    worlds = data["ranks_sim"]["worlds"]
+    assert set(worlds) == {"4", "8"}
+    for n, w in worlds.items():
+        # every rank said hello and every message the simulators sent was taken, signed
+        assert w["ranks_seen"] == w["ranks_in_last_message"] == int(n), n
+        assert w["worker_messages_received"] == w["worker_messages_sent"] > int(n)
+        assert w["refused"] == 0 and w["errors"] == []
+        assert 0 < w["kernel_cpu_fraction"] < 2
+        # the endpoint's thread (it verified every message) is among the kernel's threads
+        if sys.platform == "linux":
+            assert w["kernel_cpu_fraction_by_thread"].get("torchdbg-ranks", 0) > 0
+        assert 0 < w["ranks_messages_per_s_to_panel"] <= 10.5
+        assert w["ranks_message_bytes_max"] >= w["ranks_message_bytes_median"] > 0
+    # the target is kept for 256 ranks only, as the check its name says
+    assert data["targets"] == {}
+    from jupyterlab_torchdbg.bench.ranks_sim import targets
+
+    at = {**worlds["8"], "kernel_cpu_fraction": 0.02}
+    assert targets({"worlds": {"256": at}}) == {"ranks_sim.kernel_cpu_fraction<=0.01": False}
+    at["kernel_cpu_fraction"] = 0.005
+    assert targets({"worlds": {"256": at}}) == {"ranks_sim.kernel_cpu_fraction<=0.01": True}

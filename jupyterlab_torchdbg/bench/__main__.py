@@ -2,6 +2,8 @@
 
 ``--ranks``: only the multi-process section (bench/ranks.py: 4 gloo ranks on CPU,
 attached against not; about two minutes), never part of the default run or ``--quick``.
+``--ranks-sim N[,N...]``: only the simulated-ranks section (bench/ranks_sim.py: the
+kernel side's CPU with N simulated workers; default 256, ``--ranks-sim-seconds`` each).
 
 Runs on CPU in a few minutes (``--quick``: seconds, tiny models), on CUDA when present.
 Prints a Markdown table; ``--json`` writes every number (see ``report.targets`` for the
@@ -60,6 +62,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="only the multi-process section: 4 gloo ranks on CPU, attached vs not",
     )
+    p.add_argument(
+        "--ranks-sim",
+        nargs="?",
+        const="256",
+        metavar="N[,N...]",
+        help="only the simulated-ranks section: the kernel's CPU with N simulated workers",
+    )
+    p.add_argument("--ranks-sim-seconds", type=float, default=20.0, help="per world size")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
@@ -94,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     if args.ranks:
         return _ranks(args)
+    if args.ranks_sim:
+        return _ranks_sim(args)
     import torch
 
     from ..kernel.grads import current_monitor
@@ -238,6 +250,18 @@ def _ranks(args: argparse.Namespace) -> int:
     print(table(result))
     if args.json:
         Path(args.json).write_text(json.dumps({"ranks": result}, indent=2, default=_finite))
+    return 0
+
+
+def _ranks_sim(args: argparse.Namespace) -> int:
+    from .ranks_sim import run_ranks_sim, table, targets
+
+    worlds = [int(w) for w in str(args.ranks_sim).split(",") if w.strip()]
+    result = run_ranks_sim(worlds, args.ranks_sim_seconds)
+    print(table(result))
+    if args.json:
+        out = {"ranks_sim": result, "targets": targets(result)}
+        Path(args.json).write_text(json.dumps(out, indent=2, default=_finite))
     return 0
 
 

@@ -37,9 +37,8 @@ from .actions import AllRankActions
 from .alarms import Alarms, from_collective
 from .exits import ExitWatch
 from .job import LOST_S, Job, valid_identity
+from .scale import COMPACT_ABOVE, FLUSH_S, cadence, flush_s
 
-#: Seconds between two ``ranks`` messages at most 10 a second.
-FLUSH_S = 0.1
 #: Ended jobs kept: the newest (the panel shows the last job; a panel that connects gets
 #: it replayed). Older ones are forgotten with their keys and workers (R44, R56).
 KEEP_ENDED = 4
@@ -118,6 +117,11 @@ class RankHub:
             AllRankActions(self) if ack_timeout is None else AllRankActions(self, ack_timeout)
         )
         self._dirty = False
+        #: Jobs with sampled norms not compared yet (the desync check runs once per look,
+        #: not once per message: it reads every rank).
+        self._desync_due: set[int] = set()
+        #: job id -> when the tick last ran its clock checks.
+        self._looked: dict[int, float] = {}
         self._last_sent = -1e18
         self._sent_states: object = None
         self.messages_sent = 0
@@ -202,8 +206,8 @@ class RankHub:
                 rank.seen_at = now
                 if msg_type == "rows":
                     if rank.add_rows(content, now):
-                        self.alarms_of(job).check_desync(now, self.hang_s)
-                    self.alarms_of(job).grads.take(now)
+                        self._desync_due.add(job.id)  # compared on the next look (tick)
+                    self.alarms_of(job).grads.take(now, rank)
                     self._dirty = True
                 elif msg_type == "heartbeat":
                     self._dirty |= rank.heartbeat(content, now)
@@ -220,6 +224,7 @@ class RankHub:
                         self.alarms_of(job).failed(rank, "its process exited with an error")
                     self._dirty = True
                 if msg_type in ("bye", "exception"):  # its rows are all in
+                    self._desync_due.discard(job.id)
                     self.alarms_of(job).check_desync(now, self.hang_s)
                     self.alarms_of(job).grads.check(now)  # it no longer holds an event
                 if job.update_ended(now, self.hang_s):
@@ -253,10 +258,12 @@ class RankHub:
         if old is not None and old is not job:
             old.remove(worker)
         self._by_worker[worker] = job
-        job.add(worker, identity, now, str(content.get("torch", ""))[:64])
+        rank = job.add(worker, identity, now, str(content.get("torch", ""))[:64])
         self.exits.attached(identity)
         self._dirty = True
-        self.send(worker, "config", {"hang_s": self.hang_s})
+        asked = cadence(job.world_size)
+        rank.report_s = asked.get("rows_s", 0.1)
+        self.send(worker, "config", {"hang_s": self.hang_s, **asked})
 
     def _refuse(self, worker: bytes, content: dict[str, Any], holder: Any, now: float) -> None:
         """A hello for a slot a live worker holds: refused (counted, with the reason,
@@ -309,6 +316,7 @@ class RankHub:
                 if isinstance(pid, int):
                     self.exits.forget(pid)
             self._alarms.pop(job.id, None)
+            self._looked.pop(job.id, None)
             self._job_cell.pop(job.id, None)
             if self._root_exception is not None and self._root_exception[0] == job.id:
                 self._root_exception = None
@@ -389,9 +397,13 @@ class RankHub:
             }
             if job is None:
                 return msg
+            self._compare_due(now)
             msg["job"] = job.to_json()
-            msg["ranks"] = job.states(now, self.hang_s)
-            msg["points"] = job.points(replay)
+            # many ranks: no per-rank layers (the panel does not show them; kept here) and
+            # each rank's newest point only (its chart gets a point per message)
+            few = len(job.ranks) <= COMPACT_ABOVE
+            msg["ranks"] = job.states(now, self.hang_s, layers=few)
+            msg["points"] = job.points(replay, newest=not few)
             msg["alarms"] = list(self.alarms_of(job).items)
             return msg
 
@@ -407,10 +419,14 @@ class RankHub:
             now = self._clock()
             running = [j for j in self.jobs if not j.ended]
             for running_job in running:
-                if self.exits.check(running_job, self.alarms_of(running_job), now):
-                    self._dirty = True
-                if self.alarms_of(running_job).check_time(now, self.hang_s):
-                    self._dirty = True
+                # the clock's checks read every rank: with many, once per flush interval
+                looked = self._looked.get(running_job.id, -1e18)
+                if now - looked >= flush_s(len(running_job.ranks)) - 1e-9:
+                    self._looked[running_job.id] = now
+                    if self.exits.check(running_job, self.alarms_of(running_job), now):
+                        self._dirty = True
+                    if self.alarms_of(running_job).check_time(now, self.hang_s):
+                        self._dirty = True
                 self.actions.settle(running_job)
                 if running_job.update_ended(now, self.hang_s):
                     self._dirty = True
@@ -418,11 +434,17 @@ class RankHub:
             if self._held:
                 self._admit_held(now)
             job = self.jobs[-1] if self.jobs else None
-            if job is not None:
+            every = flush_s(len(job.ranks)) if job is not None else FLUSH_S
+            due = now - self._last_sent >= every - 1e-9
+            if due and self._compare_due(now):
+                self._dirty = True
+            states: list[tuple[int, str, str]] = []
+            if job is not None and due:
+                # a state the clock changed (late, lost): read only when a message may go
                 states = [(r.number, r.state(now, self.hang_s), r.phase) for r in job.ordered()]
                 if (job.id, states) != self._sent_states:
                     self._dirty = True
-            if self._dirty and now - self._last_sent >= FLUSH_S:
+            if self._dirty and due:
                 msg = self.message()
                 self._dirty = False
                 self._last_sent = now
@@ -433,6 +455,15 @@ class RankHub:
         if msg is not None:
             self._broadcast(msg)
         return alive
+
+    def _compare_due(self, now: float) -> bool:
+        """The desync check of the jobs that got sampled norms since the last look."""
+        raised = 0
+        for job in self.jobs:
+            if job.id in self._desync_due:
+                raised += self.alarms_of(job).check_desync(now, self.hang_s)
+        self._desync_due.clear()
+        return raised > 0
 
     def _ensure_thread(self) -> None:
         if not self._threaded or self._stop.is_set():

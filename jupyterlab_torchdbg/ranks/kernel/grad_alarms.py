@@ -99,10 +99,11 @@ class GradAlarms:
         self._raise = raise_alarm
         self.events: list[Event] = []
 
-    def take(self, now: float) -> bool:
-        """Take every rank's new reports; True when an alarm was raised or changed."""
+    def take(self, now: float, rank: Rank | None = None) -> bool:
+        """Take every rank's new reports (``rank``: only that one's, the only one that got
+        new ones); True when an alarm was raised or changed."""
         changed = False
-        for r in self.job.ordered():
+        for r in self.job.ordered() if rank is None else [rank]:
             while r.findings:
                 step, finding = r.findings.popleft()
                 changed |= self._add(r, "non_finite", step, finding, now)
@@ -130,6 +131,8 @@ class GradAlarms:
         """Raise the alarm of each event whose every live rank was checked past its step
         (or that waited ``WAIT_S``)."""
         raised = False
+        if all(ev.alarm is not None for ev in self.events):
+            return False  # nothing waits (checked on every rows message)
         live = [r for r in self.job.ordered() if r.ended is None]
         for ev in self.events:
             if ev.alarm is not None:

@@ -123,13 +123,26 @@ class Rank:
     #: Sharded gradients (FSDP): how many ranks hold each of its shards; its norms are
     #: its shards' (None: whole gradients, every replica's norm is the global one).
     replicas: int | None = None
+    #: Seconds between its ``rows`` the kernel asked for (aggregator.cadence): a rank
+    #: is late only after two of them without a step.
+    report_s: float = 0.1
+    #: ``step_time``'s cache: the median, for how many times, after how many added.
+    _step_time: float | None = None
+    _step_time_n: int = 0
+    _step_time_last: int = -1
+    _dts_added: int = 0
 
     @property
     def number(self) -> int:
         return int(self.identity.get("rank", 0))
 
     def step_time(self) -> float | None:
-        return statistics.median(self.dts) if self.dts else None
+        """The median of the recent step times (computed once per ``rows``: the state of
+        every rank is read on every flush)."""
+        if self._step_time_n != len(self.dts) or self._step_time_last != self._dts_added:
+            self._step_time = statistics.median(self.dts) if self.dts else None
+            self._step_time_n, self._step_time_last = len(self.dts), self._dts_added
+        return self._step_time
 
     def own_time(self, last: int = RECENT) -> float | None:
         owns = list(self.owns)[-last:]
@@ -148,7 +161,7 @@ class Rank:
         since = self.since_step(now)
         if self.step == 0 or since is None:
             return "starting"
-        late = max(1.0, LATE_FACTOR * (self.step_time() or 0.0))
+        late = max(1.0, LATE_FACTOR * (self.step_time() or 0.0), 2 * self.report_s)
         if since >= late:
             if self.phase == "torch_wait":
                 return "waiting"
@@ -156,7 +169,7 @@ class Rank:
                 return "stalled"
         return "running"
 
-    def to_json(self, now: float, hang_s: float) -> dict[str, Any]:
+    def to_json(self, now: float, hang_s: float, layers: bool = True) -> dict[str, Any]:
         since = self.since_step(now)
         out: dict[str, Any] = {
             "identity": dict(self.identity),
@@ -176,7 +189,7 @@ class Rank:
         }
         if self.replicas is not None:
             out["sharded"] = True
-        if self.layers is not None:
+        if layers and self.layers is not None:
             out["layers"] = self.layers
         return out
 
@@ -209,6 +222,7 @@ class Rank:
                 self.stack = self.collective = None
             if dt is not None:
                 self.dts.append(dt)
+                self._dts_added += 1
                 if own is not None:
                     self.owns.append(dt * min(1.0, max(0.0, own)))
             replicas = wire_int(row.get("replicas"), 1)
@@ -289,13 +303,15 @@ class Rank:
             self.collective = collective_of(content.get("collective"))
         return before != (self.phase, self.step, self.stack is not None)
 
-    def take_points(self, replay: bool) -> dict[str, Any] | None:
+    def take_points(self, replay: bool, newest: bool = False) -> dict[str, Any] | None:
         """The RankPoints of the new points (taken: the next call has only later ones), or
         of every kept point when ``replay`` (new points stay new: a replay goes to one
         panel, and the next broadcast may repeat some; panels drop steps they have)."""
         pts = list(self.points) if replay else list(self.new_points)
         if not replay:
             self.new_points.clear()
+            if newest:
+                pts = pts[-1:]
         if not pts and not replay:
             return None
         return {
@@ -353,6 +369,8 @@ class Job:
     ended: bool = False
     #: Sampled steps up to here were compared across ranks (desync).
     checked_upto: int = 0
+    #: ``ordered``'s cache (None: to sort again).
+    _order: list[Rank] | None = field(default=None, repr=False)
 
     def add(self, worker: bytes, identity: dict[str, Any], now: float, torch: str = "") -> Rank:
         """A hello: a new rank, or a known worker whose identity changed."""
@@ -364,6 +382,7 @@ class Job:
         rank.identity, rank.seen_at = identity, now
         self.workers[worker] = rank
         self.ranks[rank.number] = rank
+        self._order = None
         self.world_size = max(self.world_size, int(identity["world_size"]), len(self.ranks))
         return rank
 
@@ -379,18 +398,28 @@ class Job:
         rank = self.workers.pop(worker, None)
         if rank is not None and self.ranks.get(rank.number) is rank:
             del self.ranks[rank.number]
+        self._order = None
 
     def ordered(self) -> list[Rank]:
-        return [self.ranks[k] for k in sorted(self.ranks)]
+        """The ranks by number (a new list; the sorted order is kept until a hello or a
+        removal changes the ranks)."""
+        order = self._order
+        if order is None or len(order) != len(self.ranks):
+            order = self._order = [self.ranks[k] for k in sorted(self.ranks)]
+        return list(order)
 
     def live(self, now: float, hang_s: float) -> list[Rank]:
         """Ranks still running (not exited, failed or lost)."""
         return [r for r in self.ordered() if r.state(now, hang_s) not in TERMINAL]
 
+    def any_live(self, now: float, hang_s: float) -> bool:
+        """Whether a rank still runs: stops at the first one (called on every message)."""
+        return any(r.state(now, hang_s) not in TERMINAL for r in self.ranks.values())
+
     def update_ended(self, now: float, hang_s: float) -> bool:
         """The job ends when every rank has ended (and the whole world attached, or
         nothing came for ``LOST_S``); True when that happened now."""
-        if self.ended or not self.ranks or self.live(now, hang_s):
+        if self.ended or not self.ranks or self.any_live(now, hang_s):
             return False
         if len(self.ranks) < self.world_size:
             # a rank of this world may not have said hello yet (its first step came late)
@@ -451,13 +480,15 @@ class Job:
             }
         return out
 
-    def states(self, now: float, hang_s: float) -> list[dict[str, Any]]:
-        return [r.to_json(now, hang_s) for r in self.ordered()]
+    def states(self, now: float, hang_s: float, layers: bool = True) -> list[dict[str, Any]]:
+        return [r.to_json(now, hang_s, layers) for r in self.ordered()]
 
-    def points(self, replay: bool) -> list[dict[str, Any]]:
+    def points(self, replay: bool, newest: bool = False) -> list[dict[str, Any]]:
+        """Each rank's new points (``newest``: only its newest one; every kept point
+        when ``replay``)."""
         out = []
         for r in self.ordered():
-            p = r.take_points(replay)
+            p = r.take_points(replay, newest)
             if p is not None:
                 out.append(p)
         return out

@@ -94,6 +94,9 @@ class Agent:
         self.lost_since: float | None = None
         self._next: dict[str, float] = {}
         self._rows_since_beat = False
+        #: Seconds between ``rows`` / heartbeats (the kernel's ``config`` may lengthen them).
+        self.rows_s = ROWS_S
+        self.heartbeat_s = HEARTBEAT_S
         self._thread = threading.Thread(target=self._run, name="torchdbg-rank", daemon=True)
 
     def start(self) -> None:
@@ -192,7 +195,7 @@ class Agent:
         now = time.monotonic()
         due = self._next
         if now >= due["rows"]:
-            due["rows"] = now + ROWS_S
+            due["rows"] = now + self.rows_s
             if self._send_rows(sess, sock):
                 self._rows_since_beat = True
         lost = self.lost_since
@@ -204,7 +207,7 @@ class Agent:
             if identity.identity() != self._identity:
                 self._hello(sess, sock)
         if now >= due["beat"]:
-            due["beat"] = now + HEARTBEAT_S
+            due["beat"] = now + self.heartbeat_s
             if not self._rows_since_beat:
                 self._send(sess, sock, "heartbeat", self._heartbeat())
             self._rows_since_beat = False
@@ -286,6 +289,7 @@ class Agent:
                 hang = content.get("hang_s")
                 if isinstance(hang, (int, float)) and hang > 0:
                     self.worker.hang_s = float(hang)
+                self._cadence(content)
             elif msg_type == "prepare":
                 self._send(sess, sock, "ack", agreed.prepare(content))
             elif msg_type in ("commit", "cancel"):
@@ -298,6 +302,14 @@ class Agent:
                 print(
                     f"jupyterlab_torchdbg: the kernel refused this rank: {reason}", file=sys.stderr
                 )
+
+    def _cadence(self, config: dict[str, Any]) -> None:
+        """A large world: the kernel asks for ``rows`` / heartbeats less often (within
+        [ROWS_S, 2.5 s] and [HEARTBEAT_S, 2.5 s]: the kernel's lost threshold is 10 s)."""
+        for name, low in (("rows_s", ROWS_S), ("heartbeat_s", HEARTBEAT_S)):
+            value = config.get(name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                setattr(self, name, min(2.5, max(low, float(value))))
 
     # --- what it sends -------------------------------------------------------------------
 

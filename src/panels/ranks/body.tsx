@@ -8,6 +8,8 @@ import { useSignalRender } from '../../ui/useSignalRender';
 import { RankAlarms } from './alarms';
 import { RankCharts } from './charts';
 import { RankGrid } from './grid';
+import { RankScale } from './heatmap';
+import { SCALE_ABOVE } from './scale';
 import { RanksActionName, RanksModel } from './model';
 import { sendRanksAction } from './send';
 import { ShardedNorm } from './sharded';
@@ -254,7 +256,11 @@ export function RanksPanel(props: {
     <div className="jp-TorchDbg-ranks" data-job-state={model.job.state}>
       <RanksHeader model={model} trans={trans} />
       <ShardedNorm job={model.job} trans={trans} />
-      <RankGrid model={model} trans={trans} />
+      {model.ranks.length > SCALE_ABOVE ? (
+        <RankScale model={model} trans={trans} />
+      ) : (
+        <RankGrid model={model} trans={trans} />
+      )}
       <RanksActions conn={conn} trans={trans} />
       <RankAlarms alarms={model.alarms} trans={trans} />
       <RankCharts model={model} trans={trans} />

@@ -10,24 +10,39 @@ import {
   troubleLabel
 } from './format';
 import { RanksModel } from './model';
+import type { IRankState } from '../../protocol/generated';
 
 /**
  * The rank grid: one row per rank (rank, state badge, steps taken; then step
  * time, own time, gradient norm and memory under one header). A failed, lost,
  * stalled, hanging, desynced or straggling rank is highlighted and tagged.
- * Four columns, so it fits a 250 px sidebar.
+ * Four columns, so it fits a 250 px sidebar. Above `SCALE_ABOVE` ranks the
+ * panel shows `RankScale` (heatmap.tsx) instead: the outliers' rows only.
  */
 export function RankGrid(props: {
   model: RanksModel;
   trans: TranslationBundle;
 }): JSX.Element {
   const { model, trans } = props;
-  const ranks = model.ranks;
+  return <RankRows model={model} trans={trans} ranks={model.ranks} />;
+}
+
+/**
+ * The grid's rows for `ranks` (every rank, or the outliers with `reasons`:
+ * why each is shown, as a tag).
+ */
+export function RankRows(props: {
+  model: RanksModel;
+  trans: TranslationBundle;
+  ranks: readonly IRankState[];
+  reasons?: ReadonlyMap<number, string>;
+}): JSX.Element {
+  const { model, trans, ranks, reasons } = props;
   return (
     <div
       className="jp-TorchDbg-rankGrid"
       role="table"
-      aria-label={trans.__('Ranks')}
+      aria-label={reasons ? trans.__('Outlying ranks') : trans.__('Ranks')}
     >
       <div className="jp-TorchDbg-rankHead" role="row">
         <span
@@ -67,7 +82,7 @@ export function RankGrid(props: {
       {ranks.map(r => {
         const id = r.identity;
         const trouble = model.trouble(id.rank);
-        const tag = troubleLabel(trouble, trans);
+        const tag = troubleLabel(trouble, trans) ?? reasons?.get(id.rank);
         const state = stateLabel(r.state, trans);
         const grad = r.grad_norm === null ? null : wireNumber(r.grad_norm);
         const who = [
@@ -89,6 +104,7 @@ export function RankGrid(props: {
             data-state={r.state}
             data-step={r.step}
             data-trouble={trouble ?? undefined}
+            data-outlier={reasons?.has(id.rank) ? '' : undefined}
           >
             <div className="jp-TorchDbg-rankLine" role="rowheader">
               <span className="jp-TorchDbg-rankId" title={who}>

@@ -1,0 +1,36 @@
+"""Hundreds of ranks: what the kernel side asks and sends differently (issue #25).
+
+Up to ``COMPACT_ABOVE`` ranks nothing changes. Above, each worker is asked (``config``)
+for ``rows`` and heartbeats less often, so that all ranks together send about
+``WORKER_RATE`` messages a second (the kernel verifies and reads each one); ``ranks``
+messages to the panels are spaced by ``flush_s`` (1 s at 256 ranks: the bytes a second
+stay about those of 26 ranks) and carry each rank's newest point and no per-rank layers.
+"""
+
+from __future__ import annotations
+
+#: Seconds between two ``ranks`` messages with few ranks: at most 10 a second.
+FLUSH_S = 0.1
+#: Above this many ranks a ``ranks`` message leaves out the per-rank layers, messages
+#: are spaced out (``flush_s``) and workers report less often (``cadence``).
+COMPACT_ABOVE = 16
+#: Worker messages a second the kernel asks for, all ranks together, above
+#: ``COMPACT_ABOVE`` ranks (each rank's interval at most ``MAX_ROWS_S``).
+WORKER_RATE = 100.0
+MAX_ROWS_S = 2.5
+
+
+def flush_s(ranks: int) -> float:
+    """Seconds between two ``ranks`` messages: ``FLUSH_S`` (0.1 s) up to ``COMPACT_ABOVE``
+    ranks, then growing with them (1 s at 256): bytes to the panel stay bounded."""
+    return FLUSH_S * max(1.0, min(10.0, ranks / 25.6))
+
+
+def cadence(world: int) -> dict[str, float]:
+    """What ``config`` asks of a worker in a world this large: its ``rows`` / heartbeat
+    intervals so that all ranks together send about ``WORKER_RATE`` messages a second
+    (none asked up to ``COMPACT_ABOVE``: the agent's own 0.1 s / 0.5 s)."""
+    if world <= COMPACT_ABOVE:
+        return {}
+    rows = min(MAX_ROWS_S, max(0.1, world / WORKER_RATE))
+    return {"rows_s": rows, "heartbeat_s": max(0.5, rows)}

@@ -1,0 +1,110 @@
+"""Hundreds of ranks (issue #25): what the kernel side does differently above 16 ranks.
+
+Workers are asked (``config``) to report less often so that all ranks together send about
+100 messages a second; ``ranks`` messages are spaced out with the number of ranks and
+carry each rank's newest point, no per-rank layers; a rank reporting every 2.5 s is not
+"waiting" between its reports; the desync check runs once per look, not per message.
+"""
+
+from __future__ import annotations
+
+from test_ranks_job import Harness, w
+
+from jupyterlab_torchdbg.ranks.kernel.job import Job
+from jupyterlab_torchdbg.ranks.kernel.scale import COMPACT_ABOVE, cadence, flush_s
+from jupyterlab_torchdbg.ranks.worker.agent import HEARTBEAT_S, ROWS_S, Agent
+
+LAYERS = {"step": 3, "names": ["a", "b"], "norms": [1.0, 0.5]}
+
+
+def test_cadence_and_flush_interval_grow_with_the_ranks() -> None:
+    assert cadence(COMPACT_ABOVE) == {} and flush_s(COMPACT_ABOVE) == 0.1
+    assert cadence(64) == {"rows_s": 0.64, "heartbeat_s": 0.64}
+    assert cadence(256) == {"rows_s": 2.5, "heartbeat_s": 2.5}
+    assert cadence(4096) == {"rows_s": 2.5, "heartbeat_s": 2.5}
+    assert flush_s(64) == 0.25 and flush_s(256) == 1.0 and flush_s(100_000) == 1.0
+
+
+def test_the_agent_takes_the_cadence_within_bounds() -> None:
+    agent = Agent.__new__(Agent)
+    agent.rows_s, agent.heartbeat_s = ROWS_S, HEARTBEAT_S
+    agent._cadence({"hang_s": 10})
+    assert (agent.rows_s, agent.heartbeat_s) == (ROWS_S, HEARTBEAT_S)
+    agent._cadence({"rows_s": 0.64, "heartbeat_s": 0.64})
+    assert (agent.rows_s, agent.heartbeat_s) == (0.64, 0.64)
+    agent._cadence({"rows_s": 999, "heartbeat_s": 0.001})
+    assert (agent.rows_s, agent.heartbeat_s) == (2.5, HEARTBEAT_S)
+    agent._cadence({"rows_s": True, "heartbeat_s": "1"})  # not numbers: ignored
+    assert (agent.rows_s, agent.heartbeat_s) == (2.5, HEARTBEAT_S)
+
+
+def _job(h: Harness, world: int) -> None:
+    for n in range(world):
+        h.hello(n, world=world, key=f"k{world}")
+    for n in range(world):
+        h.rows(n, range(1, 4), norm=1.0, layers=LAYERS)
+
+
+def test_few_ranks_keep_every_point_their_layers_and_the_agents_cadence() -> None:
+    h = Harness()
+    _job(h, 4)
+    assert all("rows_s" not in c for _, _, c in h.ep.of("config"))
+    h.tick()
+    (msg,) = h.ranks_msgs()
+    assert all(r["layers"]["names"] == ["a", "b"] for r in msg["ranks"])
+    assert [len(p["steps"]) for p in msg["points"]] == [3] * 4
+
+
+def test_many_ranks_compact_messages_spaced_out() -> None:
+    h = Harness()
+    _job(h, 64)
+    configs = h.ep.of("config")
+    assert len(configs) == 64 and all(c["rows_s"] == 0.64 for _, _, c in configs)
+    h.tick()
+    (msg,) = h.ranks_msgs()
+    assert len(msg["ranks"]) == 64
+    assert all("layers" not in r for r in msg["ranks"])
+    # each rank's newest point: its step, time and norm
+    assert [p["steps"] for p in msg["points"]] == [[3]] * 64
+    assert msg["points"][0]["grad_norm"] == [1.0]
+    for step in range(4, 10):  # new points every look: messages 0.25 s apart at 64 ranks
+        for n in range(64):
+            h.rows(n, range(step, step + 1), norm=1.0)
+        h.tick()
+    gaps = [b - a for a, b in zip(h.sent_at, h.sent_at[1:], strict=False)]
+    assert gaps and min(gaps) >= flush_s(64) - 1e-9
+
+
+def test_a_rank_reporting_every_few_seconds_is_running_between_reports() -> None:
+    h = Harness()
+    _job(h, 256)
+    for n in range(256):
+        h.rows(n, range(4, 40), norm=1.0, dt=0.05)
+        h.beat(n, 39, 0.0, "torch_wait")  # inside a collective when it reported
+    h.tick(2.0)  # 2 s since the last rows (reports every 2.5 s at 256 ranks)
+    assert {r["state"] for r in h.last()["ranks"]} == {"running"}
+    h.tick(3.5)  # two reports missed: the others are late
+    assert {r["state"] for r in h.last()["ranks"]} == {"waiting"}
+
+
+def test_desync_is_still_found_once_per_look_and_named() -> None:
+    h = Harness()
+    _job(h, 32)
+    for n in range(32):
+        h.rows(n, range(4, 6), norm=9.0 if n == 7 else 1.0)
+    (alarm,) = h.alarms("desync")
+    assert alarm["rank"] == 7 and alarm["step"] == 4
+
+
+def test_ordered_ranks_follow_hellos_and_removals() -> None:
+    job = Job(1, "k", 0.0)
+    ident = {"rank": 0, "world_size": 3}
+    for n in (2, 0, 1):
+        job.add(w(n), {**ident, "rank": n}, 0.0)
+    assert [r.number for r in job.ordered()] == [0, 1, 2]
+    job.add(w(2), {**ident, "rank": 5}, 0.0)  # its identity changed
+    assert [r.number for r in job.ordered()] == [0, 1, 5]
+    job.remove(w(0))
+    assert [r.number for r in job.ordered()] == [1, 5]
+    job.ordered().clear()  # a copy: the job's order is untouched
+    assert [r.number for r in job.ordered()] == [1, 5]
