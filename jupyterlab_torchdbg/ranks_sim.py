@@ -52,6 +52,8 @@ class SimWorker:
         self.address = address
         self.key = key
         self.hang_s = 10.0
+        #: A row every so many steps (the kernel's config, as a worker's boundary.py).
+        self.row_stride = 1
         self.train_tid: int | None = None
         self.agreed = Agreements(lambda _t, _c: None)
         self.step_s = step_s * (SLOW_FACTOR if rank == SLOW % world else 1.0)
@@ -72,6 +74,8 @@ class SimWorker:
             self._next += self.step_s * self._rng.uniform(0.9, 1.1)
             # all-reduced gradients: every rank has the same norm at a step (but one)
             norm = self.norm_scale * (0.4 + 0.1 * math.sin(step / 7))
+            if step % self.row_stride:
+                continue  # as a worker's boundary: no row between two of the stride
             self._rows.append(
                 {
                     "step": step,

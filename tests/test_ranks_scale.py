@@ -8,6 +8,8 @@ carry each rank's newest point, no per-rank layers; a rank reporting every 2.5 s
 
 from __future__ import annotations
 
+import types
+
 from test_ranks_job import Harness, w
 
 from jupyterlab_torchdbg.ranks.kernel.job import Job
@@ -19,23 +21,30 @@ LAYERS = {"step": 3, "names": ["a", "b"], "norms": [1.0, 0.5]}
 
 def test_cadence_and_flush_interval_grow_with_the_ranks() -> None:
     assert cadence(COMPACT_ABOVE) == {} and flush_s(COMPACT_ABOVE) == 0.1
-    assert cadence(64) == {"rows_s": 0.64, "heartbeat_s": 0.64}
-    assert cadence(256) == {"rows_s": 2.5, "heartbeat_s": 2.5}
-    assert cadence(4096) == {"rows_s": 2.5, "heartbeat_s": 2.5}
-    assert flush_s(64) == 0.25 and flush_s(256) == 1.0 and flush_s(100_000) == 1.0
+    assert cadence(64) == {"rows_s": 1.28, "heartbeat_s": 1.28, "row_stride": 2}
+    assert cadence(256) == {"rows_s": 5.0, "heartbeat_s": 5.0, "row_stride": 8}
+    assert cadence(4096) == {"rows_s": 5.0, "heartbeat_s": 5.0, "row_stride": 128}
+    assert flush_s(64) == 0.5 and flush_s(256) == 2.0 and flush_s(100_000) == 2.0
 
 
 def test_the_agent_takes_the_cadence_within_bounds() -> None:
     agent = Agent.__new__(Agent)
+    agent.worker = types.SimpleNamespace(row_stride=1)  # type: ignore[assignment]
     agent.rows_s, agent.heartbeat_s = ROWS_S, HEARTBEAT_S
     agent._cadence({"hang_s": 10})
     assert (agent.rows_s, agent.heartbeat_s) == (ROWS_S, HEARTBEAT_S)
     agent._cadence({"rows_s": 0.64, "heartbeat_s": 0.64})
     assert (agent.rows_s, agent.heartbeat_s) == (0.64, 0.64)
     agent._cadence({"rows_s": 999, "heartbeat_s": 0.001})
-    assert (agent.rows_s, agent.heartbeat_s) == (2.5, HEARTBEAT_S)
+    assert (agent.rows_s, agent.heartbeat_s) == (5.0, HEARTBEAT_S)
     agent._cadence({"rows_s": True, "heartbeat_s": "1"})  # not numbers: ignored
-    assert (agent.rows_s, agent.heartbeat_s) == (2.5, HEARTBEAT_S)
+    assert (agent.rows_s, agent.heartbeat_s) == (5.0, HEARTBEAT_S)
+    assert agent.worker.row_stride == 1
+    agent._cadence({"row_stride": 8})
+    assert agent.worker.row_stride == 8
+    for wrong in (3, 0, 128, True, 8.0):  # not a power of two up to 64: ignored
+        agent._cadence({"row_stride": wrong})
+        assert agent.worker.row_stride == 8
 
 
 def _job(h: Harness, world: int) -> None:
@@ -59,7 +68,7 @@ def test_many_ranks_compact_messages_spaced_out() -> None:
     h = Harness()
     _job(h, 64)
     configs = h.ep.of("config")
-    assert len(configs) == 64 and all(c["rows_s"] == 0.64 for _, _, c in configs)
+    assert len(configs) == 64 and all(c["rows_s"] == 1.28 for _, _, c in configs)
     h.tick()
     (msg,) = h.ranks_msgs()
     assert len(msg["ranks"]) == 64
@@ -67,7 +76,7 @@ def test_many_ranks_compact_messages_spaced_out() -> None:
     # each rank's newest point: its step, time and norm
     assert [p["steps"] for p in msg["points"]] == [[3]] * 64
     assert msg["points"][0]["grad_norm"] == [1.0]
-    for step in range(4, 10):  # new points every look: messages 0.25 s apart at 64 ranks
+    for step in range(4, 10):  # new points every look: messages 0.5 s apart at 64 ranks
         for n in range(64):
             h.rows(n, range(step, step + 1), norm=1.0)
         h.tick()
@@ -81,9 +90,9 @@ def test_a_rank_reporting_every_few_seconds_is_running_between_reports() -> None
     for n in range(256):
         h.rows(n, range(4, 40), norm=1.0, dt=0.05)
         h.beat(n, 39, 0.0, "torch_wait")  # inside a collective when it reported
-    h.tick(2.0)  # 2 s since the last rows (reports every 2.5 s at 256 ranks)
+    h.tick(4.0)  # 4 s since the last rows (reports every 5 s at 256 ranks)
     assert {r["state"] for r in h.last()["ranks"]} == {"running"}
-    h.tick(3.5)  # two reports missed: the others are late
+    h.tick(7.0)  # two reports missed: the others are late
     assert {r["state"] for r in h.last()["ranks"]} == {"waiting"}
 
 
@@ -108,3 +117,20 @@ def test_ordered_ranks_follow_hellos_and_removals() -> None:
     assert [r.number for r in job.ordered()] == [1, 5]
     job.ordered().clear()  # a copy: the job's order is untouched
     assert [r.number for r in job.ordered()] == [1, 5]
+
+
+def test_the_others_median_of_each_rank_is_statistics_median_without_it() -> None:
+    """The straggler check reads each rank's own time once and takes the others' median
+    from one sorted list (no quadratic re-reading at hundreds of ranks)."""
+    import random
+    import statistics
+
+    from jupyterlab_torchdbg.ranks.kernel.alarms import median_without
+
+    rng = random.Random(0)
+    for _ in range(2000):
+        values = sorted(rng.choice([0.1, 0.2, 0.3, rng.random()]) for _ in range(rng.randint(2, 9)))
+        left_out = rng.choice(values)
+        others = list(values)
+        others.remove(left_out)
+        assert median_without(values, left_out) == statistics.median(others)

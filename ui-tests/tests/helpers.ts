@@ -184,3 +184,37 @@ export async function sidebarWidth(
     )
     .toBeLessThanOrEqual(2);
 }
+
+/**
+ * The first cell of a multi-process test: load the extension, write the
+ * worker module `module`.py (spawned ranks import it from the notebook's
+ * folder), pick a free port as `PORT`; `extra` lines run before the port.
+ */
+export function rankWorkerSetup(
+  module: string,
+  source: string,
+  extra: string[] = []
+): string {
+  return [
+    '%load_ext jupyterlab_torchdbg',
+    'import os, pathlib, socket, sys',
+    `pathlib.Path("${module}.py").write_text(${JSON.stringify(source)})`,
+    'sys.path.insert(0, os.getcwd())',
+    ...extra,
+    'with socket.socket() as s:',
+    '    s.bind(("127.0.0.1", 0))',
+    '    PORT = s.getsockname()[1]',
+    'print("worker written", PORT)'
+  ].join('\n');
+}
+
+/** A new notebook with the panel, only the Ranks section in the way. */
+export async function notebookForRanks(
+  page: IJupyterLabPageFixture,
+  name: string
+): Promise<void> {
+  await notebookWithPanel(page, name);
+  for (const id of ['series', 'grads', 'control', 'memory']) {
+    await setSectionOpen(page, id, false);
+  }
+}

@@ -11,7 +11,9 @@
 import { expect, test } from '@jupyterlab/galata';
 
 import {
+  notebookForRanks,
   notebookWithPanel,
+  rankWorkerSetup,
   PANEL,
   setSectionOpen,
   setSource,
@@ -49,16 +51,7 @@ const WORKER = [
   ''
 ].join('\n');
 
-const SETUP = [
-  '%load_ext jupyterlab_torchdbg',
-  'import os, pathlib, socket, sys',
-  `pathlib.Path("ddp_worker.py").write_text(${JSON.stringify(WORKER)})`,
-  'sys.path.insert(0, os.getcwd())',
-  'with socket.socket() as s:',
-  '    s.bind(("127.0.0.1", 0))',
-  '    PORT = s.getsockname()[1]',
-  'print("worker written", PORT)'
-].join('\n');
+const SETUP = rankWorkerSetup('ddp_worker', WORKER);
 
 const LAUNCH = [
   'import torch.multiprocessing as mp',
@@ -256,10 +249,7 @@ test('a rank that raises: the exception view names the rank, the grid marks it f
   page
 }, testInfo) => {
   test.setTimeout(240000);
-  await notebookWithPanel(page, 'ranks-fail.ipynb');
-  for (const id of ['series', 'grads', 'control', 'memory']) {
-    await setSectionOpen(page, id, false);
-  }
+  await notebookForRanks(page, 'ranks-fail.ipynb');
   await setSource(page, 0, SETUP);
   await page.notebook.runCell(0, true);
   await setSource(

@@ -12,7 +12,8 @@
 import { expect, test } from '@jupyterlab/galata';
 
 import {
-  notebookWithPanel,
+  notebookForRanks,
+  rankWorkerSetup,
   PANEL,
   setSectionOpen,
   setSource,
@@ -59,16 +60,7 @@ const WORKER = [
   ''
 ].join('\n');
 
-const SETUP = [
-  '%load_ext jupyterlab_torchdbg',
-  'import os, pathlib, socket, sys',
-  `pathlib.Path("fsdp_worker.py").write_text(${JSON.stringify(WORKER)})`,
-  'sys.path.insert(0, os.getcwd())',
-  'with socket.socket() as s:',
-  '    s.bind(("127.0.0.1", 0))',
-  '    PORT = s.getsockname()[1]',
-  'print("worker written", PORT)'
-].join('\n');
+const SETUP = rankWorkerSetup('fsdp_worker', WORKER);
 
 const LAUNCH = [
   'import torch.multiprocessing as mp',
@@ -84,10 +76,7 @@ test('an FSDP job: the global gradient norm from the ranks’ shards, live, and 
   page
 }, testInfo) => {
   test.setTimeout(300000);
-  await notebookWithPanel(page, 'ranks-fsdp.ipynb');
-  for (const id of ['series', 'grads', 'control', 'memory']) {
-    await setSectionOpen(page, id, false);
-  }
+  await notebookForRanks(page, 'ranks-fsdp.ipynb');
   await setSource(page, 0, SETUP);
   await page.notebook.runCell(0, true);
   await setSource(page, 1, LAUNCH);

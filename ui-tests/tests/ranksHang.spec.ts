@@ -11,7 +11,8 @@
 import { expect, test } from '@jupyterlab/galata';
 
 import {
-  notebookWithPanel,
+  notebookForRanks,
+  rankWorkerSetup,
   PANEL,
   setSectionOpen,
   setSource,
@@ -55,18 +56,10 @@ const WORKER = [
   ''
 ].join('\n');
 
-const SETUP = [
-  '%load_ext jupyterlab_torchdbg',
-  'import os, pathlib, socket, sys',
-  `pathlib.Path("hang_worker.py").write_text(${JSON.stringify(WORKER)})`,
-  'sys.path.insert(0, os.getcwd())',
+const SETUP = rankWorkerSetup('hang_worker', WORKER, [
   'from jupyterlab_torchdbg.kernel.extension import current',
-  'current().ranks.hang_s = 3.0  # sent to each rank in its config',
-  'with socket.socket() as s:',
-  '    s.bind(("127.0.0.1", 0))',
-  '    PORT = s.getsockname()[1]',
-  'print("worker written", PORT)'
-].join('\n');
+  'current().ranks.hang_s = 3.0  # sent to each rank in its config'
+]);
 
 const LAUNCH = [
   'import torch.multiprocessing as mp',
@@ -87,10 +80,7 @@ test('a hung rank: the alarm names the collective and the rank that never entere
   page
 }, testInfo) => {
   test.setTimeout(300000);
-  await notebookWithPanel(page, 'ranks-hang.ipynb');
-  for (const id of ['series', 'grads', 'control', 'memory']) {
-    await setSectionOpen(page, id, false);
-  }
+  await notebookForRanks(page, 'ranks-hang.ipynb');
   await setSource(page, 0, SETUP);
   await page.notebook.runCell(0, true);
   await setSource(page, 1, LAUNCH);

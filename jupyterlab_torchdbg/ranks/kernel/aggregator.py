@@ -101,6 +101,8 @@ class RankHub:
         #: The cell-event handlers (pre_run_cell, post_run_cell) the extension calls
         #: (attach.py); None once unloaded.
         self.cell_events: tuple[Callable[[object], None], Callable[[object], None]] | None = None
+        #: When the flusher last read every rank's state without news (tick).
+        self._states_at = -1e18
         self.jobs: list[Job] = []
         self._job_ids = 0
         self._by_key: dict[str, Job] = {}
@@ -439,8 +441,10 @@ class RankHub:
             if due and self._compare_due(now):
                 self._dirty = True
             states: list[tuple[int, str, str]] = []
-            if job is not None and due:
-                # a state the clock changed (late, lost): read only when a message may go
+            if job is not None and due and (self._dirty or now - self._states_at >= every):
+                # a state the clock changed (late, lost): read only when a message may go,
+                # and without news at most once per interval (every rank is read)
+                self._states_at = now
                 states = [(r.number, r.state(now, self.hang_s), r.phase) for r in job.ordered()]
                 if (job.id, states) != self._sent_states:
                     self._dirty = True

@@ -25,15 +25,15 @@ Each alarm names the rank and the figures in one human sentence.
 
 from __future__ import annotations
 
+import bisect
 import math
-import statistics
 from collections.abc import Callable
 from typing import Any
 
 from ...kernel.thread_stacks import user_first
 from .grad_alarms import GradAlarms
 from .hang_diag import RankView, diagnose, merged_sentence, merged_stacks
-from .job import LOST_S, Job, Rank, norm_value, same_norm
+from .job import Job, Rank, norm_value, same_norm
 
 STRAGGLER_STEPS = 5
 STRAGGLER_FACTOR = 1.5
@@ -192,15 +192,15 @@ class Alarms:
         if len(live) < 2:
             return 0
         raised = 0
-        for r in live:
-            mine = r.own_time(last=2 * STRAGGLER_STEPS)
-            others = [o.own_time(last=2 * STRAGGLER_STEPS) for o in live if o is not r]
-            theirs = statistics.median([t for t in others if t is not None])
-            if (
-                mine is None
-                or mine <= STRAGGLER_FACTOR * theirs
-                or mine - theirs <= STRAGGLER_MIN_S
-            ):
+        # each rank's own time read once, sorted once: the others' median of each rank
+        # without re-reading them (hundreds of ranks, issue #25)
+        times = [(r, r.own_time(last=2 * STRAGGLER_STEPS)) for r in live]
+        known = sorted(t for _, t in times if t is not None)
+        for r, mine in times:
+            if mine is None or len(known) < 2:
+                continue
+            theirs = median_without(known, mine)
+            if mine <= STRAGGLER_FACTOR * theirs or mine - theirs <= STRAGGLER_MIN_S:
                 continue
             n = min(len(r.owns), 2 * STRAGGLER_STEPS)
             message = (
@@ -298,7 +298,7 @@ class Alarms:
             if r.ended is None and r.state(now, hang_s) == "lost":
                 message = (
                     f"Lost: rank {r.number} (pid {r.identity.get('pid')}) has sent nothing "
-                    f"for {now - r.seen_at:.0f} s (threshold {LOST_S:.0f} s; last step "
+                    f"for {now - r.seen_at:.0f} s (threshold {r.lost_s:.0f} s; last step "
                     f"{r.step}): its process was killed or cannot reach the kernel."
                 )
                 if self.raise_alarm("lost", r.number, r.step, message):
@@ -374,3 +374,17 @@ def _first_layer_differing(r: Rank, ref: Rank, step: int) -> str | None:
         if name in values and not same_norm(norm_value(values[name]), norm_value(v)):
             return str(name)
     return None
+
+
+def median_without(ordered: list[float], value: float) -> float:
+    """The median of ``ordered`` (sorted) with one occurrence of ``value`` left out:
+    ``statistics.median`` of the others, without building them."""
+    i = bisect.bisect_left(ordered, value)
+    n = len(ordered) - 1
+
+    def at(k: int) -> float:
+        return ordered[k] if k < i else ordered[k + 1]
+
+    if n % 2:
+        return at(n // 2)
+    return (at(n // 2 - 1) + at(n // 2)) / 2

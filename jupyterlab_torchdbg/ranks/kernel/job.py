@@ -148,13 +148,19 @@ class Rank:
         owns = list(self.owns)[-last:]
         return statistics.median(owns) if owns else None
 
+    @property
+    def lost_s(self) -> float:
+        """Seconds without a message before it is lost: ``LOST_S``, or three of the
+        intervals it was asked to report at (a large world's ranks report less often)."""
+        return max(LOST_S, 3.0 * self.report_s)
+
     def since_step(self, now: float) -> float | None:
         return None if self.step_at is None else max(0.0, now - self.step_at)
 
     def state(self, now: float, hang_s: float) -> str:
         if self.ended is not None:
             return self.ended
-        if now - self.seen_at >= LOST_S:
+        if now - self.seen_at >= self.lost_s:
             return "lost"
         if self.phase == "paused":
             return "paused"

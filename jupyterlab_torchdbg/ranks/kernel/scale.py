@@ -2,9 +2,11 @@
 
 Up to ``COMPACT_ABOVE`` ranks nothing changes. Above, each worker is asked (``config``)
 for ``rows`` and heartbeats less often, so that all ranks together send about
-``WORKER_RATE`` messages a second (the kernel verifies and reads each one); ``ranks``
-messages to the panels are spaced by ``flush_s`` (1 s at 256 ranks: the bytes a second
-stay about those of 26 ranks) and carry each rank's newest point and no per-rank layers.
+``WORKER_RATE`` messages a second (the kernel verifies and reads each one), and for a
+step row only every ``row_stride`` steps (the rows of all ranks are read one by one);
+``ranks``
+messages to the panels are spaced by ``flush_s`` (2 s at 256 ranks: the bytes a second
+stay about those of 13 ranks) and carry each rank's newest point and no per-rank layers.
 """
 
 from __future__ import annotations
@@ -16,14 +18,22 @@ FLUSH_S = 0.1
 COMPACT_ABOVE = 16
 #: Worker messages a second the kernel asks for, all ranks together, above
 #: ``COMPACT_ABOVE`` ranks (each rank's interval at most ``MAX_ROWS_S``).
-WORKER_RATE = 100.0
-MAX_ROWS_S = 2.5
+WORKER_RATE = 50.0
+MAX_ROWS_S = 5.0
+#: Ranks per step row the kernel reads a second, all ranks together, above
+#: ``COMPACT_ABOVE``: each worker is asked for a row only every ``row_stride`` steps
+#: (a power of two, a multiple of the gradient-norm stride: the ranks' samples still
+#: meet, and the heartbeat still carries every step).
+ROWS_PER_S_RANKS = 32
 
 
 def flush_s(ranks: int) -> float:
     """Seconds between two ``ranks`` messages: ``FLUSH_S`` (0.1 s) up to ``COMPACT_ABOVE``
-    ranks, then growing with them (1 s at 256): bytes to the panel stay bounded."""
-    return FLUSH_S * max(1.0, min(10.0, ranks / 25.6))
+    ranks, then growing with them (1 s at 128, 2 s from 256 on): bytes to the panel and
+    the kernel's time building them stay bounded."""
+    if ranks <= COMPACT_ABOVE:
+        return FLUSH_S
+    return FLUSH_S * max(1.0, min(20.0, ranks / 12.8))
 
 
 def cadence(world: int) -> dict[str, float]:
@@ -33,4 +43,7 @@ def cadence(world: int) -> dict[str, float]:
     if world <= COMPACT_ABOVE:
         return {}
     rows = min(MAX_ROWS_S, max(0.1, world / WORKER_RATE))
-    return {"rows_s": rows, "heartbeat_s": max(0.5, rows)}
+    stride = 1
+    while stride * ROWS_PER_S_RANKS < world:
+        stride *= 2
+    return {"rows_s": rows, "heartbeat_s": max(0.5, rows), "row_stride": stride}

@@ -68,6 +68,8 @@ class WorkerState(Protocol):
     agreed: Agreements
     hang_s: float
     train_tid: int | None
+    #: A step row every so many steps (the kernel's config in a large world).
+    row_stride: int
 
     def take_rows(self, limit: int) -> list[dict[str, Any]]: ...
 
@@ -305,11 +307,17 @@ class Agent:
 
     def _cadence(self, config: dict[str, Any]) -> None:
         """A large world: the kernel asks for ``rows`` / heartbeats less often (within
-        [ROWS_S, 2.5 s] and [HEARTBEAT_S, 2.5 s]: the kernel's lost threshold is 10 s)."""
+        [ROWS_S, 5 s] and [HEARTBEAT_S, 5 s]: the kernel then waits three of them before
+        calling a rank lost) and a step row only every ``row_stride`` steps (a power of
+        two up to 64; the boundary's sampling stride never falls below it)."""
         for name, low in (("rows_s", ROWS_S), ("heartbeat_s", HEARTBEAT_S)):
             value = config.get(name)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                setattr(self, name, min(2.5, max(low, float(value))))
+                setattr(self, name, min(5.0, max(low, float(value))))
+        stride = config.get("row_stride")
+        if isinstance(stride, int) and not isinstance(stride, bool) and 1 <= stride <= 64:
+            if stride & (stride - 1) == 0:
+                self.worker.row_stride = stride
 
     # --- what it sends -------------------------------------------------------------------
 

@@ -64,6 +64,8 @@ class Worker:
         self.agent: Agent | None = None
         self._agent_lock = threading.Lock()
         self.stride = 1
+        #: A large world's kernel asks for a step row only every so many steps (config).
+        self.row_stride = 1
         self._over_budget = 0
         self._reads = 0
         self.hang_s = DEFAULT_HANG_S
@@ -171,8 +173,11 @@ class Worker:
             "mem": None,
             "mem_kind": self.mem_kind,
         }
+        sampled = step % max(self.stride, self.row_stride) == 0
+        if not sampled and self.row_stride > 1 and self.agreed.clip is None:
+            return  # a large world: a row every row_stride steps (the heartbeat has the step)
         # while clipping, every step is read: the clip reuses the read (agreed.py)
-        if step % self.stride == 0 or self.agreed.clip is not None:
+        if sampled or self.agreed.clip is not None:
             t0 = time.perf_counter()
             frame = sys._getframe()
             read = self.reader.read(optimizer, frame)
