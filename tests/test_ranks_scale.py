@@ -134,3 +134,13 @@ def test_the_others_median_of_each_rank_is_statistics_median_without_it() -> Non
         others = list(values)
         others.remove(left_out)
         assert median_without(values, left_out) == statistics.median(others)
+
+
+def test_hundreds_of_ranks_read_as_ranges_in_sentences() -> None:
+    from jupyterlab_torchdbg.ranks.kernel.words import rank_list
+
+    assert rank_list([3]) == "rank 3"
+    assert rank_list([0, 2, 3]) == "ranks 0, 2, 3"
+    assert rank_list([0, 1, 2, 3]) == "ranks 0, 1, 2, 3"
+    assert rank_list([*range(200), *range(201, 256)]) == "ranks 0-199, 201-255"
+    assert rank_list([7, *range(10, 15), 2]) == "ranks 7, 10-14, 2"  # the order given

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ...kernel.action_args import no_args, only_keys, schema_number
 from ...kernel.action_registry import ActionError, ActionRegistry
+from .words import rank_list
 
 if TYPE_CHECKING:
     import threading as _threading
@@ -99,10 +100,6 @@ VALIDATORS: dict[str, Callable[[dict[str, object]], dict[str, Any]]] = {
     "ranks_resume": no_args,
     "ranks_scale_lr": _scale_args,
 }
-
-
-def _names(numbers: list[int]) -> str:
-    return ("rank " if len(numbers) == 1 else "ranks ") + ", ".join(str(n) for n in numbers)
 
 
 class AllRankActions:
@@ -249,13 +246,13 @@ class AllRankActions:
     def _failure(self, prep: Prepared) -> tuple[list[int], str] | None:
         silent = sorted(n for w, n in prep.workers.items() if w not in prep.acks)
         if silent:
-            return silent, f"{_names(silent)} did not answer within {self.timeout:g} s"
+            return silent, f"{rank_list(silent)} did not answer within {self.timeout:g} s"
         refused = self._refusals(prep)
         if refused:
             w = refused[0]
             why = prep.acks[w][1] or "refused"
             numbers = sorted(prep.workers[x] for x in refused)
-            return numbers, f"{_names(numbers)} refused: {why}"
+            return numbers, f"{rank_list(numbers)} refused: {why}"
         return None
 
     def _send_all(self, prep: Prepared, msg_type: str) -> None:

@@ -34,6 +34,7 @@ from ...kernel.thread_stacks import user_first
 from .grad_alarms import GradAlarms
 from .hang_diag import RankView, diagnose, merged_sentence, merged_stacks
 from .job import Job, Rank, norm_value, same_norm
+from .words import rank_list
 
 STRAGGLER_STEPS = 5
 STRAGGLER_FACTOR = 1.5
@@ -47,10 +48,6 @@ ROOT_WINDOW_S = 5.0
 #: Where a failure that is a consequence of another rank's comes from (the innermost
 #: frame): torch's collectives and the backward pass that runs DDP's all-reduce.
 COLLECTIVE_DIRS = ("torch/distributed/", "torch/nn/parallel/", "torch/autograd/")
-
-
-def _ranks(numbers: list[int]) -> str:
-    return ("rank " if len(numbers) == 1 else "ranks ") + ", ".join(str(n) for n in numbers)
 
 
 def _fmt(x: float | None) -> str:
@@ -176,7 +173,7 @@ class Alarms:
                 )
                 message = (
                     f"Desync: rank {r.number}'s gradient norm at step {step} is {_fmt(v)}, "
-                    f"{_ranks([m.number for m, _ in majority])} have {_fmt(ref)} "
+                    f"{rank_list([m.number for m, _ in majority])} have {_fmt(ref)} "
                     f"(relative difference {rel:.2g}). After the all-reduce every replica "
                     "holds the same gradients: this rank's replica has diverged"
                     + (f"; the first layer that differs is {layer}." if layer else ".")
@@ -249,7 +246,7 @@ class Alarms:
                 continue  # its heartbeat with the stack is on the way
             verb = "waits" if len(waiting) == 1 else "wait"
             others = (
-                f" while {_ranks([w.number for w in waiting])} {verb} in a collective"
+                f" while {rank_list([w.number for w in waiting])} {verb} in a collective"
                 if waiting
                 else ""
             )

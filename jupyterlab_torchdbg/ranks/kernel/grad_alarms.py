@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .job import Job, Rank, norm_value, same_norm
+from .words import rank_list
 
 #: Seconds an event waits for a rank that has not been checked past its step.
 WAIT_S = 5.0
@@ -64,10 +65,6 @@ REMEDY = {
     "unknown": "Run the step in the notebook (one process) to let the kernel diagnose it, "
     "or check each rank's batch with torch.isfinite.",
 }
-
-
-def _ranks(numbers: list[int]) -> str:
-    return ("rank " if len(numbers) == 1 else "ranks ") + ", ".join(str(n) for n in numbers)
 
 
 def _fmt(x: float | None) -> str:
@@ -199,7 +196,7 @@ class GradAlarms:
         others = self._others_finite(ev)
         tail = ""
         if others:
-            tail = f" {_ranks(others).capitalize()}: finite gradients at this step."
+            tail = f" {rank_list(others).capitalize()}: finite gradients at this step."
         for n, step in late:  # what it found at its own step, which is not this one
             tail += (
                 f" Rank {n} read it first at step {step} (its stride skipped step "
@@ -219,7 +216,7 @@ class GradAlarms:
         f = found[lowest]
         if all_weights:
             message = (
-                f"{at} on {_ranks(everyone)}: {f['message']}, on every rank: an update at "
+                f"{at} on {rank_list(everyone)}: {f['message']}, on every rank: an update at "
                 "an earlier, unsampled step made them non-finite, and which rank's batch "
                 "began it cannot be told any more."
             )
@@ -229,19 +226,19 @@ class GradAlarms:
             g = found[overflow[0]]
             same = " (the same on every rank: their gradients are all-reduced)"
             message = (
-                f"{at} on {_ranks(everyone)}: {g['message']}{same if len(everyone) > 1 else ''}."
+                f"{at} on {rank_list(everyone)}: {g['message']}{same if len(everyone) > 1 else ''}."
             )
             return overflow[0], g["layer"], "overflow", message + tail, REMEDY["overflow"]
         if clean and len(everyone) > 1 and not unknown and not batch_only and not late:
             if all(found[n]["loss_checked"] for n in clean):
                 message = (
-                    f"{at} on {_ranks(everyone)}: on each, its own batch, forward pass and "
+                    f"{at} on {rank_list(everyone)}: on each, its own batch, forward pass and "
                     "loss are finite, so backward made it on one of them and the all-reduce "
                     "gave it to all; which one cannot be told from the averaged gradients."
                 )
             else:
                 message = (
-                    f"{at} on {_ranks(everyone)}: on each, its own batch and forward pass "
+                    f"{at} on {rank_list(everyone)}: on each, its own batch and forward pass "
                     "are finite; the loss was not checked (no torch.nn loss module was "
                     "called on the batch), so the loss or backward made it on one of them "
                     "and the all-reduce gave it to all; which one cannot be told from the "
@@ -253,7 +250,7 @@ class GradAlarms:
             said = _clean_words(f) if cause == "backward" else f["message"]
             message = f"{at} on rank {lowest}: {said}." + tail
             return lowest, f["layer"], cause, message, REMEDY[cause]
-        parts = [f"{at} on {_ranks(everyone)}; the ranks' own data checked did not make it."]
+        parts = [f"{at} on {rank_list(everyone)}; the ranks' own data checked did not make it."]
         parts += self._consequences(clean, batch_only, found, origin=False)
         parts += self._not_diagnosed(unknown, found)
         cause = "backward" if clean and not unknown and not late else "unknown"
@@ -276,16 +273,16 @@ class GradAlarms:
             whose = "its" if one else "their"
             if origin:
                 parts.append(
-                    f"{_ranks(clean).capitalize()} {'holds' if one else 'hold'} it only "
+                    f"{rank_list(clean).capitalize()} {'holds' if one else 'hold'} it only "
                     f"through the all-reduce: {whose} own {checked} finite."
                 )
             else:
-                parts.append(f"{_ranks(clean).capitalize()}: {whose} own {checked} finite.")
+                parts.append(f"{rank_list(clean).capitalize()}: {whose} own {checked} finite.")
         if batch_only:
             why = found[batch_only[0]]["why_not_rerun"] or "not re-run"
             one = len(batch_only) == 1
             parts.append(
-                f"{_ranks(batch_only).capitalize()}: {'its' if one else 'their'} own batch "
+                f"{rank_list(batch_only).capitalize()}: {'its' if one else 'their'} own batch "
                 f"is finite (the forward was not re-run: {why})."
             )
         return parts
@@ -330,7 +327,7 @@ class GradAlarms:
             later = [f"rank {n} at step {st}" for n, (st, _) in members if st != ev.step]
             seen = f" (read first by {', '.join(later)}: its stride skipped step {ev.step})"
             message = (
-                f"{_ranks(everyone).capitalize()}: {first['message']} Their gradients are "
+                f"{rank_list(everyone).capitalize()}: {first['message']} Their gradients are "
                 "all-reduced (equal norms at every step they all read), so the norm is the "
                 "same on every rank: which rank's batch caused it is not known"
                 + (seen if later else "")
@@ -338,7 +335,9 @@ class GradAlarms:
             )
         else:
             rest = " ".join(f"Rank {n}: {m['message']}" for n, (_, m) in members[1:])
-            message = f"{_ranks(everyone).capitalize()}. Rank {lowest}: {first['message']} {rest}"
+            message = (
+                f"{rank_list(everyone).capitalize()}. Rank {lowest}: {first['message']} {rest}"
+            )
         return lowest, first["layer"], None, message, remedy
 
 

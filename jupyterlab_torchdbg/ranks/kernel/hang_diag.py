@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..wire.signals import wire_int, wire_num
+from .words import rank_list
 
 MAX_GROUPS = 8
 MAX_MERGED = 16
@@ -61,10 +62,6 @@ def collective_of(raw: Any) -> dict[str, Any] | None:
         "backward": raw.get("backward") is True,
         "groups": groups,
     }
-
-
-def _ranks(numbers: list[int]) -> str:
-    return ("rank " if len(numbers) == 1 else "ranks ") + ", ".join(str(n) for n in numbers)
 
 
 def top_frame(stack: list[str] | None, user: list[bool] | None) -> str | None:
@@ -136,16 +133,16 @@ def diagnose(ranks: list[RankView]) -> dict[str, Any] | None:
     silent = sorted(m for m in members if m not in numbers and m not in inside)
     ddp = all(backward.get(n, False) for n in inside)
     what = label(g, ddp)
-    sentence = f"{_ranks(inside).capitalize()} {'is' if len(inside) == 1 else 'are'} in {what}"
+    sentence = f"{rank_list(inside).capitalize()} {'is' if len(inside) == 1 else 'are'} in {what}"
     if missing:
-        sentence += f"; {_ranks(missing)} never entered it"
+        sentence += f"; {rank_list(missing)} never entered it"
         told = [f"rank {n}'s last on that group: {behind[n]}" for n in missing if n in behind]
         if told:
             sentence += f" ({'; '.join(told)})"
     for n, other in mismatched:
         sentence += f"; rank {n} is in {other} at the same seq (a mismatched collective)"
     if silent:
-        sentence += f"; {_ranks(silent)} of its group sent nothing"
+        sentence += f"; {rank_list(silent)} of its group sent nothing"
     source = next((c["source"] for n, c, _, _ in ranks if n in inside and c), "unknown")
     if source == "sequence":
         sentence += (
@@ -184,6 +181,6 @@ def merged_sentence(merged: list[dict[str, Any]]) -> str:
     """``ranks 0, 2 at train.py:40 in step (in all_reduce ...); rank 1 at data.py:31``."""
     parts = []
     for m in merged:
-        part = f"{_ranks(m['ranks'])} at {m['where']}"
+        part = f"{rank_list(m['ranks'])} at {m['where']}"
         parts.append(part + (f" (in {m['in']})" if m["in"] else ""))
     return "; ".join(parts)
