@@ -36,7 +36,8 @@ from . import panel_exception
 from .actions import AllRankActions
 from .alarms import Alarms, from_collective
 from .exits import ExitWatch
-from .job import LOST_S, Job, valid_identity
+from .job import Job, valid_identity
+from .rank import LOST_S
 from .scale import COMPACT_ABOVE, FLUSH_S, cadence, flush_s
 
 #: Ended jobs kept: the newest (the panel shows the last job; a panel that connects gets

@@ -33,7 +33,8 @@ from typing import Any
 from ...kernel.thread_stacks import user_first
 from .grad_alarms import GradAlarms
 from .hang_diag import RankView, diagnose, merged_sentence, merged_stacks
-from .job import Job, Rank, norm_value, same_norm
+from .job import Job
+from .rank import Rank, norm_value, same_norm
 from .words import rank_list
 
 STRAGGLER_STEPS = 5

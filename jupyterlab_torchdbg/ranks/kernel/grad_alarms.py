@@ -33,7 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .job import Job, Rank, norm_value, same_norm
+from .job import Job
+from .rank import Rank, norm_value, same_norm
 from .words import rank_list
 
 #: Seconds an event waits for a rank that has not been checked past its step.

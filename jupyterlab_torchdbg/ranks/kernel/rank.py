@@ -1,0 +1,340 @@
+"""One rank of a torch.distributed job as the kernel sees it (``job.py`` holds the job).
+
+Each ``Rank`` keeps its last ``RING`` points (step, step time, total gradient norm,
+memory), the points not yet sent to the panels, the norms and per-layer norms of its last
+sampled steps (the desync check compares them across ranks, ``alarms.py``) and what its
+heartbeats said (phase, stack, collective). ``RankState`` (PROTOCOL.md "Ranks") is
+computed from that and the kernel's clock: a rank that stopped stepping is ``waiting``
+while its training thread is inside torch (the others are late), ``stalled`` after the
+hang threshold in its own code, ``lost`` after ``lost_s`` without any message. Also the
+norms as they travel (``norm_value``, ``wire_norm``, ``same_norm``).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..wire.signals import finding_of, signal_of, wire_int, wire_num
+from .hang_diag import collective_of
+
+#: Points kept per rank (the panel's per-rank charts).
+RING = 2000
+#: No message at all from a rank for this long: lost.
+LOST_S = 10.0
+#: Steps whose times make the step time (median).
+RECENT = 20
+#: Sampled steps whose norms / layers are kept for the cross-rank comparison.
+KEEP_STEPS = 64
+#: Per-layer norms kept of a worker's ``layers`` (model order) / shown to the panel.
+MAX_LAYERS_IN = 500
+MAX_LAYERS = 200
+#: A rank not stepping for this many of its step times (and >= 1 s) is no longer running.
+LATE_FACTOR = 3.0
+
+TERMINAL = ("exited", "failed", "lost")
+#: Two ranks' total norms at one step are the same within this relative difference
+#: (the desync alarm; grad_alarms.py: the ranks' gradients are all-reduced).
+DESYNC_RTOL = 1e-5
+#: A rank's diagnoses / detector alerts kept until the alarms take them.
+MAX_SIGNALS = 16
+#: One point: (step, step time s | None, norm as on the wire, memory bytes | None).
+Point = tuple[int, float | None, float | str | None, int | None]
+
+
+def norm_value(x: object) -> float | None:
+    """A norm as it travels (a number or "NaN"/"Infinity"/"-Infinity") as a float."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, (int, float)):
+        return float(x)
+    if x in ("NaN", "Infinity", "-Infinity"):
+        return float(str(x).lower().replace("infinity", "inf"))
+    return None
+
+
+def same_norm(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= DESYNC_RTOL * max(abs(a), abs(b), 1e-30)
+
+
+def wire_norm(x: object) -> float | str | None:
+    """Back to the wire form (non-finite floats as strings), None for anything else."""
+    v = norm_value(x)
+    if v is None:
+        return None
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "Infinity" if v > 0 else "-Infinity"
+    return v
+
+
+@dataclass
+class Rank:
+    """One worker process of the job."""
+
+    worker: bytes
+    identity: dict[str, Any]
+    seen_at: float
+    torch: str = ""
+    #: "exited" / "failed" once the process ended (bye or exception).
+    ended: str | None = None
+    step: int = 0
+    #: The last step its ``rows`` reported (a heartbeat may tell of later steps first).
+    row_step: int = 0
+    step_at: float | None = None
+    dts: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT))
+    owns: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT))
+    norm: float | str | None = None
+    norm_step: int | None = None
+    mem: int | None = None
+    mem_kind: str = "host"
+    phase: str = "none"
+    stack: list[str] | None = None
+    #: Which of ``stack``'s frames are the user's (None: the worker did not say).
+    stack_user: list[bool] | None = None
+    #: The collectives it is in or finished last, per group (hang_diag.py; with the stack).
+    collective: dict[str, Any] | None = None
+    layers: dict[str, Any] | None = None
+    layers_by_step: OrderedDict[int, dict[str, Any]] = field(default_factory=OrderedDict)
+    norms_by_step: OrderedDict[int, float | str] = field(default_factory=OrderedDict)
+    points: deque[Point] = field(default_factory=lambda: deque(maxlen=RING))
+    new_points: deque[Point] = field(default_factory=lambda: deque(maxlen=RING))
+    clip: float | None = None
+    lr_scale: float = 1.0
+    #: (step, finding) of non-finite steps this rank diagnosed (rank_signals.py), not
+    #: yet taken by the alarms (grad_alarms.py); its explosion / vanishing alerts.
+    findings: deque[tuple[int, dict[str, Any]]] = field(
+        default_factory=lambda: deque(maxlen=MAX_SIGNALS)
+    )
+    signals: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_SIGNALS))
+    #: The last step its detector (explosion, vanishing) has judged.
+    checked: int = 0
+    #: Sharded gradients (FSDP): how many ranks hold each of its shards; its norms are
+    #: its shards' (None: whole gradients, every replica's norm is the global one).
+    replicas: int | None = None
+    #: Seconds between its ``rows`` the kernel asked for (aggregator.cadence): a rank
+    #: is late only after two of them without a step.
+    report_s: float = 0.1
+    #: ``step_time``'s cache: the median, for how many times, after how many added.
+    _step_time: float | None = None
+    _step_time_n: int = 0
+    _step_time_last: int = -1
+    _dts_added: int = 0
+
+    @property
+    def number(self) -> int:
+        return int(self.identity.get("rank", 0))
+
+    def step_time(self) -> float | None:
+        """The median of the recent step times (computed once per ``rows``: the state of
+        every rank is read on every flush)."""
+        if self._step_time_n != len(self.dts) or self._step_time_last != self._dts_added:
+            self._step_time = statistics.median(self.dts) if self.dts else None
+            self._step_time_n, self._step_time_last = len(self.dts), self._dts_added
+        return self._step_time
+
+    def own_time(self, last: int = RECENT) -> float | None:
+        owns = list(self.owns)[-last:]
+        return statistics.median(owns) if owns else None
+
+    @property
+    def lost_s(self) -> float:
+        """Seconds without a message before it is lost: ``LOST_S``, or three of the
+        intervals it was asked to report at (a large world's ranks report less often)."""
+        return max(LOST_S, 3.0 * self.report_s)
+
+    def since_step(self, now: float) -> float | None:
+        return None if self.step_at is None else max(0.0, now - self.step_at)
+
+    def state(self, now: float, hang_s: float) -> str:
+        if self.ended is not None:
+            return self.ended
+        if now - self.seen_at >= self.lost_s:
+            return "lost"
+        if self.phase == "paused":
+            return "paused"
+        since = self.since_step(now)
+        if self.step == 0 or since is None:
+            return "starting"
+        late = max(1.0, LATE_FACTOR * (self.step_time() or 0.0), 2 * self.report_s)
+        if since >= late:
+            if self.phase == "torch_wait":
+                return "waiting"
+            if since >= hang_s:
+                return "stalled"
+        return "running"
+
+    def to_json(self, now: float, hang_s: float, layers: bool = True) -> dict[str, Any]:
+        since = self.since_step(now)
+        out: dict[str, Any] = {
+            "identity": dict(self.identity),
+            "state": self.state(now, hang_s),
+            "step": self.step,
+            "step_time_s": _round(self.step_time()),
+            "own_time_s": _round(self.own_time()),
+            "grad_norm": self.norm,
+            "grad_step": self.norm_step,
+            "memory_bytes": self.mem,
+            "memory_kind": self.mem_kind,
+            "last_seen_s": round(max(0.0, now - self.seen_at), 3),
+            "since_step_s": None if since is None else round(since, 3),
+            "clip": self.clip,
+            "lr_scale": self.lr_scale,
+            "phase": self.phase if self.ended is None else "none",
+        }
+        if self.replicas is not None:
+            out["sharded"] = True
+        if layers and self.layers is not None:
+            out["layers"] = self.layers
+        return out
+
+    # --- feeding ------------------------------------------------------------------------
+
+    def add_rows(self, content: dict[str, Any], now: float) -> list[int]:
+        """A ``rows`` batch; returns the sampled steps that carried a norm."""
+        own = wire_num(content.get("own"))
+        phase = content.get("phase")
+        if phase in ("user", "torch_wait", "paused"):
+            self.phase = str(phase)
+        sampled: list[int] = []
+        rows = content.get("rows")
+        for row in rows if isinstance(rows, list) else []:
+            if not isinstance(row, dict):
+                continue
+            step = wire_int(row.get("step"), 1)
+            if step is None:
+                continue
+            dt = wire_num(row.get("dt"))
+            dt = dt if dt is not None and dt >= 0 else None
+            norm = wire_norm(row.get("norm"))
+            mem = wire_int(row.get("mem"))
+            if row.get("mem_kind") in ("cuda", "host"):
+                self.mem_kind = str(row["mem_kind"])
+            self.row_step = max(self.row_step, step)
+            if step > self.step:
+                self.step = step
+                self.step_at = now
+                self.stack = self.collective = None
+            if dt is not None:
+                self.dts.append(dt)
+                self._dts_added += 1
+                if own is not None:
+                    self.owns.append(dt * min(1.0, max(0.0, own)))
+            replicas = wire_int(row.get("replicas"), 1)
+            if replicas is not None:
+                self.replicas = min(replicas, 65536)
+            if norm is not None:
+                self.norm, self.norm_step = norm, step
+                self.norms_by_step[step] = norm
+                while len(self.norms_by_step) > KEEP_STEPS:
+                    self.norms_by_step.popitem(last=False)
+                sampled.append(step)
+            if mem is not None:
+                self.mem = mem
+            finding = finding_of(row.get("nonfinite"))
+            if finding is not None:
+                self.findings.append((step, finding))
+            point: Point = (step, dt, norm, mem)
+            self.points.append(point)
+            self.new_points.append(point)
+        signals = content.get("signals")
+        for raw in signals[:MAX_SIGNALS] if isinstance(signals, list) else []:
+            signal = signal_of(raw)
+            if signal is not None:
+                self.signals.append(signal)
+        checked = wire_int(content.get("checked"))
+        if checked is not None:
+            self.checked = max(self.checked, checked)
+        layers = content.get("layers")
+        if isinstance(layers, dict) and self._valid_layers(layers):
+            # model order, as sent (the desync check names the first layer that differs)
+            names = [str(n)[:512] for n in layers["names"][:MAX_LAYERS_IN]]
+            values = [wire_norm(v) for v in layers["norms"][:MAX_LAYERS_IN]]
+            step = int(layers["step"])
+            self.layers_by_step[step] = {"step": step, "names": names, "norms": values}
+            while len(self.layers_by_step) > KEEP_STEPS // 4:
+                self.layers_by_step.popitem(last=False)
+            # the panel's: the largest first, at most MAX_LAYERS (non-finite ones first)
+            order = sorted(range(len(names)), key=lambda i: _layer_key(values[i]))
+            order = order[:MAX_LAYERS]
+            self.layers = {
+                "step": step,
+                "names": [names[i] for i in order],
+                "norms": [values[i] for i in order],
+            }
+        return sampled
+
+    @staticmethod
+    def _valid_layers(layers: dict[str, Any]) -> bool:
+        names, norms = layers.get("names"), layers.get("norms")
+        return (
+            wire_int(layers.get("step"), 1) is not None
+            and isinstance(names, list)
+            and isinstance(norms, list)
+            and len(names) == len(norms)
+            and all(wire_norm(v) is not None for v in norms)
+        )
+
+    def heartbeat(self, content: dict[str, Any], now: float) -> bool:
+        """A heartbeat; True when it changed what the panel shows (phase, step, stack)."""
+        before = (self.phase, self.step, self.stack is not None)
+        phase = content.get("phase")
+        if phase in ("user", "torch_wait", "paused"):
+            self.phase = str(phase)
+        step = wire_int(content.get("step"))
+        since = wire_num(content.get("since_step_s"))
+        if step is not None and step > self.step:
+            self.step = step
+        if since is not None and since >= 0 and self.step > 0:
+            self.step_at = now - since
+        stack = content.get("stack")
+        if isinstance(stack, list) and all(isinstance(s, str) for s in stack):
+            self.stack = [s[:1000] for s in stack[-64:]]
+            user = content.get("stack_user")
+            if isinstance(user, list) and len(user) == len(stack):
+                self.stack_user = [u is True for u in user[-64:]]
+            else:
+                self.stack_user = None
+            self.collective = collective_of(content.get("collective"))
+        return before != (self.phase, self.step, self.stack is not None)
+
+    def take_points(self, replay: bool, newest: bool = False) -> dict[str, Any] | None:
+        """The RankPoints of the new points (taken: the next call has only later ones), or
+        of every kept point when ``replay`` (new points stay new: a replay goes to one
+        panel, and the next broadcast may repeat some; panels drop steps they have)."""
+        pts = list(self.points) if replay else list(self.new_points)
+        if not replay:
+            self.new_points.clear()
+            if newest:
+                pts = pts[-1:]
+        if not pts and not replay:
+            return None
+        return {
+            "rank": self.number,
+            "steps": [p[0] for p in pts],
+            "step_time_s": [_round(p[1]) for p in pts],
+            "grad_norm": [p[2] for p in pts],
+            "memory_bytes": [p[3] for p in pts],
+        }
+
+
+def _layer_key(v: float | str | None) -> float:
+    """Sort key: non-finite norms first, then the largest."""
+    x = norm_value(v)
+    if x is None:
+        return math.inf
+    return -math.inf if not math.isfinite(x) else -x
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 6)
