@@ -6,9 +6,9 @@
 import {
   bucketSizeFor,
   decimateAligned,
-  IAlignedDecimated,
-  MinMaxDecimator
-} from '../charts/decimate';
+  IAlignedDecimated
+} from '../charts/aligned';
+import { MinMaxDecimator } from '../charts/minMaxDecimator';
 import { FrameScheduler } from '../charts/frame';
 import { SeriesRing } from '../model/ringbuffer';
 

@@ -1,5 +1,6 @@
+import { formatTick } from './axes';
 import { FrameScheduler, frames } from './frame';
-import { formatTick, themeVar } from './lineChart';
+import { themeVar } from './theme';
 
 /** The heatmap is never shorter than this (readable with one or two layers). */
 export const HEATMAP_MIN_HEIGHT = 60;

@@ -1,130 +1,22 @@
 import uPlot from 'uplot';
 
 import { SeriesRing } from '../model/ringbuffer';
-import { decimateMax, decimateMinMax, MinMaxDecimator } from './decimate';
+import { makeAxes, xRange, yRange } from './axes';
+import { decimateMax, decimateMinMax } from './decimate';
+import { drawMarks, drawOverlays } from './drawing';
 import { FrameScheduler, frames } from './frame';
+import { ChartLegend } from './legend';
+import { IDrawnOverlay, IOverlay, prepareOverlays } from './overlay';
+import { RingData } from './ringData';
+import { compareColor, seriesColor, themeVar } from './theme';
 
-/** Read a JupyterLab theme variable (falls back when unset, e.g. in tests). */
-export function themeVar(name: string, fallback: string): string {
-  const v = getComputedStyle(document.body).getPropertyValue(name).trim();
-  return v || fallback;
-}
-
-/** Short y-axis labels: 1e+16 rather than 10,000,000,000,000,000. */
-export function formatTick(v: number): string {
-  if (v === null || !Number.isFinite(v)) {
-    return '';
-  }
-  const a = Math.abs(v);
-  if (a !== 0 && (a >= 1e5 || a < 1e-3)) {
-    return v.toExponential(0);
-  }
-  return String(Number(v.toPrecision(4)));
-}
-
-/** x ticks of a time axis (Unix seconds) as a one-line clock time: 14:03:25. */
-export function clockTime(v: number): string {
-  if (v === null || !Number.isFinite(v)) {
-    return '';
-  }
-  return new Date(v * 1000).toLocaleTimeString([], {
-    hour: '2-digit',
-    minute: '2-digit',
-    second: '2-digit',
-    hour12: false
-  });
-}
-
-/**
- * Line colours that read on light and dark backgrounds, 8 distinct hues:
- * JupyterLab's status colours (not --jp-accent-color1, the same green as
- * --jp-success-color1 in both themes), then mid-tone material colours
- * (defined the same in both themes).
- */
-export const SERIES_PALETTE: readonly (readonly [string, string])[] = [
-  ['--jp-brand-color1', '#1976d2'],
-  ['--jp-warn-color1', '#f57c00'],
-  ['--jp-success-color1', '#388e3c'],
-  ['--jp-error-color1', '#d32f2f'],
-  ['--jp-info-color1', '#0097a7'],
-  ['--md-purple-400', '#ab47bc'],
-  ['--md-pink-400', '#ec407a'],
-  ['--md-brown-400', '#8d6e63']
-];
-
-export function seriesColor(i: number): string {
-  const [name, fallback] = SERIES_PALETTE[i % SERIES_PALETTE.length];
-  return themeVar(name, fallback);
-}
-
-/** The line of the run compared with: the theme's strong text colour (reads on both). */
-export function compareColor(): string {
-  return themeVar('--jp-ui-font-color1', '#424242');
-}
-
-/** TensorBoard's default smoothing weight when smoothing is turned on. */
-export const DEFAULT_SMOOTHING = 0.6;
-
-/**
- * TensorBoard's exponential moving average (debiased, so the start is not
- * pulled toward 0): `last = w * last + (1 - w) * v`, shown as
- * `last / (1 - w^k)` after k finite values. Non-finite values pass through
- * and do not move the average. Incremental: feed values one at a time.
- */
-export class Ema {
-  constructor(readonly weight: number) {}
-
-  push(v: number): number {
-    if (!Number.isFinite(v)) {
-      return v;
-    }
-    const w = this.weight;
-    this._last = this._last * w + (1 - w) * v;
-    this._debias = this._debias * w + (1 - w);
-    return this._last / this._debias;
-  }
-
-  reset(): void {
-    this._last = 0;
-    this._debias = 0;
-  }
-
-  private _last = 0;
-  private _debias = 0;
-}
-
-/** `Ema` over a whole array (for tests and one-off use). */
-export function smoothEma(ys: ArrayLike<number>, weight: number): Float64Array {
-  const ema = new Ema(weight);
-  const out = new Float64Array(ys.length);
-  for (let i = 0; i < ys.length; i++) {
-    out[i] = ema.push(ys[i]);
-  }
-  return out;
-}
-
-/**
- * An earlier run drawn dashed under the shown one: faded (every earlier run,
- * the "earlier runs faded" toggle), or the one run picked to compare with
- * (`compare`: drawn stronger, named in the legend, and always inside the y
- * range).
- */
-export interface IOverlay {
-  label: string;
-  x: ArrayLike<number>;
-  y: ArrayLike<number>;
-  compare?: boolean;
-}
-
-/** uPlot draws a gap at null, not at NaN. */
-function withGaps(y: Float64Array): Float64Array | (number | null)[] {
-  for (let i = 0; i < y.length; i++) {
-    if (Number.isNaN(y[i])) {
-      return Array.from(y, v => (Number.isNaN(v) ? null : v));
-    }
-  }
-  return y;
-}
+// The chart's parts, as the panels import them (one module per idea:
+// theme.ts colours, axes.ts ticks and ranges, smoothing.ts the EMA,
+// overlay.ts / legend.ts / drawing.ts the earlier runs and reference lines).
+export { clockTime, formatTick } from './axes';
+export type { IOverlay } from './overlay';
+export { DEFAULT_SMOOTHING, Ema, smoothEma } from './smoothing';
+export { compareColor, SERIES_PALETTE, seriesColor, themeVar } from './theme';
 
 /**
  * A live line chart drawn with uPlot on a canvas: one series (min/max
@@ -222,8 +114,7 @@ export class LineChart {
    */
   setRing(ring: SeriesRing): void {
     if (ring !== this._ring) {
-      this._decimator = null;
-      this._smoothed = null;
+      this._ringData.reset();
     }
     this._ring = ring;
     this._source = null;
@@ -249,7 +140,7 @@ export class LineChart {
     const w = weight && weight > 0 && weight < 1 ? weight : 0;
     if (w !== this._smooth) {
       this._smooth = w;
-      this._smoothed = null;
+      this._ringData.reset();
       this._rebuild();
     }
   }
@@ -265,10 +156,7 @@ export class LineChart {
     shown?: string,
     faded: (runs: string) => string = runs => `${runs} (faded)`
   ): void {
-    this._overlays = overlays.map(o => {
-      const d = decimateMinMax(o.x, o.y, OVERLAY_POINTS);
-      return { label: o.label, x: d.x, y: d.y, compare: !!o.compare };
-    });
+    this._overlays = prepareOverlays(overlays);
     this._shownLabel = shown ?? this._options.series[0]?.label ?? '';
     this._fadedText = faded;
     this._renderLegend();
@@ -277,53 +165,17 @@ export class LineChart {
 
   /** The legend under the chart while overlays are drawn (text only). */
   get legend(): HTMLElement {
-    return this._legend;
-  }
-
-  /** One legend entry: a line sample (solid or dashed) and its label. */
-  private _legendItem(
-    text: string,
-    color: string,
-    dashed: boolean,
-    kind: string
-  ): HTMLElement {
-    const item = document.createElement('span');
-    item.className = 'jp-TorchDbg-chartLegendItem';
-    item.dataset.kind = kind;
-    const swatch = document.createElement('span');
-    swatch.className = 'jp-TorchDbg-chartLegendLine';
-    swatch.style.borderTopColor = color;
-    swatch.style.borderTopStyle = dashed ? 'dashed' : 'solid';
-    const label = document.createElement('span');
-    label.textContent = text;
-    item.append(swatch, label);
-    return item;
+    return this._legend.node;
   }
 
   private _renderLegend(): void {
-    const legend = this._legend;
-    legend.replaceChildren();
-    if (this._overlays.length === 0) {
-      legend.remove();
-      return;
-    }
-    const color = this._options.series[0]?.color ?? seriesColor(0);
-    legend.append(this._legendItem(this._shownLabel, color, false, 'shown'));
-    for (const o of this._overlays.filter(o => o.compare)) {
-      legend.append(this._legendItem(o.label, compareColor(), true, 'compare'));
-    }
-    const faded = this._overlays.filter(o => !o.compare).map(o => o.label);
-    if (faded.length) {
-      legend.append(
-        this._legendItem(
-          this._fadedText(faded.join(', ')),
-          themeVar('--jp-ui-font-color3', '#9e9e9e'),
-          true,
-          'faded'
-        )
-      );
-    }
-    this.node.appendChild(legend);
+    this._legend.render(
+      this.node,
+      this._overlays,
+      this._shownLabel,
+      this._options.series[0]?.color ?? seriesColor(0),
+      this._fadedText
+    );
   }
 
   /** A horizontal reference line (e.g. the explosion threshold), or none. */
@@ -357,7 +209,7 @@ export class LineChart {
 
   private _rebuild(): void {
     this._destroyPlot();
-    this._decimator = null;
+    this._ringData.resetDecimation();
     this._dataDirty = true;
     this._frame.markDirty();
   }
@@ -372,46 +224,6 @@ export class LineChart {
       this._dataDirty = true;
       this._frame.markDirty();
     }
-  }
-
-  /** The single ring's data: decimated incrementally, smoothed when on. */
-  private _ringData(ring: SeriesRing, buckets: number): uPlot.AlignedData {
-    if (
-      !this._decimator ||
-      this._decimator.buckets !== buckets ||
-      this._decimator.positive !== this._log
-    ) {
-      this._decimator = new MinMaxDecimator(buckets, this._log);
-    }
-    const view = ring.view();
-    const d = this._decimator.update(view);
-    const n = d.length;
-    const x = d.x.subarray(0, n);
-    const y = withGaps(d.y.subarray(0, n));
-    if (!this._smooth) {
-      return [x, y];
-    }
-    // the smoothed values of the same points: point i at [i % capacity]
-    let s = this._smoothed;
-    if (!s || s.values.length !== ring.capacity || ring.total < s.seen) {
-      s = {
-        values: new Float32Array(ring.capacity),
-        seen: 0,
-        ema: new Ema(this._smooth)
-      };
-      this._smoothed = s;
-    }
-    const cap = s.values.length;
-    for (let i = Math.max(s.seen, view.first); i < ring.total; i++) {
-      s.values[i % cap] = s.ema.push(view.y[i - view.first]);
-    }
-    s.seen = ring.total;
-    const smooth = new Float64Array(n);
-    for (let i = 0; i < n; i++) {
-      const v = s.values[d.index[i] % cap];
-      smooth[i] = Number.isNaN(d.y[i]) || (this._log && v <= 0) ? NaN : v;
-    }
-    return [x, y, withGaps(smooth)];
   }
 
   /** Draw now; false when there is nothing to draw (no width, no data). */
@@ -439,7 +251,7 @@ export class LineChart {
     const buckets = Math.max(16, Math.ceil(width));
     let data: uPlot.AlignedData;
     if (ring) {
-      data = this._ringData(ring, buckets);
+      data = this._ringData.data(ring, buckets, this._log, this._smooth);
       this._drawn = (data.length - 1) * data[0].length;
     } else if (this._ys.length === 1 && !this._log) {
       const d = decimateMinMax(this._x, this._ys[0], buckets);
@@ -457,67 +269,14 @@ export class LineChart {
         data,
         this.node
       );
-      if (this._legend.parentNode === this.node) {
-        this.node.appendChild(this._legend); // under the new plot
-      }
+      this._legend.keepLast(this.node); // under the new plot
     } else {
       this._plot.setData(data);
     }
     return true;
   }
 
-  /**
-   * y range over the data and the overlays (log: positive values only). A
-   * faded overlay widens the shown run's range by at most twice its span (x100
-   * on a log axis): an earlier run that exploded must not squash this one
-   * flat. The run picked to compare with is always whole in the range: that
-   * is what the user asked to see.
-   */
-  private _yRange(u: uPlot, dmin: number, dmax: number): uPlot.Range.MinMax {
-    let lo = dmin;
-    let hi = dmax;
-    const own = lo !== null && hi !== null && Number.isFinite(lo + hi);
-    const span = own ? Math.max(hi - lo, Math.abs(hi) * 1e-3, 1e-12) : 0;
-    const floor = !own ? -Infinity : this._log ? lo / 100 : lo - 2 * span;
-    const ceil = !own ? Infinity : this._log ? hi * 100 : hi + 2 * span;
-    for (const o of this._overlays) {
-      for (const raw of o.y) {
-        if (raw !== null && Number.isFinite(raw) && (!this._log || raw > 0)) {
-          const v = o.compare ? raw : Math.min(ceil, Math.max(floor, raw));
-          lo = lo === null || v < lo ? v : lo;
-          hi = hi === null || v > hi ? v : hi;
-        }
-      }
-    }
-    if (lo === null || hi === null || !Number.isFinite(lo + hi)) {
-      return this._log ? [1, 10] : [0, 1];
-    }
-    if (this._log) {
-      // the data's range to one significant digit (uPlot's rounds out to whole
-      // decades, squashing a loss between 0.4 and 2 into a corner)
-      const mag = (v: number) => 10 ** Math.floor(Math.log10(v));
-      const a = lo / 1.1;
-      const b = hi * 1.1;
-      return [Math.floor(a / mag(a)) * mag(a), Math.ceil(b / mag(b)) * mag(b)];
-    }
-    return uPlot.rangeNum(lo, hi, 0.1, true) as uPlot.Range.MinMax;
-  }
-
   private _makeOptions(width: number, count: number): uPlot.Options {
-    const fg = themeVar('--jp-ui-font-color2', '#616161');
-    const grid = themeVar('--jp-border-color2', '#e0e0e0');
-    const warn = themeVar('--jp-error-color1', '#d32f2f');
-    const mark = themeVar('--jp-warn-color1', '#f57c00');
-    const faint = themeVar('--jp-ui-font-color3', '#9e9e9e');
-    const compare = compareColor();
-    const font = `10px ${themeVar('--jp-ui-font-family', 'sans-serif')}`;
-    const axis: uPlot.Axis = {
-      stroke: fg,
-      grid: { stroke: grid, width: 1 },
-      ticks: { stroke: grid, width: 1 },
-      font,
-      size: 36
-    };
     const labels = this._options.series;
     const series: uPlot.Series[] = [{}];
     const smoothed = !!this._ring && !!this._smooth && count === 2;
@@ -536,93 +295,13 @@ export class LineChart {
       });
     }
     const dpr = devicePixelRatio || 1;
-    const drawOverlays = (u: uPlot) => {
-      if (this._overlays.length === 0) {
-        return;
-      }
-      const ctx = u.ctx;
-      const { left, top, width: w, height: h } = u.bbox;
-      ctx.save();
-      ctx.beginPath();
-      ctx.rect(left, top, w, h);
-      ctx.clip();
-      for (const o of this._overlays) {
-        // faded runs faint; the compared run in the theme's strong text colour
-        ctx.strokeStyle = o.compare ? compare : faint;
-        ctx.globalAlpha = o.compare ? 0.9 : 0.6;
-        ctx.lineWidth = (o.compare ? 1.5 : 1) * dpr;
-        ctx.setLineDash(o.compare ? [5 * dpr, 3 * dpr] : [3 * dpr, 3 * dpr]);
-        ctx.beginPath();
-        let pen = false;
-        for (let i = 0; i < o.x.length; i++) {
-          const v = o.y[i];
-          if (v === null || (this._log && v <= 0)) {
-            pen = false;
-            continue;
-          }
-          const px = u.valToPos(o.x[i], 'x', true);
-          const py = u.valToPos(v, 'y', true);
-          if (pen) {
-            ctx.lineTo(px, py);
-          } else {
-            ctx.moveTo(px, py);
-            pen = true;
-          }
-        }
-        ctx.stroke();
-      }
-      ctx.restore();
+    const runColors = {
+      compare: compareColor(),
+      faint: themeVar('--jp-ui-font-color3', '#9e9e9e')
     };
-    const drawOverlay = (u: uPlot) => {
-      const ctx = u.ctx;
-      const { left, top, width: w, height: h } = u.bbox;
-      ctx.save();
-      ctx.lineWidth = 1 * dpr;
-      if (this._hline !== null && Number.isFinite(this._hline)) {
-        const y = u.valToPos(this._hline, 'y', true);
-        if (y >= top && y <= top + h) {
-          ctx.strokeStyle = warn;
-          ctx.setLineDash([4 * dpr, 3 * dpr]);
-          ctx.beginPath();
-          ctx.moveTo(left, y);
-          ctx.lineTo(left + w, y);
-          ctx.stroke();
-        }
-      }
-      if (this._marker !== null) {
-        const x = u.valToPos(this._marker, 'x', true);
-        if (x >= left && x <= left + w) {
-          ctx.strokeStyle = mark;
-          ctx.setLineDash([]);
-          ctx.beginPath();
-          ctx.moveTo(x, top);
-          ctx.lineTo(x, top + h);
-          ctx.stroke();
-        }
-      }
-      ctx.restore();
-    };
-    const xRange = (
-      _u: uPlot,
-      dmin: number,
-      dmax: number
-    ): uPlot.Range.MinMax => {
-      let lo = dmin;
-      let hi = dmax;
-      for (const o of this._overlays) {
-        if (o.x.length) {
-          lo = lo === null ? o.x[0] : Math.min(lo, o.x[0]);
-          hi =
-            hi === null
-              ? o.x[o.x.length - 1]
-              : Math.max(hi, o.x[o.x.length - 1]);
-        }
-      }
-      return lo === null || hi === null
-        ? [0, 1]
-        : lo === hi
-          ? [lo - 1, hi + 1]
-          : [lo, hi];
+    const markColors = {
+      hline: themeVar('--jp-error-color1', '#d32f2f'),
+      marker: themeVar('--jp-warn-color1', '#f57c00')
     };
     const overlays = this._overlays.length > 0;
     return {
@@ -634,49 +313,29 @@ export class LineChart {
       cursor: { drag: { x: false, y: false } },
       scales: {
         x: overlays
-          ? { time: !!this._options.time, range: xRange }
+          ? {
+              time: !!this._options.time,
+              range: (_u, lo, hi) => xRange(lo, hi, this._overlays)
+            }
           : { time: !!this._options.time },
         y: {
           ...(this._log ? { distr: 3 } : {}),
           // log: the data's own range (uPlot's default widens to whole decades)
           ...(overlays || this._log
-            ? { range: (u, lo, hi) => this._yRange(u, lo, hi) }
+            ? {
+                range: (_u, lo, hi) => yRange(lo, hi, this._overlays, this._log)
+              }
             : {})
         }
       },
-      axes: [
-        this._options.time
-          ? {
-              ...axis,
-              space: 64,
-              values: (_u, splits) => splits.map(clockTime)
-            }
-          : axis,
-        {
-          ...axis,
-          size: this._options.ySize ?? 52,
-          ...(this._options.yIncrs ? { incrs: this._options.yIncrs } : {}),
-          ...(this._options.ySpace ? { space: this._options.ySpace } : {}),
-          values: (_u, splits) => {
-            const format = this._options.yFormat ?? formatTick;
-            if (!this._log) {
-              return splits.map(format);
-            }
-            // A log axis gets a tick per decade: over many decades (an explosion to
-            // 1e18) label every k-th so the labels do not overlap. uPlot's own filter
-            // may have blanked some splits already (null): count the others.
-            const kept = (splits as (number | null)[]).filter(v => v !== null);
-            const fit = Math.max(2, Math.floor(this._options.height / 18));
-            const every = Math.ceil(kept.length / fit);
-            let k = 0;
-            return (splits as (number | null)[]).map(v =>
-              v === null ? '' : k++ % every === 0 ? format(v) : ''
-            );
-          }
-        }
-      ],
+      axes: makeAxes(this._options, () => this._log),
       series,
-      hooks: { drawAxes: [drawOverlays], draw: [drawOverlay] }
+      hooks: {
+        drawAxes: [
+          u => drawOverlays(u, this._overlays, this._log, runColors, dpr)
+        ],
+        draw: [u => drawMarks(u, this._hline, this._marker, markColors, dpr)]
+      }
     };
   }
 
@@ -696,25 +355,12 @@ export class LineChart {
   private _source:
     (() => { x: ArrayLike<number>; ys: ArrayLike<number>[] } | null) | null =
     null;
-  private _decimator: MinMaxDecimator | null = null;
+  private _ringData = new RingData();
   private _smooth = 0;
-  private _smoothed: {
-    values: Float32Array;
-    seen: number;
-    ema: Ema;
-  } | null = null;
-  private _overlays: {
-    label: string;
-    x: number[];
-    y: (number | null)[];
-    compare: boolean;
-  }[] = [];
+  private _overlays: IDrawnOverlay[] = [];
   private _shownLabel = '';
   private _fadedText: (runs: string) => string = runs => runs;
-  private _legend: HTMLDivElement = Object.assign(
-    document.createElement('div'),
-    { className: 'jp-TorchDbg-chartLegend' }
-  );
+  private _legend = new ChartLegend();
   private _log: boolean;
   private _dataDirty = false;
   private _hline: number | null = null;
@@ -725,9 +371,6 @@ export class LineChart {
   private _resizeObserver: ResizeObserver;
   private _themeObserver: MutationObserver;
 }
-
-/** Points an overlay is decimated to once (it does not change). */
-const OVERLAY_POINTS = 512;
 
 export namespace LineChart {
   export interface IOptions {
