@@ -8,52 +8,32 @@ import { GradsModel } from '../panels/grads/model';
 import { RanksModel } from '../panels/ranks/model';
 import { RecordModel } from '../panels/record/model';
 import { MAX_RUNS, NO_RUN, RunsModel } from '../panels/runs/model';
-import { decodeBlocks, IDecoded, NameTable } from '../protocol/codec';
+import { NameTable } from '../protocol/codec';
 import type { IRuns } from '../protocol/generated';
-import {
-  IBlock,
-  IHello,
-  ISeries,
-  ISnapshot,
-  IStreamStats
-} from '../protocol/messages';
+import { IHello, ISeries, ISnapshot, IStreamStats } from '../protocol/messages';
+import type { ConnectionState } from './connectionState';
 import { SeriesRing } from './ringbuffer';
+import { IRunSeries, RunSeries, SERIES_CAPACITY } from './runSeries';
+import { IStreamBatch, StreamState } from './stream';
 
-/**
- * Why the panel shows what it shows. Every state other than `connected` is
- * rendered as a sentence that says why there is no data (never a blank panel).
- */
-export type ConnectionState =
-  | { kind: 'no_kernel' }
-  | { kind: 'not_python'; language: string }
-  | { kind: 'connecting' }
-  | { kind: 'busy_waiting' }
-  | { kind: 'loading' }
-  | { kind: 'not_loaded'; reason: string }
-  | { kind: 'package_missing'; detail: string }
-  | { kind: 'version_mismatch'; message: string }
-  | { kind: 'restarting' }
-  | { kind: 'dead' }
-  | { kind: 'connected' };
-
-/** Points kept per series in the browser. */
-export const SERIES_CAPACITY = 100_000;
-
-/** A series of an earlier run, drawn faded behind the shown run's. */
-export interface IRunSeries {
-  run: number;
-  ring: SeriesRing;
-}
+// What the rest of the front end imports from here: the connection state
+// (connectionState.ts), the per-run series store (runSeries.ts).
+export type { ConnectionState } from './connectionState';
+export { SERIES_CAPACITY } from './runSeries';
+export type { IRunSeries } from './runSeries';
 
 /**
  * The state of one kernel as the panel knows it: connection state, the kernel's
- * hello, and the streamed series. Pure data with signals; no DOM.
+ * hello, the streamed series (held by run in `RunSeries`, decoded and counted
+ * by `StreamState`) and the panels' own models. Pure data with signals; no DOM.
  */
 export class TorchDbgModel {
   constructor(options: TorchDbgModel.IOptions = {}) {
-    this._capacity = options.capacity ?? SERIES_CAPACITY;
-    this._maxRuns = options.maxRuns ?? MAX_RUNS;
-    this._runs.set(NO_RUN, new Map());
+    this._store = new RunSeries(
+      options.capacity ?? SERIES_CAPACITY,
+      options.maxRuns ?? MAX_RUNS,
+      held => this.runs.setStored(held)
+    );
     this.runs.changed.connect(this._onRunsChanged, this);
   }
 
@@ -124,26 +104,12 @@ export class TorchDbgModel {
    * run does not have.
    */
   get series(): ReadonlyMap<string, SeriesRing> {
-    if (!this._view) {
-      const outside = this._runs.get(NO_RUN)!;
-      const shown = this._runs.get(this.runs.shown) ?? new Map();
-      if (shown === outside || outside.size === 0) {
-        this._view = shown;
-      } else {
-        this._view = new Map(shown);
-        for (const [name, ring] of outside) {
-          if (!shown.has(name)) {
-            this._view.set(name, ring);
-          }
-        }
-      }
-    }
-    return this._view;
+    return this._store.view(this.runs.shown);
   }
 
   /** The series of one run by name (NO_RUN: recorded outside any run). */
   seriesOfRun(run: number): ReadonlyMap<string, SeriesRing> {
-    return this._runs.get(run) ?? new Map();
+    return this._store.ofRun(run);
   }
 
   /**
@@ -153,7 +119,7 @@ export class TorchDbgModel {
   overlays(name: string): IRunSeries[] {
     const out: IRunSeries[] = [];
     for (const run of this.runs.overlayRuns()) {
-      const ring = this._runs.get(run)?.get(name);
+      const ring = this._store.ofRun(run).get(name);
       if (ring && ring.length) {
         out.push({ run, ring });
       }
@@ -190,15 +156,7 @@ export class TorchDbgModel {
 
   /** The same series in every held run other than the shown one, oldest first. */
   earlierSeries(name: string): IRunSeries[] {
-    const shown = this.runs.shown;
-    const out: IRunSeries[] = [];
-    for (const run of [...this._runs.keys()].sort((a, b) => a - b)) {
-      const ring = this._runs.get(run)!.get(name);
-      if (run !== NO_RUN && run < shown && ring && ring.length) {
-        out.push({ run, ring });
-      }
-    }
-    return out;
+    return this._store.earlier(this.runs.shown, name);
   }
 
   /**
@@ -207,7 +165,7 @@ export class TorchDbgModel {
    * runs of the gradient tracks it was last told of. The exports walk these.
    */
   knownRuns(): number[] {
-    const runs = new Set<number>([NO_RUN, ...this._runs.keys()]);
+    const runs = new Set<number>([NO_RUN, ...this._store.runIds()]);
     for (const r of this.runs.runs) {
       runs.add(r.id);
     }
@@ -219,35 +177,35 @@ export class TorchDbgModel {
 
   /** The stream's block id -> names table (PROTOCOL.md, "The name table"). */
   get names(): NameTable {
-    return this._names;
+    return this._stream.names;
   }
 
   /** Sequence gaps seen (a lost message triggers a resync). */
   get gaps(): number {
-    return this._gaps;
+    return this._stream.gaps;
   }
 
   /** Series blocks skipped because their id had no names (each triggers a resync). */
   get unknownBlocks(): number {
-    return this._unknownBlocks;
+    return this._stream.unknownBlocks;
   }
 
   /** Points dropped kernel-side because the pending buffer overflowed. */
   get dropped(): number {
-    return this._dropped;
+    return this._stream.dropped;
   }
 
   get stats(): IStreamStats | null {
-    return this._stats;
+    return this._stream.stats;
   }
 
   get lastSeq(): number {
-    return this._lastSeq;
+    return this._stream.lastSeq;
   }
 
   /** Messages received since connect (for the rate shown in the footer). */
   get messagesReceived(): number {
-    return this._messages;
+    return this._stream.messages;
   }
 
   /** Replace all series, and the name table, with a snapshot's. */
@@ -255,17 +213,10 @@ export class TorchDbgModel {
     msg: ISnapshot,
     buffers: ReadonlyArray<ArrayBuffer | ArrayBufferView>
   ): void {
-    this._names.reset(msg.blocks);
-    this._blockRun.clear();
-    const decoded = decodeBlocks(msg.blocks, buffers, this._names);
-    this._runs.clear();
-    this._runs.set(NO_RUN, new Map());
-    this._overlayCache.clear();
-    this._view = null;
-    this._pushAll(msg.blocks, decoded);
-    this._lastSeq = msg.seq;
-    this._stats = msg.stats;
-    this._messages++;
+    const batch = this._stream.decodeSnapshot(msg, buffers);
+    this._clearSeries();
+    this._pushAll(batch);
+    this._stream.noteSnapshot(msg);
     this._dataChanged.emit();
   }
 
@@ -278,28 +229,16 @@ export class TorchDbgModel {
     msg: ISeries,
     buffers: ReadonlyArray<ArrayBuffer | ArrayBufferView>
   ): boolean {
-    const decoded = decodeBlocks(msg.blocks, buffers, this._names);
-    for (const block of decoded.blocks) {
-      this._dropped += block.dropped;
-    }
-    this._pushAll(msg.blocks, decoded);
-    const contiguous = this._lastSeq < 0 || msg.seq === this._lastSeq + 1;
-    if (!contiguous) {
-      this._gaps++;
-    }
-    this._lastSeq = msg.seq;
-    this._messages++;
-    this._unknownBlocks += decoded.unknown.length;
+    const batch = this._stream.decodeSeries(msg, buffers);
+    this._pushAll(batch);
+    const ok = this._stream.noteSeries(msg, batch);
     this._dataChanged.emit();
-    return contiguous && decoded.unknown.length === 0;
+    return ok;
   }
 
   /** Forget the logged series only (after the kernel cleared its history). */
   clearSeries(): void {
-    this._runs.clear();
-    this._runs.set(NO_RUN, new Map());
-    this._overlayCache.clear();
-    this._view = null;
+    this._clearSeries();
     this.runs.setStored([]);
     this._dataChanged.emit();
   }
@@ -312,16 +251,9 @@ export class TorchDbgModel {
   /** Forget the data (kernel restarted or changed). */
   reset(): void {
     this.died = null;
-    this._runs.clear();
-    this._runs.set(NO_RUN, new Map());
-    this._overlayCache.clear();
-    this._view = null;
-    this._names.clear();
-    this._blockRun.clear();
+    this._clearSeries();
     this.runs.reset();
-    this._lastSeq = -1;
-    this._stats = null;
-    this._messages = 0;
+    this._stream.reset();
     this.grads.reset();
     this.exception.clear();
     this.control.reset();
@@ -330,68 +262,26 @@ export class TorchDbgModel {
     this._dataChanged.emit();
   }
 
-  /** Store decoded blocks under their runs (`run` on the block or its id). */
-  private _pushAll(blocks: IBlock[], decoded: IDecoded): void {
-    for (const block of blocks) {
-      if (block.run !== undefined) {
-        this._blockRun.set(block.id, block.run);
-      }
-    }
+  /** Forget every run's points and the overlays made of them. */
+  private _clearSeries(): void {
+    this._store.clear();
+    this._overlayCache.clear();
+  }
+
+  /** Store decoded blocks under their runs. */
+  private _pushAll(batch: IStreamBatch): void {
     this._pushing = true;
     try {
-      for (const block of decoded.blocks) {
-        const run = this._blockRun.get(block.id) ?? NO_RUN;
-        const rings = this._runRings(run);
-        if (!rings) {
-          continue;
-        }
-        block.names.forEach((name, j) => {
-          let ring = rings.get(name);
-          if (!ring) {
-            ring = new SeriesRing(this._capacity);
-            rings.set(name, ring);
-            this._view = null;
-          }
-          ring.push(block.x, block.ys[j]);
-        });
+      for (const block of batch.blocks) {
+        this._store.push(block.run, block.names, block.x, block.ys);
       }
     } finally {
       this._pushing = false;
     }
     // the caller emits dataChanged: only note what the charts now show
-    this._view = null;
+    this._store.invalidateView();
     this.grads.shownRun = this.runs.shown;
     this._viewKey = this._key();
-  }
-
-  /**
-   * The rings of `run`, created if needed; the oldest run is forgotten when
-   * more than `maxRuns` runs would be held. Undefined for a run older than
-   * every held one once the browser holds `maxRuns` (its points are dropped).
-   */
-  private _runRings(run: number): Map<string, SeriesRing> | undefined {
-    let rings = this._runs.get(run);
-    if (rings) {
-      return rings;
-    }
-    const held = [...this._runs.keys()]
-      .filter(id => id !== NO_RUN)
-      .sort((a, b) => a - b);
-    if (run !== NO_RUN && held.length >= this._maxRuns) {
-      if (run < held[0]) {
-        return undefined;
-      }
-      for (const id of held.slice(0, held.length - this._maxRuns + 1)) {
-        this._runs.delete(id);
-      }
-    }
-    rings = new Map<string, SeriesRing>();
-    this._runs.set(run, rings);
-    this._view = null;
-    this.runs.setStored(
-      [...this._runs.keys()].filter(id => id !== NO_RUN).sort((a, b) => a - b)
-    );
-    return rings;
   }
 
   /** What the charts show: the shown run and the overlaid ones. */
@@ -405,7 +295,7 @@ export class TorchDbgModel {
     if (runs.length) {
       this.exception.runStarted(Math.max(...runs.map(r => r.start)));
     }
-    this._view = null;
+    this._store.invalidateView();
     this.grads.shownRun = this.runs.shown;
     if (this._pushing) {
       return; // the push's caller emits dataChanged once it is done
@@ -417,25 +307,13 @@ export class TorchDbgModel {
     }
   }
 
-  private _capacity: number;
   private _state: ConnectionState = { kind: 'connecting' };
   private _hello: IHello | null = null;
-  private _maxRuns: number;
-  /** run -> name -> ring (NO_RUN: points recorded outside any run). */
-  private _runs = new Map<number, Map<string, SeriesRing>>();
-  /** block id -> run, from the blocks that carry `run`. */
-  private _blockRun = new Map<number, number>();
+  private _store: RunSeries;
+  private _stream = new StreamState();
   private _overlayCache = new Map<string, { key: string; value: IOverlay[] }>();
-  private _view: Map<string, SeriesRing> | null = null;
   private _viewKey = `${NO_RUN}|`;
   private _pushing = false;
-  private _names = new NameTable();
-  private _unknownBlocks = 0;
-  private _lastSeq = -1;
-  private _gaps = 0;
-  private _dropped = 0;
-  private _messages = 0;
-  private _stats: IStreamStats | null = null;
   private _stateChanged = new Signal<this, ConnectionState>(this);
   private _dataChanged = new Signal<this, void>(this);
 }
