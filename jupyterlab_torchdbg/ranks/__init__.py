@@ -1,12 +1,15 @@
 """Multi-process training (issue #15): worker processes (ranks) stream to the kernel.
 
-Two sides share this package. Worker processes import only what they need of it
-(``wire``, ``worker``, ``boot``: no IPython, no kernel side), so this module imports
-nothing at all. The kernel side is ``attach.attach_to`` (called by ``kernel/extension.py``
-on load): the endpoint, the hub that merges workers into jobs (``aggregator``, ``job``)
-and sees how their processes ended (``exits``), the alarms, the all-rank actions, the
-panel's ``ranks`` and ``exception`` messages.
-See PROTOCOL.md "Ranks".
+Three subpackages. ``worker`` runs in the worker processes (its step boundary, reads,
+agent thread, and ``worker/boot``, the sitecustomize the processes the notebook starts
+import); ``wire`` is the signed transport and message format both sides share;
+``kernel`` is the kernel side. Workers import only ``worker`` and ``wire`` (no IPython,
+no kernel side), so this module imports nothing at all. The kernel side is wired in by
+``attach_to`` below (``kernel/attach.py``, called by ``kernel/extension.py`` on load):
+the endpoint, the hub that merges workers into jobs (``kernel/aggregator.py``,
+``kernel/job.py``, ``kernel/rank.py``) and sees how their processes ended
+(``kernel/exits.py``), the alarms, the all-rank actions, the panel's ``ranks`` and
+``exception`` messages. See PROTOCOL.md "Ranks".
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 zmq sockets are not thread-safe, so the ROUTER lives on one daemon thread that does
 everything with it: it admits connections (gate.py: the ZAP handler, only the key's
-token gets in), receives and verifies workers' messages (wire.py: frame/byte limits
+token gets in), receives and verifies workers' messages (wire/transport.py: frame/byte limits
 before reading, Jupyter's HMAC and replay check) and hands each verified one to
 ``on_message(worker_id, msg_type, content)``; it sends what other threads queued with
 ``send``, which only appends to a queue and wakes the thread through an inproc PAIR

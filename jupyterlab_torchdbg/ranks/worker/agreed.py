@@ -2,7 +2,7 @@
 
 DDP replicas stay identical only if every rank changes its update at the same step. The
 kernel picks a step ahead of all ranks and runs two phases (contract in
-ranks-contract / PROTOCOL.md "Ranks"):
+PROTOCOL.md "Ranks", "All-rank actions"):
 
 1. ``prepare {action_id, action, args, at_step}``: this rank promises to apply it before
    its optimizer step number ``at_step`` if its counter is still below it (``ack``

@@ -38,7 +38,7 @@ def _bytes(m: re.Match[str] | None, at: int = 1) -> int | None:
 def parse_oom(message: str, exc_type: str = "") -> dict[str, Any] | None:
     """The numbers in an out-of-memory message, or None when it is not one.
 
-    Shared by this rule and the memory panel's OOM autopsy (``kernel/memory/autopsy.py``):
+    Shared by this rule and the memory panel's OOM autopsy (``kernel/memory/autopsy/``):
     ``device`` ("cuda:N", "cuda", "cpu", "mps"), ``requested_bytes``, and where the message
     has them ``total_bytes``, ``free_bytes``, ``allocated_bytes`` (by PyTorch),
     ``reserved_unallocated_bytes`` and ``process_bytes``.
