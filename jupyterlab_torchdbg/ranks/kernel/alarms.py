@@ -34,7 +34,7 @@ from ...kernel.thread_stacks import user_first
 from .grad_alarms import GradAlarms
 from .hang_diag import RankView, diagnose, merged_sentence, merged_stacks
 from .job import Job
-from .rank import Rank, norm_value, same_norm
+from .rank import TERMINAL, Rank, norm_value, same_norm
 from .words import rank_list
 
 STRAGGLER_STEPS = 5
@@ -117,9 +117,10 @@ class Alarms:
 
     # --- desync -------------------------------------------------------------------------
 
-    def check_desync(self, now: float, hang_s: float) -> int:
+    def check_desync(self, now: float, hang_s: float, live: list[Rank] | None = None) -> int:
         """Compare the sampled steps every rank has reported (a live rank's rows come in
-        step order; an ended rank's are all in); returns the alarms raised."""
+        step order; an ended rank's are all in); returns the alarms raised. ``live``: the
+        running ranks when the caller already read them (``check_time``)."""
         job = self.job
         ranks = job.ordered()
         if len(ranks) < max(2, job.world_size):
@@ -129,7 +130,7 @@ class Alarms:
             # job's global norm is combined from them instead (Job.global_norm)
             job.checked_upto = max(r.row_step for r in ranks)
             return 0
-        live = job.live(now, hang_s)
+        live = job.live(now, hang_s) if live is None else live
         upto = min(r.row_step for r in live) if live else max(r.row_step for r in ranks)
         if upto <= job.checked_upto:
             return 0
@@ -185,8 +186,9 @@ class Alarms:
 
     # --- straggler ----------------------------------------------------------------------
 
-    def check_stragglers(self, now: float, hang_s: float) -> int:
-        live = [r for r in self.job.live(now, hang_s) if len(r.owns) >= STRAGGLER_STEPS]
+    def check_stragglers(self, now: float, hang_s: float, live: list[Rank] | None = None) -> int:
+        running = self.job.live(now, hang_s) if live is None else live
+        live = [r for r in running if len(r.owns) >= STRAGGLER_STEPS]
         if len(live) < 2:
             return 0
         raised = 0
@@ -213,9 +215,9 @@ class Alarms:
 
     # --- hang ---------------------------------------------------------------------------
 
-    def check_hang(self, now: float, hang_s: float) -> int:
+    def check_hang(self, now: float, hang_s: float, live: list[Rank] | None = None) -> int:
         job = self.job
-        active = [r for r in job.live(now, hang_s) if r.step > 0]
+        active = [r for r in (job.live(now, hang_s) if live is None else live) if r.step > 0]
         if not active or any(r.phase == "paused" for r in active):
             return 0
         sinces = [r.since_step(now) or 0.0 for r in active]
@@ -290,10 +292,12 @@ class Alarms:
                 self.items.insert(i, alarm)
                 return
 
-    def check_lost(self, now: float, hang_s: float) -> int:
+    def check_lost(self, now: float, hang_s: float, lost: list[Rank] | None = None) -> int:
         raised = 0
-        for r in self.job.ordered():
-            if r.ended is None and r.state(now, hang_s) == "lost":
+        if lost is None:
+            lost = [r for r in self.job.ordered() if r.state(now, hang_s) == "lost"]
+        for r in lost:
+            if r.ended is None:
                 message = (
                     f"Lost: rank {r.number} (pid {r.identity.get('pid')}) has sent nothing "
                     f"for {now - r.seen_at:.0f} s (threshold {r.lost_s:.0f} s; last step "
@@ -304,13 +308,18 @@ class Alarms:
         return raised
 
     def check_time(self, now: float, hang_s: float) -> int:
-        """The checks that depend on the clock (run by the aggregator's tick)."""
+        """The checks that depend on the clock (run by the aggregator's tick). Every rank's
+        state is read once for all of them (hundreds of ranks, issue #25): the checks
+        raise alarms and change no rank."""
+        states = [(r, r.state(now, hang_s)) for r in self.job.ordered()]
+        live = [r for r, state in states if state not in TERMINAL]
+        lost = [r for r, state in states if state == "lost"]
         return (
             int(self.grads.check(now))
-            + self.check_desync(now, hang_s)
-            + self.check_lost(now, hang_s)
-            + self.check_hang(now, hang_s)
-            + self.check_stragglers(now, hang_s)
+            + self.check_desync(now, hang_s, live)
+            + self.check_lost(now, hang_s, lost)
+            + self.check_hang(now, hang_s, live)
+            + self.check_stragglers(now, hang_s, live)
         )
 
 

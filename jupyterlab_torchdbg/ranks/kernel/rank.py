@@ -128,6 +128,10 @@ class Rank:
     #: ``step_time``'s cache: the median, for how many times, after how many added.
     _step_time: float | None = None
     _step_time_n: int = 0
+    #: ``own_time``'s cache, by ``last``: (what it was computed from, the median).
+    _own_times: dict[int, tuple[tuple[int, int, int, float | None], float | None]] = field(
+        default_factory=dict
+    )
     _step_time_last: int = -1
     _dts_added: int = 0
 
@@ -144,8 +148,17 @@ class Rank:
         return self._step_time
 
     def own_time(self, last: int = RECENT) -> float | None:
-        owns = list(self.owns)[-last:]
-        return statistics.median(owns) if owns else None
+        """The median of the last ``last`` own times (cached like ``step_time``: it is
+        read for every rank in every ``ranks`` message)."""
+        owns = self.owns
+        key = (last, self._dts_added, len(owns), owns[-1] if owns else None)
+        cached = self._own_times.get(last)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        recent = list(owns)[-last:]
+        value = statistics.median(recent) if recent else None
+        self._own_times[last] = (key, value)
+        return value
 
     @property
     def lost_s(self) -> float:
