@@ -24,7 +24,7 @@ import torch.nn.modules.module as module_mod
 from grads_support import FakeCommManager, FakeShell
 
 from jupyterlab_torchdbg.kernel import extension
-from jupyterlab_torchdbg.kernel.grads.module_hooks import MODULE_HOOKS, POST, PRE, HookSet
+from jupyterlab_torchdbg.kernel.module_hooks import MODULE_HOOKS, POST, PRE, HookSet
 from jupyterlab_torchdbg.kernel.step_boundary import HOOKS
 
 PACKAGE = "jupyterlab_torchdbg"
