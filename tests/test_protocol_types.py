@@ -53,3 +53,15 @@ def test_the_types_name_every_definition_of_the_schema() -> None:
     defs = json.loads((ROOT / gen.SCHEMA).read_text(encoding="utf-8"))["$defs"]
     missing = sorted(name for name in defs if not hasattr(messages, name))
     assert missing == []
+
+
+def test_the_action_error_codes_are_the_schemas() -> None:
+    """``ActionError``'s codes are written out in action_registry.py (the generated module
+    holds them inline in ``Error``): they must stay the schema's."""
+    from typing import get_args
+
+    from jupyterlab_torchdbg.kernel.action_registry import ErrorCode
+
+    gen = _generator()
+    defs = json.loads((ROOT / gen.SCHEMA).read_text(encoding="utf-8"))["$defs"]
+    assert set(get_args(ErrorCode)) == set(defs["Error"]["properties"]["code"]["enum"])

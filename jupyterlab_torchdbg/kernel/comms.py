@@ -27,7 +27,7 @@ from typing import Any
 
 from ..package_version import __version__
 from ..protocol import COMM_TARGET, LOADED_TARGET, PROTOCOL_VERSION, jsonable, major, wire_safe
-from .action_registry import echoable_request_id
+from .action_registry import Reply, echoable_request_id
 from .subshell_routes import SubshellRoutes
 
 Message = dict[str, Any]
@@ -44,7 +44,7 @@ class CommHub:
         comm_manager: Any,
         *,
         hello: Callable[[], Message],
-        handle_action: Callable[[Any, str], Message],
+        handle_action: Callable[[object, str], Reply],
         snapshot: Callable[[Deliver], None],
         on_error: Callable[[str], None],
         after_request: Callable[[], None] = lambda: None,
