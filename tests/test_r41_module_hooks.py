@@ -4,7 +4,7 @@ A thread trains (positional and keyword forward calls, a loss module called both
 while the main thread loads and unloads the real extension: the thread never sees an
 exception, and after the last unload no hook of ours is on any module, nothing of ours
 keeps the last batch alive and ``torch.jit.script`` works. See
-jupyterlab_torchdbg/kernel/grads/module_hooks.py for the rule.
+jupyterlab_torchdbg/kernel/module_hooks.py for the rule.
 """
 
 from __future__ import annotations

@@ -121,7 +121,7 @@ def test_idle_action_reruns_the_kept_forward_on_cuda(k: Any) -> None:
     assert value(k, "[p.sum().item() for p in model.parameters()]") == before  # R53
     left = (
         "sum(h.owner._site == 'memory:activations' for h in __import__("
-        "'jupyterlab_torchdbg.kernel.grads.module_hooks', fromlist=['x']).MODULE_HOOKS.installed())"
+        "'jupyterlab_torchdbg.kernel.module_hooks', fromlist=['x']).MODULE_HOOKS.installed())"
     )
     assert value(k, left) == 0
 
