@@ -27,9 +27,10 @@ Generated from ``{SCHEMA}`` by ``scripts/gen_protocol_py.py``
 and Python); ``jlpm gen:protocol:check`` and ``tests/test_protocol_types.py`` fail when
 this file is stale. Import it under ``TYPE_CHECKING`` only: nothing here runs.
 
-Each ``Any`` below is a schema object left open on purpose (``{{"type": "object"}}`` with
-no properties: an action's ``result``, a diagnosis's ``facts``, ``NoArgs``) or an array
-of whatever the user's batch held (a replayed step's ``index`` / ``batch``).
+Every open type below (a dict or list of anything) is a schema object left open on
+purpose (``{{"type": "object"}}`` with no properties: an action's ``result``, a diagnosis's
+``facts``, ``NoArgs``) or an array of whatever the user's batch held (a replayed step's
+``index`` / ``batch``).
 """
 
 # ruff: noqa: E501
