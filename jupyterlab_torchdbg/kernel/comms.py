@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..package_version import __version__
@@ -124,7 +124,7 @@ class CommHub:
     # --- sending -------------------------------------------------------------------
 
     def _send(
-        self, comm: Any, data: dict[str, Any], buffers: list[memoryview] | None = None
+        self, comm: Any, data: Mapping[str, object], buffers: list[memoryview] | None = None
     ) -> bool:
         """Send one message; False (counted) when it could not be sent."""
         sent = True
