@@ -30,7 +30,10 @@ from typing import TYPE_CHECKING, Any
 from .protocol import COMM_TARGET, PROTOCOL_VERSION
 
 if TYPE_CHECKING:
+    from .kernel.exceptions import ExceptionMonitor
     from .kernel.extension import Extension
+    from .kernel.grads import GradMonitor
+    from .kernel.memory import MemoryMonitor
 
 
 class FakeEvents:
@@ -216,3 +219,40 @@ def loaded_extension(
         yield Loaded(ext, shell, panel, manager)
     finally:
         extension.unload(shell)
+
+
+def loaded() -> Extension:
+    """The extension loaded in this process (by ``loaded_extension`` or a kernel's
+    ``%load_ext``): its features as ``extension.py`` wired them. No feature keeps a
+    module-level instance of itself; a test reaches one through the extension that owns it.
+    """
+    from .kernel import extension
+
+    ext = extension.current()
+    if ext is None:
+        raise RuntimeError("the extension is not loaded in this process")
+    return ext
+
+
+def grad_monitor() -> GradMonitor:
+    """The loaded extension's gradient monitor."""
+    mon = loaded().grads
+    if mon is None:
+        raise RuntimeError("the extension has no gradient monitor")
+    return mon
+
+
+def memory_monitor() -> MemoryMonitor:
+    """The loaded extension's memory monitor."""
+    mon = loaded().memory
+    if mon is None:
+        raise RuntimeError("the extension has no memory monitor")
+    return mon
+
+
+def exception_monitor() -> ExceptionMonitor:
+    """The loaded extension's exception monitor."""
+    mon = loaded().exceptions
+    if mon is None:
+        raise RuntimeError("the extension has no exception monitor")
+    return mon

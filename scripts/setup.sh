@@ -28,12 +28,14 @@ python -m pip install -q --upgrade pip
 
 say "installing Python dependencies (CPU torch)"
 # torch is pinned to a CPU build that installs quickly; any 2.4+ works at run time.
+# datamodel-code-generator: pinned, protocol/messages.py is its output (scripts/gen_protocol_py.py).
 # transformers (tests only: GPT-2 from a tiny config) needs no torch of its own: the pin stays.
 # tensorboard: export_tensorboard writes event files with it (tests read them back).
 python -m pip install -q \
   "torch==2.13.0" numpy pandas \
   "jupyterlab>=4.4,<5" "notebook>=7.2,<8" "ipykernel>=7" "jupyter_server>=2.4" nbclient nbformat \
   nvidia-ml-py pytest "pytest-jupyter[server]>=0.10" hypothesis "jsonschema>=4.18" ruff "mypy>=1.10" \
+  "datamodel-code-generator==0.97.0" \
   "transformers>=4.46,<6" tensorboard \
   "hatchling>=1.5" editables "hatch-nodejs-version>=0.3.2" "hatch-jupyter-builder>=0.5" \
   "jupyter-builder>=1.2,<2"

@@ -22,7 +22,7 @@ mypy
 say "lint: eslint, prettier, stylelint"
 jlpm lint:check
 
-say "protocol: src/protocol/generated.ts matches the schema"
+say "protocol: src/protocol/generated.ts and protocol/messages.py match the schema"
 jlpm gen:protocol:check
 
 say "jest"

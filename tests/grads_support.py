@@ -20,7 +20,6 @@ from kernel_client import validate_kernel_message
 
 from jupyterlab_torchdbg import testing
 from jupyterlab_torchdbg.kernel import extension, watches
-from jupyterlab_torchdbg.kernel.grads import current_monitor
 from jupyterlab_torchdbg.kernel.grads.monitor import GradMonitor
 from jupyterlab_torchdbg.testing import FakeCommManager, FakeEvents, FakeShell
 
@@ -83,9 +82,7 @@ class Session:
 
     @property
     def monitor(self) -> GradMonitor:
-        mon = current_monitor()
-        assert mon is not None
-        return mon
+        return testing.grad_monitor()
 
     def end_cell(self) -> None:
         self.shell.run_cell_end()

@@ -117,6 +117,113 @@ def test_features_never_import_the_extension() -> None:
             assert "jupyterlab_torchdbg.kernel.extension" not in deps, name
 
 
+#: The kernel's features: each a package that ``extension.py`` wires to the others.
+FEATURES = ("grads", "memory", "exceptions", "control", "record", "export")
+#: The one module-level instance that stays: the extension IPython's ``%load_ext`` loads
+#: (the root of the wiring), and its getter.
+KEPT_INSTANCES = {
+    ("jupyterlab_torchdbg.kernel.extension", "_current"),
+    ("jupyterlab_torchdbg.kernel.extension", "current"),
+}
+#: What a feature is or holds (its monitor, its stream, its hub, a watch of its state):
+#: classes of the package named so are handed over by the wiring, never kept in a global.
+#: (torch's process-wide hook registries, ``HOOKS`` and the like, are no feature's.)
+WIRED_SUFFIXES = ("Monitor", "Extension", "Host", "Stream", "Hub", "Watch", "Replayer", "Guard")
+
+
+def _feature(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] == ["jupyterlab_torchdbg", "kernel"] and len(parts) > 2:
+        return parts[2] if parts[2] in FEATURES else None
+    return None
+
+
+def test_features_import_no_other_feature() -> None:
+    """A feature gets what it needs of another from ``extension.py``'s wiring; code two
+    features share lives in a neutral module (``units.py``, ``oom_text.py``, ...)."""
+    crossings = sorted(
+        f"{name} -> {dep}"
+        for name, deps in import_graph().items()
+        if (own := _feature(name)) is not None
+        for dep in deps
+        if _feature(dep) not in (None, own)
+    )
+    assert crossings == []
+
+
+def _wired_classes() -> set[str]:
+    return {
+        node.name
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef) and node.name.endswith(WIRED_SUFFIXES)
+    }
+
+
+def module_level_instances(source: str, classes: set[str]) -> list[str]:
+    """Module-level names that hold an instance of ``classes`` or a weak map (a service
+    locator: a feature found through a global instead of being handed it), and
+    argument-less ``current*`` functions (the locator's getter)."""
+    found: list[str] = []
+    weak = {"WeakKeyDictionary", "WeakValueDictionary"}
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if node.name.startswith("current") and not node.args.args:
+                found.append(node.name)
+            continue
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            targets, parts = [node.target.id], [node.annotation, node.value]
+        elif isinstance(node, ast.Assign):
+            targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            parts = [node.value]
+        else:
+            continue
+        names = {
+            n.id if isinstance(n, ast.Name) else n.attr
+            for part in parts
+            if part is not None
+            for n in ast.walk(part)
+            if isinstance(n, (ast.Name, ast.Attribute))
+        }
+        if names & (classes | weak):
+            found += targets
+    return found
+
+
+def test_the_locator_finder_finds_a_module_level_monitor() -> None:
+    classes = {"GradMonitor", "LossWatch"}
+    src = (
+        "import weakref\n"
+        "_monitor: GradMonitor | None = None\n"
+        "_watches: weakref.WeakKeyDictionary[Stream, LossWatch] = weakref.WeakKeyDictionary()\n"
+        "_cache = weakref.WeakValueDictionary()\n"
+        "LIMIT = 3\n"
+        "def current_monitor() -> GradMonitor | None:\n    return _monitor\n"
+        "def current_run(ext: object) -> int:\n    return 0\n"
+    )
+    assert module_level_instances(src, classes) == [
+        "_monitor",
+        "_watches",
+        "_cache",
+        "current_monitor",
+    ]
+
+
+def test_no_service_locators_in_the_kernel() -> None:
+    """No feature keeps a module-level instance (``_monitor``, a weak map keyed by the
+    stream) or a ``current_monitor()``: ``extension.py`` hands each feature what it needs,
+    and tests reach a feature through the loaded extension (``testing.grad_monitor``)."""
+    classes = _wired_classes()
+    assert {"GradMonitor", "MemoryMonitor", "ExceptionMonitor", "LossWatch"} <= classes
+    found = {
+        (name, target)
+        for name, path in _modules().items()
+        if name.startswith("jupyterlab_torchdbg.kernel")
+        for target in module_level_instances(path.read_text(encoding="utf-8"), classes)
+    }
+    assert found - KEPT_INSTANCES == set()
+
+
 def test_one_registration_site_for_torchs_step_hooks() -> None:
     sites = []
     for name, path in _modules().items():

@@ -29,11 +29,11 @@ def test_demo_notebook_runs_and_logs() -> None:
     )
     nb.cells.append(
         nbformat.v4.new_code_cell(
-            "from jupyterlab_torchdbg.kernel import exceptions, grads\n"
-            "alerts = grads.current_monitor().alerts.snapshot()\n"
+            "from jupyterlab_torchdbg import testing\n"
+            "alerts = testing.grad_monitor().alerts.snapshot()\n"
             "rnn = sorted(a['kind'] for a in alerts if a['track'] == 'rnn_opt')\n"
             "bad = [(a['step'], a.get('cause')) for a in alerts if a['track'] == 'optimizer']\n"
-            "print(rnn, bad, exceptions.current_monitor().last['diagnosis']['category'])"
+            "print(rnn, bad, testing.exception_monitor().last['diagnosis']['category'])"
         )
     )
     # Right after the exploding-RNN cell, what its alarm's Replay button would run.
@@ -42,8 +42,8 @@ def test_demo_notebook_runs_and_logs() -> None:
         rnn_cell + 1,
         nbformat.v4.new_code_cell(
             "import json\n"
-            "from jupyterlab_torchdbg.kernel import grads\n"
-            "r = grads.current_monitor().replayer.run('rnn_opt')\n"
+            "from jupyterlab_torchdbg import testing\n"
+            "r = testing.grad_monitor().replayer.run('rnn_opt')\n"
             "print(json.dumps({k: r[k] for k in ('cause', 'reproduces', 'user_loss', 'message')}))"
         ),
     )

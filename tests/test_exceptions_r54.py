@@ -24,7 +24,7 @@ from torch import nn
 from jupyterlab_torchdbg.kernel.exceptions.capture import capture
 from jupyterlab_torchdbg.kernel.exceptions.summarize import summarize, summarize_locals
 from jupyterlab_torchdbg.kernel.exceptions.summarize.budget import Budget
-from jupyterlab_torchdbg.kernel.exceptions.summarize.safe_read import NOT_READ
+from jupyterlab_torchdbg.kernel.safe_read import NOT_READ
 
 #: What every trap sleeps per call: one call would show in the capture's time.
 SLEEP = 5.0

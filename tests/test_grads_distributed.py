@@ -35,7 +35,7 @@ import torch.nn as nn
 import torch.optim.optimizer as optim_mod
 from grads_support import session
 
-from jupyterlab_torchdbg.kernel import memory
+from jupyterlab_torchdbg.testing import memory_monitor
 
 WORLD = 2
 DDP_WARMUP = 3  # DDP rebuilds its buckets after the first iterations: not counted
@@ -419,7 +419,7 @@ def test_r34_threads_whole_extension_reads_only_its_own_threads_grads() -> None:
     run = ThreadedTraining(20, turns=True)
     with session(run.ns) as s:
         s.comm.action("set_stride", {"stride": 1})
-        mem = memory.current_monitor()
+        mem = memory_monitor()
         assert mem is not None
         breakdowns: list[dict[str, Any]] = []
         real = mem.update_breakdown

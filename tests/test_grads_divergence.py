@@ -212,21 +212,21 @@ def test_loss_watch_ignores_healthy_falls_noise_growth_negatives_and_the_scale()
 
 def test_a_jump_checked_with_a_fresh_explosion_is_added_to_its_message() -> None:
     st = stream_with(loss=[2.0, 2.0, 2.0, 900.0])
-    d = Detector("opt", Thresholds())
+    d, w = Detector("opt", Thresholds()), LossWatch()  # the monitor's watch, as check.py
     m = rows(*[total_row(1.0)] * 3, total_row(500.0), total_row(500.0))
     alerts = d.evaluate([1, 2, 3, 4, 5], m, ["fc"])  # steps and log() calls count from 1
-    alerts += d.loss_alerts(st, alerts)
+    alerts += d.loss_alerts(st, w, alerts)
     assert [a.kind for a in alerts] == ["explosion"]
     assert "The loss jumped too: loss 900 at step 4, 450x its level before." in alerts[0].message
 
 
 def test_a_jump_past_the_rows_checked_waits_for_them_once() -> None:
     st = stream_with(loss=[2.0, 2.0, 2.0, 900.0])
-    d = Detector("opt", Thresholds())
+    d, w = Detector("opt", Thresholds()), LossWatch()
     quiet = d.evaluate([1, 2, 3], rows(*[total_row(1.0)] * 3), ["fc"])
-    assert d.loss_alerts(st, quiet) == []  # step 4's gradients are not checked yet
+    assert d.loss_alerts(st, w, quiet) == []  # step 4's gradients are not checked yet
     later = d.evaluate([4], rows(total_row(1.1)), ["fc"])  # its gradients were fine
-    told = d.loss_alerts(st, later)
+    told = d.loss_alerts(st, w, later)
     assert [(a.kind, a.step) for a in told] == [("divergence", 4)]
     assert "loss = 900 is 450x its level before (2" in told[0].message
 

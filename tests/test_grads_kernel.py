@@ -29,8 +29,8 @@ async def test_norms_equal_reference_in_a_real_kernel(loaded: KernelDriver) -> N
         MLP
         + textwrap.dedent(
             """
-            from jupyterlab_torchdbg.kernel.grads import current_monitor
-            current_monitor().set_mode('fixed', 1)   # the panel's set_stride(1)
+            from jupyterlab_torchdbg.testing import grad_monitor
+            grad_monitor().set_mode('fixed', 1)   # the panel's set_stride(1)
             ref = {'total': [], 'layers': []}
             for i in range(30):
                 opt.zero_grad()

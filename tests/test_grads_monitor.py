@@ -212,11 +212,11 @@ def test_grads_wait_for_torch_in_a_session_without_it() -> None:
     from grads_support import FakeCommManager, FakeShell
 
     from jupyterlab_torchdbg.kernel import extension
-    from jupyterlab_torchdbg.kernel.grads import current_monitor
+    from jupyterlab_torchdbg.testing import grad_monitor
 
     ext = extension.load(FakeShell(), FakeCommManager())
     try:
-        mon = current_monitor()
+        mon = grad_monitor()
         assert mon is not None and mon.torch_attached  # torch is imported in this process
         ext._torch_attached = False
         mon.detach_torch()

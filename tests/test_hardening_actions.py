@@ -261,10 +261,10 @@ def test_r45_failed_snapshot_write_keeps_recording_and_a_retry_writes_it(
 ) -> None:
     k.run(
         "import os\n"
-        "from jupyterlab_torchdbg.kernel.memory import current_monitor\n"
+        "from jupyterlab_torchdbg.testing import memory_monitor\n"
         "from jupyterlab_torchdbg.kernel.memory.recording import ReplayHistory\n"
         f"_hist = ReplayHistory({SNAP!r})\n"
-        "current_monitor().recorder.history = _hist\n"
+        "memory_monitor().recorder.history = _hist\n"
         "os.makedirs('gone', exist_ok=True); os.chdir('gone')"
     )
     try:

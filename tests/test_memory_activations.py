@@ -15,10 +15,10 @@ import torch
 import torch.nn as nn
 from grads_support import session
 
-from jupyterlab_torchdbg.kernel.grads.module_hooks import MODULE_HOOKS
-from jupyterlab_torchdbg.kernel.memory import current_monitor
 from jupyterlab_torchdbg.kernel.memory.activations import Saved, SavedBytes
 from jupyterlab_torchdbg.kernel.memory.activations.estimate import fits, memory_limit, report_fields
+from jupyterlab_torchdbg.kernel.module_hooks import MODULE_HOOKS
+from jupyterlab_torchdbg.testing import memory_monitor
 
 F32 = 4
 
@@ -271,7 +271,7 @@ def test_action_idle_reruns_the_kept_forward_without_side_effects() -> None:
         rng = torch.get_rng_state()
         ack = s.comm.action("measure_activations")
         assert ack["result"] == {"state": "done"}, activations(s.comm)[-1]
-        rep = current_monitor().activations.report  # type: ignore[union-attr]
+        rep = memory_monitor().activations.report
         assert rep is not None and rep["state"] == "done" and rep["batch"] == 12
         assert torch.equal(torch.get_rng_state(), rng)
         assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
@@ -332,10 +332,10 @@ def test_a_cuda_oom_arms_a_measurement_and_its_remedy_says_so() -> None:
         exc = torch.cuda.OutOfMemoryError(text)
         facts = autopsy.oom_facts(exc)
         assert facts is not None
-        msg = current_monitor().capture_oom(exc, facts)  # type: ignore[union-attr]
+        msg = memory_monitor().capture_oom(exc, facts)
         details = " ".join(str(r["detail"]) for r in msg["remedies"])  # type: ignore[index, union-attr]
         assert "next attempt's forward is measured" in details
-        rep = current_monitor().activations.report  # type: ignore[union-attr]
+        rep = memory_monitor().activations.report
         assert rep is not None and rep["state"] == "armed" and "out-of-memory" in rep["text"]
         s.shell.events.trigger("pre_run_cell", None)
         model(torch.randn(5, 3)).sum().backward()

@@ -29,7 +29,7 @@ SETUP = textwrap.dedent(
             time.sleep(delay)
 
     def hooks_left():
-        from jupyterlab_torchdbg.kernel.grads.module_hooks import MODULE_HOOKS
+        from jupyterlab_torchdbg.kernel.module_hooks import MODULE_HOOKS
         MODULE_HOOKS.wait_idle(5)
         return sum(h.owner._site == "memory:activations" for h in MODULE_HOOKS.installed())
     """

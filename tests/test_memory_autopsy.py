@@ -16,7 +16,7 @@ import torch.nn as nn
 from grads_support import session
 from kernel_client import validate_kernel_message
 
-from jupyterlab_torchdbg.kernel.memory import autopsy, current_monitor
+from jupyterlab_torchdbg.kernel.memory import autopsy
 from jupyterlab_torchdbg.kernel.memory import breakdown as bd
 from jupyterlab_torchdbg.kernel.memory.sources import (
     DeviceReading,
@@ -24,6 +24,7 @@ from jupyterlab_torchdbg.kernel.memory.sources import (
     RecordedSource,
     TorchAllocatorSource,
 )
+from jupyterlab_torchdbg.testing import memory_monitor
 
 GiB = 2**30
 MiB = 2**20
@@ -277,7 +278,7 @@ def test_oom_message_after_failed_cell_links_the_exception_and_replays() -> None
         assert oom["replay"] is False and oom["requested_bytes"] == 2 * GiB
         status = s.comm.messages("memory")[-1]
         assert status["last_oom"]["id"] == oom["id"]
-        mon = current_monitor()
+        mon = memory_monitor()
         assert mon is not None
         replay = mon.snapshot_messages()[-1]
         assert replay["method"] == "oom" and replay["replay"] is True

@@ -18,17 +18,18 @@ import torch.nn as nn
 import torch.optim.optimizer as optim_mod
 from grads_support import Session, session
 
+from jupyterlab_torchdbg.kernel import extension
 from jupyterlab_torchdbg.kernel.action_args import no_args
-from jupyterlab_torchdbg.kernel.memory import current_monitor
 from jupyterlab_torchdbg.kernel.memory import monitor as monitor_mod
 from jupyterlab_torchdbg.kernel.memory.monitor import MemoryMonitor
 from jupyterlab_torchdbg.kernel.memory.sources import DeviceReading, Reading, RecordedSource
+from jupyterlab_torchdbg.testing import memory_monitor
 
 GiB = 2**30
 
 
 def mon() -> MemoryMonitor:
-    m = current_monitor()
+    m = memory_monitor()
     assert m is not None
     return m
 
@@ -106,7 +107,7 @@ def test_r01_hook_thread_events_and_actions_removed_on_unload() -> None:
     assert not poller.alive
     assert s.ext._post_run_cell not in s.shell.events.callbacks["post_run_cell"]
     assert s.ext._pre_run_cell not in s.shell.events.callbacks["pre_run_cell"]
-    assert current_monitor() is None
+    assert extension.current() is None
     assert not [t for t in threading.enumerate() if t.name == "torchdbg-memory"]
 
 

@@ -11,10 +11,10 @@ import torch
 import torch.nn as nn
 from grads_support import session
 
-from jupyterlab_torchdbg.kernel.memory import current_monitor
 from jupyterlab_torchdbg.kernel.memory.peaks import IntervalPeaks
 from jupyterlab_torchdbg.kernel.memory.sources import DeviceReading, Reading
 from jupyterlab_torchdbg.kernel.memory.sources.torch_allocator import TorchAllocatorSource
+from jupyterlab_torchdbg.testing import memory_monitor
 
 GiB = 2**30
 
@@ -86,7 +86,7 @@ def test_monitor_series_catch_a_spike_between_samples(monkeypatch: pytest.Monkey
     monkeypatch.setattr(torch.cuda.memory, "reset_peak_memory_stats", never)
     model = nn.Linear(2, 2)
     with session({"model": model}) as s:
-        m = current_monitor()
+        m = memory_monitor()
         assert m is not None
         m.allocator = TorchAllocatorSource()
         s.shell.events.trigger("pre_run_cell", None)

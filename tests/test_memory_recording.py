@@ -19,9 +19,8 @@ import torch
 from grads_support import session
 from jsonschema import Draft202012Validator
 
-from jupyterlab_torchdbg.kernel import exceptions
+from jupyterlab_torchdbg.kernel import extension
 from jupyterlab_torchdbg.kernel.action_registry import ActionError
-from jupyterlab_torchdbg.kernel.memory import current_monitor
 from jupyterlab_torchdbg.kernel.memory.recording import (
     SITE_TEXT_CHARS,
     HistoryRecorder,
@@ -30,6 +29,7 @@ from jupyterlab_torchdbg.kernel.memory.recording import (
     top_sites,
 )
 from jupyterlab_torchdbg.protocol import jsonable, load_schema
+from jupyterlab_torchdbg.testing import exception_monitor, memory_monitor
 
 MiB = 2**20
 STDLIB = sysconfig.get_paths()["stdlib"]
@@ -290,7 +290,7 @@ def test_r05_r06_stop_action_acks_the_summary_and_every_status_carries_it(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     with session({}) as s:
-        mon = current_monitor()
+        mon = memory_monitor()
         assert mon is not None
         mon.recorder.history = ReplayHistory(synthetic_snapshot())
         assert s.comm.action("record_memory", {"op": "start"})["result"]["state"] == "on"
@@ -314,9 +314,9 @@ def test_r05_r06_stop_action_acks_the_summary_and_every_status_carries_it(
 
 
 def test_exception_id_is_public_and_matches_only_the_same_execution() -> None:
-    assert exceptions.current_monitor() is None
+    assert extension.current() is None
     with session({}) as s:
-        monitor = exceptions.current_monitor()
+        monitor = exception_monitor()
         assert monitor is not None
         assert monitor.exception_id(3) is None  # nothing failed yet
         try:
@@ -334,4 +334,4 @@ def test_exception_id_is_public_and_matches_only_the_same_execution() -> None:
         assert monitor.exception_id(3) == ex["id"]
         assert monitor.exception_id(4) is None  # a stale exception is not linked
         del exc, result
-    assert exceptions.current_monitor() is None  # unload forgets it (R01)
+    assert extension.current() is None  # unload forgets it (R01)

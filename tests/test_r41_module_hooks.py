@@ -4,7 +4,7 @@ A thread trains (positional and keyword forward calls, a loss module called both
 while the main thread loads and unloads the real extension: the thread never sees an
 exception, and after the last unload no hook of ours is on any module, nothing of ours
 keeps the last batch alive and ``torch.jit.script`` works. See
-jupyterlab_torchdbg/kernel/grads/module_hooks.py for the rule.
+jupyterlab_torchdbg/kernel/module_hooks.py for the rule.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch.nn.modules.module as module_mod
 from grads_support import FakeCommManager, FakeShell
 
 from jupyterlab_torchdbg.kernel import extension
-from jupyterlab_torchdbg.kernel.grads.module_hooks import MODULE_HOOKS, POST, PRE, HookSet
+from jupyterlab_torchdbg.kernel.module_hooks import MODULE_HOOKS, POST, PRE, HookSet
 from jupyterlab_torchdbg.kernel.step_boundary import HOOKS
 
 PACKAGE = "jupyterlab_torchdbg"

@@ -108,7 +108,6 @@ def main(argv: list[str] | None = None) -> int:
         return _ranks_sim(args)
     import torch
 
-    from ..kernel.grads import current_monitor
     from ..kernel.grads.stride import WARMUP_STEPS
     from ..testing import loaded_extension
     from .features import run_features
@@ -165,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(WARMUP_STEPS):
                 for runner in runners.values():
                     runner.step()
-            mon = current_monitor()
+            mon = loaded.ext.grads
             periodic0 = (mon.periodic.total_s, mon.periodic.count) if mon is not None else (0.0, 0)
             reused0 = _clip_reused(loaded.ext)
             times = run_rounds(
@@ -223,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             results["models"][name] = model_out
             print(f"  {name}: done ({time.perf_counter() - t_start:.0f} s)", file=sys.stderr)
-        mon = current_monitor()
+        mon = loaded.ext.grads
         results["meta"]["tool_errors"] = dict(loaded.ext.errors)
         results["meta"]["tool_alerts"] = mon.alerts.total if mon is not None else 0
     # the run store and leak tracking against the same extension without them (features.py)

@@ -30,8 +30,8 @@ import torch
 import torch.optim.optimizer as optim_mod
 
 from ..kernel import extension, watches
-from ..kernel.grads import current_monitor
 from ..kernel.grads.stride import nice_at_least, stride_reason
+from ..testing import grad_monitor
 from .models import Workload
 
 #: The clip level of both clipping variants (the usual ``clip_grad_norm_(..., 1.0)``).
@@ -114,7 +114,7 @@ class Runner:
             else:
                 self.opt.step()
             if v == "monitor_every_step":
-                track = current_monitor().track_for(self.opt)  # type: ignore[union-attr]
+                track = grad_monitor().track_for(self.opt)
                 if track is not None and track.sampler.last_sample is not None:
                     # the sample's own time: the read of the grads, as for get_total_norm
                     self.own.append(track.sampler.last_sample)
@@ -144,7 +144,8 @@ class Runner:
         """What the monitor itself reports for this optimizer: the stride, the read cost
         and step time it was chosen from, and the stride those imply (``implied_stride``,
         what ``choose_stride`` gives without hysteresis)."""
-        mon = current_monitor()
+        ext = extension.current()
+        mon = ext.grads if ext is not None else None
         track = mon.track_for(self.opt) if mon is not None else None
         if track is None:
             return {}

@@ -23,11 +23,19 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from ..protocol import MAX_JSON_DEPTH, json_depth, well_formed
 
-Reply = dict[str, object]
+if TYPE_CHECKING:
+    from ..protocol.messages import Ack, Error
+
+#: The one answer to an ``action`` request (the schema's ``Ack`` and ``Error``).
+Reply: TypeAlias = "Ack | Error"
+#: The schema's ``Error.code``.
+ErrorCode = Literal[
+    "protocol_mismatch", "malformed", "unknown_action", "invalid_args", "refused", "failed"
+]
 #: Checks the raw ``args`` of a request; returns them cleaned, as the handler reads them.
 Validator = Callable[[dict[str, object]], dict[str, Any]]
 #: Runs a validated request; returns its ``result`` (JSON-able).
@@ -42,7 +50,7 @@ MAX_REQUEST_ID = 128
 class ActionError(Exception):
     """Raised by validators (code ``invalid_args``) and handlers (``refused``)."""
 
-    def __init__(self, message: str, code: str = "invalid_args") -> None:
+    def __init__(self, message: str, code: ErrorCode = "invalid_args") -> None:
         super().__init__(message)
         self.code = code
 
@@ -96,7 +104,9 @@ class ActionRegistry:
         key = (origin, request_id)
         cached = self._replies.get(key)
         if cached is not None:
-            return {**cached, "duplicate": True}
+            again = cached.copy()
+            again["duplicate"] = True
+            return again
         reply = self._run(request_id, data)
         self._replies[key] = reply
         while len(self._replies) > REPLY_CACHE:
@@ -143,5 +153,5 @@ def echoable_request_id(data: object) -> str | None:
     return None
 
 
-def _error(request_id: str | None, code: str, message: str) -> Reply:
+def _error(request_id: str | None, code: ErrorCode, message: str) -> Error:
     return {"method": "error", "request_id": request_id, "code": code, "message": message}

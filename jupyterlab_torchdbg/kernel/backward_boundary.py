@@ -46,7 +46,7 @@ gradients; that pass is the optimizer's first step, not a run of its own
 
 No strong reference to a model (R24): ``ModelSource`` holds it by weakref and a finalizer
 removes its hooks when it dies. Unload removes and closes every hook (R01, R41, the rule
-of kernel/grads/module_hooks.py): a call from a backward in flight does nothing, a scan
+of kernel/module_hooks.py): a call from a backward in flight does nothing, a scan
 racing the unload adds none. An empty C++ hook dict stays on each parameter that had one.
 """
 

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..package_version import __version__
 from ..protocol import COMM_TARGET, LOADED_TARGET, PROTOCOL_VERSION, jsonable, major, wire_safe
-from .action_registry import echoable_request_id
+from .action_registry import Reply, echoable_request_id
 from .subshell_routes import SubshellRoutes
 
 Message = dict[str, Any]
@@ -44,7 +44,7 @@ class CommHub:
         comm_manager: Any,
         *,
         hello: Callable[[], Message],
-        handle_action: Callable[[Any, str], Message],
+        handle_action: Callable[[object, str], Reply],
         snapshot: Callable[[Deliver], None],
         on_error: Callable[[str], None],
         after_request: Callable[[], None] = lambda: None,
@@ -124,7 +124,7 @@ class CommHub:
     # --- sending -------------------------------------------------------------------
 
     def _send(
-        self, comm: Any, data: dict[str, Any], buffers: list[memoryview] | None = None
+        self, comm: Any, data: Mapping[str, object], buffers: list[memoryview] | None = None
     ) -> bool:
         """Send one message; False (counted) when it could not be sent."""
         sent = True

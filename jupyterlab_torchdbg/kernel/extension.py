@@ -24,6 +24,7 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .. import ranks
@@ -163,6 +164,9 @@ class Extension:
         # A loop held paused sits at a safe point: the actions that wait for one run there.
         self.control.serve_while_held = [self.memory.run_jobs, self.grads.replayer.run_pending]
         self.memory.leak.wire(self.control, self.grads.alerts)  # the guard pauses; alerts
+        # The activation meter re-runs the gradient monitor's kept forward calls (R53).
+        guard, meter = self.grads.guard, self.memory.activations
+        meter.rerun_forward = partial(grads.rerun_kept_forward, lambda: guard.keeper)
         # The run record (issue #24): its ``record`` snapshot part follows ``runs``.
         self.record, cleanup = record.attach(self, record.monitor_facts(self.memory))
         self.add_cleanup(cleanup)

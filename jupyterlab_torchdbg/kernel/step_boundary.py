@@ -51,7 +51,7 @@ throughout: no thread can enter a step between the check and the change). When a
 is inside a step, the change waits (``MaintainerThread``, polling, touching no tensors,
 R36) until none is: an unload then leaves torch exactly as it found it once no step is in
 flight; a load starts monitoring at the next step after that. Every other hook of the tool on
-the user's modules follows the same rule (grads/module_hooks.py, backward_boundary.py).
+the user's modules follows the same rule (module_hooks.py, backward_boundary.py).
 """
 
 from __future__ import annotations

@@ -121,7 +121,7 @@ def test_idle_action_reruns_the_kept_forward_on_cuda(k: Any) -> None:
     assert value(k, "[p.sum().item() for p in model.parameters()]") == before  # R53
     left = (
         "sum(h.owner._site == 'memory:activations' for h in __import__("
-        "'jupyterlab_torchdbg.kernel.grads.module_hooks', fromlist=['x']).MODULE_HOOKS.installed())"
+        "'jupyterlab_torchdbg.kernel.module_hooks', fromlist=['x']).MODULE_HOOKS.installed())"
     )
     assert value(k, left) == 0
 
@@ -154,12 +154,12 @@ def test_r26_the_measured_step_adds_no_sync() -> None:
 
 
 def test_interval_peak_catches_a_spike_between_two_samples() -> None:
-    from jupyterlab_torchdbg.kernel.memory import current_monitor
+    from jupyterlab_torchdbg.testing import memory_monitor
 
     model = torch.nn.Linear(8, 8).cuda()
     user_peak = torch.cuda.max_memory_allocated()
     with _session({"model": model}) as s:
-        m = current_monitor()
+        m = memory_monitor()
         assert m is not None
         s.shell.events.trigger("pre_run_cell", None)
         m.sample_allocator()

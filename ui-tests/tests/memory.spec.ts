@@ -91,7 +91,7 @@ test('CPU breakdown while training, then an OOM autopsy', async ({
 /** A snapshot shaped like torch.cuda.memory._snapshot(), with a hostile name. */
 const REPLAY_CELL = [
   'import torch',
-  'from jupyterlab_torchdbg.kernel.memory import current_monitor',
+  'from jupyterlab_torchdbg.testing import memory_monitor',
   'from jupyterlab_torchdbg.kernel.memory.recording import ReplayHistory',
   'def fr(f, l, n): return {"filename": f, "line": l, "name": n}',
   'fwd = [fr("/venv/site-packages/torch/nn/modules/linear.py", 125, "forward"),',
@@ -106,7 +106,7 @@ const REPLAY_CELL = [
   '    {"action": "alloc", "size": 16 << 20, "frames": fwd},',
   '    {"action": "alloc", "size": 6 << 20, "frames": bad},',
   '    {"action": "free_requested", "size": 6 << 20, "frames": bad}]]}',
-  'recorder = current_monitor().recorder',
+  'recorder = memory_monitor().recorder',
   'recorder.history = ReplayHistory(snap)',
   'recorder.start(100_000)["state"]'
 ].join('\n');

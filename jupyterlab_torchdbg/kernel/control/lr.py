@@ -22,13 +22,13 @@ set in between is the user's value: nothing to reset (``_Carry``).
 from __future__ import annotations
 
 import itertools
-import math
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..backward_boundary import ModelSource
+from ..lr_value import read_lr
 
 #: ("set", lr, group | None), ("scale", factor, None) or ("reset", 0.0, None).
 Change = tuple[str, float, int | None]
@@ -84,21 +84,6 @@ class _Carry:
     changed: set[int]
     #: Each group's lr as the run left it.
     lrs: list[float | None]
-
-
-def read_lr(value: object) -> float | None:
-    """A group's lr as a float; None when not a number (or a tensor off the CPU: reading
-    it would synchronise the device)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        v = float(value)
-        return v if math.isfinite(v) else None
-    if getattr(value, "ndim", None) == 0 and str(getattr(value, "device", "")) == "cpu":
-        try:
-            v = float(value.item())  # type: ignore[attr-defined]
-        except Exception:
-            return None
-        return v if math.isfinite(v) else None
-    return None
 
 
 def _write(group: dict[str, Any], value: float) -> None:

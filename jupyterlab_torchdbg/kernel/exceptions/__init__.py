@@ -34,14 +34,7 @@ from .cells import CellMap
 if TYPE_CHECKING:
     from ..host import Host
 
-__all__ = ["ExceptionMonitor", "attach", "current_monitor"]
-
-_monitor: ExceptionMonitor | None = None
-
-
-def current_monitor() -> ExceptionMonitor | None:
-    """The loaded extension's exception monitor, or None."""
-    return _monitor
+__all__ = ["ExceptionMonitor", "attach"]
 
 
 def _quiet_types() -> tuple[type[BaseException], ...]:
@@ -141,16 +134,11 @@ def attach(host: Host) -> tuple[ExceptionMonitor, Callable[[], None]]:
     """Create the monitor and register its snapshot part; returns it and its cleanup.
     ``extension.py`` calls its ``pre_run_cell`` / ``post_run_cell`` (first of all the
     features at a cell's end, so an OOM autopsy can link to this cell's exception)."""
-    global _monitor
     monitor = ExceptionMonitor(host)
     remove_part = host.hub.add_snapshot_part(monitor.snapshot_messages)
-    _monitor = monitor
 
     def cleanup() -> None:
-        global _monitor
         remove_part()
         monitor.last = None
-        if _monitor is monitor:
-            _monitor = None
 
     return monitor, cleanup

@@ -12,10 +12,12 @@ Files, by idea:
 - a non-finite step: ``nonfinite``, ``bad_step``, ``step_diagnosis``, ``diagnose``,
   ``finding``, ``cause_alert``, ``loss_check``, ``loss_sources``, ``backward_root``,
   ``inputs`` / ``hookup`` (the kept forward calls), ``probe`` (the forward probe),
-  ``rerun`` (re-running user code changes nothing), ``replay`` / ``replay_run`` /
-  ``replay_loss`` / ``replay_report``; skipping it: ``skip``, ``closure_skip``,
-  ``norm_stats``, ``skip_facts``;
-- hooks on the user's modules: ``module_hooks``, ``hook_guard``;
+  ``rerun`` (re-running user code changes nothing), ``kept_forward`` (the memory
+  panel's activation meter re-runs a kept call, handed it by extension.py),
+  ``replay`` / ``replay_run`` / ``replay_loss`` / ``replay_report``; skipping it:
+  ``skip``, ``closure_skip``, ``norm_stats``, ``skip_facts``;
+- hooks on the user's modules: ``kernel/module_hooks.py`` and ``kernel/hook_guard.py``
+  (neutral ground: the memory panel's activation meter hooks modules too);
 - ``action_args`` (the panel actions' arguments).
 
 ``attach(host, clipping)`` creates the monitor and registers its actions and snapshot
@@ -30,25 +32,17 @@ from typing import TYPE_CHECKING, Any
 
 from ..action_args import no_args
 from .action_args import validate_replay, validate_skip, validate_stride, validate_thresholds
+from .kept_forward import rerun_kept_forward
 from .monitor import GradMonitor
 
 if TYPE_CHECKING:
     from ..host import Host
 
-__all__ = ["GradMonitor", "attach", "current_monitor"]
-
-_monitor: GradMonitor | None = None
-
-
-def current_monitor() -> GradMonitor | None:
-    """The loaded extension's gradient monitor, or None (for tests and the benchmark;
-    features are handed what they need by ``extension.py`` instead)."""
-    return _monitor
+__all__ = ["GradMonitor", "attach", "rerun_kept_forward"]
 
 
 def attach(host: Host, clipping: Callable[[], bool]) -> tuple[GradMonitor, Callable[[], None]]:
     """Create the monitor and register its actions; returns it and its cleanup."""
-    global _monitor
     mon = GradMonitor(host, clipping)
 
     def set_stride(args: dict[str, Any]) -> dict[str, object]:
@@ -79,14 +73,10 @@ def attach(host: Host, clipping: Callable[[], bool]) -> tuple[GradMonitor, Calla
         host.actions.register("skip_nonfinite", validate_skip, skip_nonfinite),
         host.hub.add_snapshot_part(mon.snapshot_messages),
     ]
-    _monitor = mon
 
     def cleanup() -> None:
-        global _monitor
         for remove in reversed(removers):
             remove()
         mon.detach_torch()
-        if _monitor is mon:
-            _monitor = None
 
     return mon, cleanup

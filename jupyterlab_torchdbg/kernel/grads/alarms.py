@@ -40,7 +40,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from .alerts import REMEDY, Alert, Clipping
-from .divergence import LossJump, level_of, loss_alerts, loss_watch
+from .divergence import LossJump, LossWatch, level_of, loss_alerts
 from .explosion import REARM_SAMPLES as REARM_SAMPLES
 from .explosion import ScaleJudge
 from .thresholds import Thresholds as Thresholds
@@ -189,11 +189,11 @@ class Detector:
             remedy = REMEDY["non_finite_clipping" if clip.any else "non_finite"]
         return Alert("non_finite", "error", step, origin, msg, remedy, self.track, total)
 
-    def loss_alerts(self, stream: Stream, alerts: list[Alert]) -> list[Alert]:
+    def loss_alerts(self, stream: Stream, watch: LossWatch, alerts: list[Alert]) -> list[Alert]:
         """Divergence alerts for the logged loss's new jumps (``divergence.loss_alerts``).
         A loss is logged before its step's gradients reach the hook, so a jump at or past
         the last step checked waits for the next check (once), to meet its gradients."""
-        jumps = self.held + loss_watch(stream).scan(stream)
+        jumps = self.held + watch.scan(stream)
         ready = [j for j in jumps if j.step < self.last_step or j in self.held]
         self.held = [j for j in jumps if j not in ready]
         told = not (self.armed["explosion"] and self.armed["non_finite"])

@@ -54,7 +54,7 @@ def check(mon: Any, track: Track) -> list[Alert]:
         clipping=loop_clip.clipping_of(track, mon.clipping()),
         lr=loop_clip.learning_rate(track.opt_ref()),
     )
-    alerts += det.loss_alerts(mon.ext.stream, alerts)  # the logged loss's jumps
+    alerts += det.loss_alerts(mon.ext.stream, mon.loss_watch, alerts)  # the logged loss's jumps
     track.stats = table_stats(m, track.stats, len(track.layer_names))
     if det.rising and track.sampler.mode == "auto":
         # The norm is climbing: watch every step for a while (see stride.boost).

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -379,15 +378,3 @@ def loss_alerts(track: str, jumps: list[LossJump], alerts: list[Alert], told: bo
         elif not told:
             out.append(divergence_alert(track, j))
     return out
-
-
-_watches: weakref.WeakKeyDictionary[Stream, LossWatch] = weakref.WeakKeyDictionary()
-
-
-def loss_watch(stream: Stream) -> LossWatch:
-    """The loss watch of this stream (one per loaded extension: the loss is the run's,
-    not one optimizer's; it goes with the stream when the extension unloads)."""
-    w = _watches.get(stream)
-    if w is None:
-        w = _watches[stream] = LossWatch()
-    return w

@@ -40,11 +40,11 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from . import hook_guard
+from .. import hook_guard
+from ..module_hooks import POST, PRE, HookSet, ModuleHook
 from .backward_root import RootWatch
 from .bad_step import KeptCall, KeptLoss, KeptRoot
 from .loss_sources import is_torch_loss, output_nodes, scalar_with_grad
-from .module_hooks import POST, PRE, HookSet, ModuleHook
 from .norm_stats import NormShadow
 
 if TYPE_CHECKING:

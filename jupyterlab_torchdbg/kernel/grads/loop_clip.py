@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..backward_boundary import END_OF_BACKWARD, ModelSource
-from ..control.lr import read_lr
+from ..lr_value import read_lr
 from ..user_clip import names_norm_clip
 from .alerts import Clipping
 

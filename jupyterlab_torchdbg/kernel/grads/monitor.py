@@ -26,6 +26,7 @@ from ..watches import watch_version
 from . import check, loop_clip, naming, per_run
 from .alarms import Thresholds
 from .alerts import AlertLog
+from .divergence import LossWatch
 from .nonfinite import NonFiniteGuard
 from .replay import Replayer
 from .retired import RetiredTracks
@@ -67,6 +68,7 @@ class GradMonitor:
         self.clock = clock
         self.thresholds = Thresholds()
         self.alerts = AlertLog()
+        self.loss_watch = LossWatch()  # the logged loss's jumps (the run's, not a track's)
         self.mode: tuple[str, int] = ("auto", 1)
         self.tracks: weakref.WeakKeyDictionary[Any, Track] = weakref.WeakKeyDictionary()
         self.retired = RetiredTracks()  # optimizer gone, rows not judged yet (retired.py)
@@ -74,12 +76,10 @@ class GradMonitor:
         self.run: int | None = None
         self.step_base: dict[str, int] = {}
         self._collector: Any = None
-        self._status_dirty = True
-        self._last_status = -math.inf
+        self._status_dirty, self._last_status = True, -math.inf
         self._steps_at_status = 0
         self._rows_waiting = False
-        self._last_eval = -math.inf
-        self.torch_attached = False
+        self._last_eval, self.torch_attached = -math.inf, False
         #: Periodic work (flush, alarms, status): timed and paid from its own budget.
         self.periodic = Periodic()
         #: The newest non-finite step's capture and the ``replay_step`` action (replay.py).

@@ -44,8 +44,8 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..module_hooks import POST, PRE, HookFn, HookSet, ModuleHook
 from .alerts import Alert
-from .module_hooks import POST, PRE, HookFn, HookSet, ModuleHook
 
 if TYPE_CHECKING:
     from torch.nn import Module

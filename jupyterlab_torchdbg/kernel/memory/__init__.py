@@ -33,14 +33,7 @@ from .poller import Poller
 if TYPE_CHECKING:
     from ..host import Host
 
-__all__ = ["MemoryMonitor", "attach", "current_monitor"]
-
-_monitor: MemoryMonitor | None = None
-
-
-def current_monitor() -> MemoryMonitor | None:
-    """The loaded extension's memory monitor, or None (for tests and the benchmark)."""
-    return _monitor
+__all__ = ["MemoryMonitor", "attach"]
 
 
 def attach(
@@ -48,7 +41,6 @@ def attach(
 ) -> tuple[MemoryMonitor, Callable[[], None]]:
     """Create the monitor, register its actions and start its poller; returns it and its
     cleanup. ``exception_id`` links an OOM autopsy to the ``exception`` of the same cell."""
-    global _monitor
     mon = MemoryMonitor(host, exception_id=exception_id)
     handlers = MemoryActions(mon)
     removers: list[Callable[[], None]] = [
@@ -66,10 +58,8 @@ def attach(
     removers.append(mon.recorder.shutdown)
     removers.append(mon.activations.cancel)
     removers.append(mon.leak.close)
-    _monitor = mon
 
     def cleanup() -> None:
-        global _monitor
         for remove in reversed(removers):
             try:
                 remove()
@@ -77,7 +67,5 @@ def attach(
                 host.count_error("memory:unload")
         # A waiting save_checkpoint must not hang past unload.
         mon.run_jobs()
-        if _monitor is mon:
-            _monitor = None
 
     return mon, cleanup

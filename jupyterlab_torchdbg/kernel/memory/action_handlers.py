@@ -28,7 +28,7 @@ import traceback
 from typing import TYPE_CHECKING, Any
 
 from ..action_registry import ActionError
-from ..exceptions.diagnose.memory import sticky_cuda_error
+from ..oom_text import sticky_cuda_error
 
 if TYPE_CHECKING:
     from .monitor import MemoryMonitor

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...protocol import jsonable
-from ..exceptions.diagnose.memory import sticky_cuda_error
+from ..oom_text import sticky_cuda_error
 from ..safe_point import JobT, SafePointJobs
 from ..watches import watches
 from . import autopsy

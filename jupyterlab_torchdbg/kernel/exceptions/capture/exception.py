@@ -15,10 +15,10 @@ from __future__ import annotations
 import types
 from typing import Any
 
+from ...safe_read import type_module
 from ..cells import CellMap
 from ..summarize import NA, safe_text, type_name
 from ..summarize.budget import Budget
-from ..summarize.safe_read import type_module
 from .bounds import Limits
 from .origin import display_file, origin_of
 

@@ -6,10 +6,10 @@ allocate device memory (R23) and after a sticky CUDA error nothing may touch CUD
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from ...units import BYTE_UNITS, fmt_bytes
+from ...oom_text import parse_oom, sticky_cuda_error
+from ...units import fmt_bytes
 from .context import (
     LOSS_FUNCS,
     LOSS_TYPES,
@@ -24,51 +24,6 @@ from .context import (
     n_classes,
     user_name_or,
 )
-
-_UNITS = BYTE_UNITS
-_SIZE = r"(\d+(?:\.\d+)?)\s*(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)\b"
-
-
-def _bytes(m: re.Match[str] | None, at: int = 1) -> int | None:
-    if m is None:
-        return None
-    return int(float(m.group(at)) * _UNITS[m.group(at + 1)])
-
-
-def parse_oom(message: str, exc_type: str = "") -> dict[str, Any] | None:
-    """The numbers in an out-of-memory message, or None when it is not one.
-
-    Shared by this rule and the memory panel's OOM autopsy (``kernel/memory/autopsy/``):
-    ``device`` ("cuda:N", "cuda", "cpu", "mps"), ``requested_bytes``, and where the message
-    has them ``total_bytes``, ``free_bytes``, ``allocated_bytes`` (by PyTorch),
-    ``reserved_unallocated_bytes`` and ``process_bytes``.
-    """
-    msg = message
-    low = msg.lower()
-    cuda = "cuda out of memory" in low or (exc_type == "OutOfMemoryError" and "cpu" not in low)
-    cpu = "can't allocate memory" in low or "defaultcpuallocator" in low
-    mps = "mps backend out of memory" in low
-    if not (cuda or cpu or mps or "out of memory" in low):
-        return None
-    facts: dict[str, Any] = {}
-    gpu = re.search(r"GPU (\d+) has a total capacity of " + _SIZE + r" of which " + _SIZE, msg)
-    device = "cpu" if cpu else "mps" if mps else "cuda"
-    if gpu is not None:
-        device = f"cuda:{gpu.group(1)}"
-        facts["total_bytes"] = _bytes(gpu, 2)
-        facts["free_bytes"] = _bytes(gpu, 4)
-    facts["device"] = device
-    req = re.search(r"Tried to allocate " + _SIZE, msg, re.I)
-    requested = _bytes(req)
-    if requested is None:
-        m = re.search(r"you tried to allocate (\d+) bytes", msg)
-        requested = int(m.group(1)) if m else None
-    facts["requested_bytes"] = requested
-    facts["allocated_bytes"] = _bytes(re.search(_SIZE + r" is allocated by PyTorch", msg))
-    unalloc = _bytes(re.search(_SIZE + r" is reserved by PyTorch but unallocated", msg))
-    facts["reserved_unallocated_bytes"] = unalloc
-    facts["process_bytes"] = _bytes(re.search(r"this process has " + _SIZE + " memory in use", msg))
-    return facts
 
 
 def out_of_memory(ctx: Context) -> Diagnosis | None:
@@ -140,21 +95,6 @@ def out_of_memory(ctx: Context) -> Diagnosis | None:
         "facts": facts,
         "links": ["memory"],
     }
-
-
-_STICKY = [
-    (r"device-side assert", "device_side_assert"),
-    (r"illegal memory access", "illegal_memory_access"),
-    (r"unspecified launch failure", "launch_failure"),
-    (r"misaligned address", "misaligned_address"),
-    (r"illegal instruction", "illegal_instruction"),
-]
-
-
-def sticky_cuda_error(message: str) -> str | None:
-    """The kind of sticky CUDA error ``message`` reports (the context is then unusable), or
-    None. Shared with the memory panel, which stops touching CUDA after one (R22)."""
-    return next((k for p, k in _STICKY if re.search(p, message)), None)
 
 
 def device_side_assert(ctx: Context) -> Diagnosis | None:

@@ -11,7 +11,8 @@ getters with subclass dispatch off (``tensor_meta``; a DTensor is never called, 
 object's parts from its own dicts (``object_parts``), and a capture's ``budget`` bounds
 the time spent, marking the rest "not read (time budget)".
 
-Files, one idea each: ``safe_read`` (guarded reads, safe text, size bounds), ``kinds``
+Files, one idea each (guarded reads, safe text and size bounds are ``kernel/safe_read.py``,
+neutral ground: the memory autopsy reads with them too): ``kinds``
 (a value's kind by exact type), ``row`` (``summarize``: one value -> one row),
 ``torch_rows`` and ``plain_rows`` (the per-kind fillers), ``frame_locals``
 (``summarize_locals`` and ``strip_private``), ``tensor_meta``, ``object_parts`` and
@@ -20,10 +21,10 @@ Files, one idea each: ``safe_read`` (guarded reads, safe text, size bounds), ``k
 
 from __future__ import annotations
 
+from ...safe_read import NA, safe_text, type_name
 from .frame_locals import strip_private, summarize_locals
 from .kinds import TENSOR, Classifier, rank
 from .row import summarize
-from .safe_read import NA, safe_text, type_name
 
 __all__ = [
     "NA",

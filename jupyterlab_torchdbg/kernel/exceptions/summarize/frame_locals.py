@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Container, Iterable
 from typing import Any
 
+from ...safe_read import MAX_NAME, NOT_READ, safe_text, type_name
 from .budget import Budget
 from .kinds import NAMESPACE_NOISE, OBJECT, RANK, Classifier
 from .row import summarize
-from .safe_read import MAX_NAME, NOT_READ, safe_text, type_name
 
 
 def summarize_locals(

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from ...safe_read import MAX_STR, NA, json_int, safe_text, try_read, type_module
 from .kinds import Classifier
-from .safe_read import MAX_STR, NA, json_int, safe_text, try_read, type_module
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray

@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from ...safe_read import MAX_ITEMS, NA, type_name
 from .kinds import (
     ARRAY,
     BYTES,
@@ -40,7 +41,6 @@ from .plain_rows import (
     fill_other,
     fill_string,
 )
-from .safe_read import MAX_ITEMS, NA, type_name
 from .torch_rows import fill_dataloader, fill_module, fill_optimizer, fill_tensor, safe_dataset_len
 
 

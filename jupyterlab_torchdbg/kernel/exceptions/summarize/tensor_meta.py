@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
-from .safe_read import NA, dtype_name, json_int
+from ...safe_read import NA, dtype_name, json_int
 
 #: The fields ``read_meta`` returns, each a value or "n/a".
 FIELDS = (

@@ -17,9 +17,7 @@ import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from .kinds import TENSOR, Classifier
-from .object_parts import instance_dict, module_tensors, part
-from .safe_read import (
+from ...safe_read import (
     MAX_PARAMS,
     NA,
     SMALL_NUMEL,
@@ -27,6 +25,8 @@ from .safe_read import (
     type_module,
     type_name,
 )
+from .kinds import TENSOR, Classifier
+from .object_parts import instance_dict, module_tensors, part
 from .tensor_meta import is_distributed, local_shard, read_meta
 
 if TYPE_CHECKING:

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ...grads.module_hooks import POST, PRE, HookSet, ModuleHook
+from ...module_hooks import POST, PRE, HookSet, ModuleHook
 
 if TYPE_CHECKING:
     from torch.nn import Module

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .estimate import report_fields
@@ -48,6 +49,8 @@ class MemoryMonitor(Protocol):
     def publish(self, immediate: bool = False) -> None: ...
 
 
+RerunForward = Callable[[object, list[tuple[str, "Module"]], bool, Callable[[], bool]], str | None]
+
 NEXT_STEP = "measured at the next training step"
 NO_MODEL = (
     "no model to measure: no nn.Module with trainable parameters in the notebook's "
@@ -61,6 +64,9 @@ class ActivationMeter:
         self.report: dict[str, Any] | None = None
         self._lock = threading.Lock()
         self._m: SavedBytes | None = None
+        #: Re-runs a root's last kept forward call (namespace, roots, hooks ready, seen?):
+        #: the gradient monitor's, wired by ``extension.py``; None without it.
+        self.rerun_forward: RerunForward | None = None
 
     # --- the action (any thread) -------------------------------------------------------------
 
@@ -127,46 +133,11 @@ class ActivationMeter:
 
     def _rerun(self, m: SavedBytes, roots: list[tuple[str, Module]]) -> str | None:
         """Re-run the last kept forward now; None when it ran, else why not."""
-        try:
-            import torch
-
-            from ...grads import current_monitor
-            from ...grads.rerun import allowed, copied_call, restored, user_code, user_globals
-        except Exception:
+        rerun = self.rerun_forward
+        if rerun is None:
             return "the gradient monitor is not loaded"
-        keeper = getattr(getattr(current_monitor(), "guard", None), "keeper", None)
-        if keeper is None:
-            return "no forward call was kept to re-run"
-        if not m.ready:
-            return "its hooks could not be put in place now"
-        why = "no forward call of it was kept to re-run (train a step first)"
         ns = getattr(self.mon.ext.shell, "user_ns", None)
-        for _, root in roots:
-            call = keeper.call_of(root)
-            if call is None:
-                continue
-            who = user_code([root])
-            if who is not None and id(root) not in allowed():
-                why = (
-                    f"re-running its forward would run your code ({who}); "
-                    "watch(model, rerun_forward=True) allows it"
-                )
-                continue
-            was = keeper.paused
-            keeper.paused = True  # the re-run's call is not the user's: not kept
-            try:
-                spaces = ([ns] if isinstance(ns, dict) else []) + user_globals([root])
-                with restored([root], spaces):
-                    c = copied_call(call)
-                    with torch.enable_grad():
-                        out = root(*c.args, **c.kwargs)
-                    del out, c
-            except Exception as e:  # the report says "failed" (the root's hook ran)
-                return f"the re-run forward raised {type(e).__name__}"
-            finally:
-                keeper.paused = was
-            return None if m.finished else "the re-run forward was not seen"
-        return why
+        return rerun(ns, roots, m.ready, lambda: m.finished)
 
     # --- the report ----------------------------------------------------------------------
 

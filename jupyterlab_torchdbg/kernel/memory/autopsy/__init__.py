@@ -2,7 +2,8 @@
 
 Built in ``post_run_cell`` right after the failure, from
 - the message (requested size, free/total, allocated/reserved; parsed by the exception
-  classifier's ``parse_oom``, shared so both read the message the same way),
+  ``parse_oom`` of ``kernel/oom_text.py``, which the exception classifier shares, so
+  both read the message the same way),
 - the allocator's host-side counters and ``memory_summary()`` text at that moment,
 - the breakdown (parameters / gradients / optimizer state / everything else),
 - the largest live tensors on the failing device with the names that reach them: the

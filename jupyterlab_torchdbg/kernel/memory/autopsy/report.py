@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ...exceptions.diagnose.memory import parse_oom
-from ...exceptions.summarize import safe_text
+from ...oom_text import parse_oom
+from ...safe_read import safe_text
 from ...units import fmt_bytes
 from .. import breakdown as bd
 from ..sources import ALLOCATOR_FIELDS, MemorySource

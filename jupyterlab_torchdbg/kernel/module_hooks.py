@@ -43,8 +43,8 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..thread_stacks import any_thread_inside
 from . import hook_guard
+from .thread_stacks import any_thread_inside
 
 if TYPE_CHECKING:
     from torch.nn import Module

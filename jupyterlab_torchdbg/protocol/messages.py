@@ -1,0 +1,1503 @@
+"""GENERATED FILE, DO NOT EDIT: the protocol's payloads as TypedDicts.
+
+Generated from ``jupyterlab_torchdbg/protocol/messages.schema.json`` by ``scripts/gen_protocol_py.py``
+(datamodel-code-generator). Change the schema, then run ``jlpm gen:protocol`` (TypeScript
+and Python); ``jlpm gen:protocol:check`` and ``tests/test_protocol_types.py`` fail when
+this file is stale. Import it under ``TYPE_CHECKING`` only: nothing here runs.
+
+Every open type below (a dict or list of anything) is a schema object left open on
+purpose (``{"type": "object"}`` with no properties: an action's ``result``, a diagnosis's
+``facts``, ``NoArgs``) or an array of whatever the user's batch held (a replayed step's
+``index`` / ``batch``).
+"""
+
+# ruff: noqa: E501
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeAlias
+
+from typing_extensions import NotRequired, TypedDict
+
+ProtocolVersion: TypeAlias = str
+
+
+RequestId: TypeAlias = str
+
+
+FiniteOrSpecial: TypeAlias = float | Literal["NaN", "Infinity", "-Infinity"]
+
+
+class Availability(TypedDict):
+    available: bool
+    version: NotRequired[str | None]
+    reason: NotRequired[str | None]
+
+
+class CudaCapability(TypedDict):
+    available: bool | None
+    initialized: bool
+    device_count: NotRequired[int | None]
+    version: NotRequired[str | None]
+    reason: NotRequired[str | None]
+
+
+class Capabilities(TypedDict):
+    torch: Availability
+    cuda: CudaCapability
+    nvml: Availability
+    subshells: bool
+    tensorboard: NotRequired[Availability]
+
+
+class Loaded(TypedDict, closed=True):
+    method: Literal["loaded"]
+    protocol_version: ProtocolVersion
+    session_id: str
+
+
+class Hello(TypedDict, closed=True):
+    method: Literal["hello"]
+    protocol_version: ProtocolVersion
+    package_version: str
+    capabilities: Capabilities
+    session_id: str
+    accepted: bool
+    actions: NotRequired[list[str]]
+
+
+Name: TypeAlias = str
+
+
+class Block(TypedDict, closed=True):
+    id: int
+    names: NotRequired[list[Name]]
+    count: int
+    dropped: NotRequired[int]
+    run: NotRequired[int]
+
+
+class StreamStats(TypedDict):
+    messages: int
+    points: int
+    errors: dict[str, int]
+
+
+class SnapshotBlock(TypedDict):
+    id: int
+    names: list[Name]
+    count: int
+    dropped: NotRequired[int]
+    run: NotRequired[int]
+
+
+class RunInfo(TypedDict, closed=True):
+    id: int
+    start: float
+    end: float | None
+    reason: Literal["first", "idle", "new_optimizer", "step_backwards"]
+    cell_id: str | None
+    execution_count: int | None
+    optimizers: list[str]
+    steps: int
+    alerts: int
+
+
+class Runs(TypedDict, closed=True):
+    method: Literal["runs"]
+    current: int | None
+    runs: list[RunInfo]
+
+
+class Snapshot(TypedDict, closed=True):
+    method: Literal["snapshot"]
+    seq: int
+    blocks: list[SnapshotBlock]
+    truncated: NotRequired[bool]
+    stats: StreamStats
+
+
+class Series(TypedDict, closed=True):
+    method: Literal["series"]
+    seq: int
+    blocks: list[Block]
+
+
+class Ack(TypedDict, closed=True):
+    method: Literal["ack"]
+    request_id: RequestId
+    action: str
+    result: dict[str, Any]
+    duplicate: NotRequired[bool]
+
+
+class Error(TypedDict, closed=True):
+    method: Literal["error"]
+    request_id: RequestId | None
+    code: Literal[
+        "protocol_mismatch",
+        "malformed",
+        "unknown_action",
+        "invalid_args",
+        "refused",
+        "failed",
+    ]
+    message: str
+    duplicate: NotRequired[bool]
+
+
+class ElidedItem(TypedDict, closed=True):
+    after: int
+    count: int
+    reason: Literal["repeated", "limit"]
+
+
+class Syntax(TypedDict):
+    lineno: NotRequired[int | None]
+    offset: NotRequired[int | None]
+    end_lineno: NotRequired[int | None]
+    end_offset: NotRequired[int | None]
+    text: NotRequired[str | None]
+    msg: NotRequired[str | None]
+    file: NotRequired[str]
+    origin: NotRequired[Literal["cell", "file", "library"]]
+    cell_id: NotRequired[str | None]
+    execution_count: NotRequired[int | None]
+
+
+class ExceptionInfo(TypedDict, closed=True):
+    type: str
+    module: str
+    message: str
+    message_truncated: bool
+    message_unavailable: NotRequired[bool]
+    syntax: NotRequired[Syntax]
+
+
+class Where(TypedDict):
+    file: str
+    lineno: int
+    function: str
+    cell_id: NotRequired[str | None]
+
+
+class RelatedException(TypedDict):
+    relation: NotRequired[Literal["cause", "context"]]
+    path: NotRequired[list[int]]
+    type: str
+    module: str
+    message: str
+    message_truncated: bool
+    message_unavailable: NotRequired[bool]
+    where: NotRequired[Where]
+
+
+class Source(TypedDict):
+    first: int
+    lines: list[str]
+
+
+class Span(TypedDict):
+    start_line: NotRequired[int]
+    end_line: NotRequired[int]
+    start_col: NotRequired[int]
+    end_col: NotRequired[int]
+
+
+class Local(TypedDict):
+    name: NotRequired[str]
+    kind: Literal[
+        "tensor",
+        "module",
+        "optimizer",
+        "dataset",
+        "dataloader",
+        "array",
+        "number",
+        "string",
+        "bytes",
+        "none",
+        "container",
+        "object",
+        "function",
+        "class",
+        "pymodule",
+    ]
+    type: str
+    text: str
+    shape: NotRequired[list[int | str] | Literal["n/a"]]
+    dtype: NotRequired[str]
+    device: NotRequired[str]
+    layout: NotRequired[str]
+    requires_grad: NotRequired[bool | str]
+    is_leaf: NotRequired[bool | str]
+    grad: NotRequired[bool | str]
+    finite: NotRequired[bool | None]
+    min: NotRequired[int | str]
+    max: NotRequired[int | str]
+    version: NotRequired[int | str]
+    nbytes: NotRequired[int | str]
+    params: NotRequired[int | str]
+    devices: NotRequired[list[str] | Literal["n/a"]]
+    dtypes: NotRequired[list[str] | Literal["n/a"]]
+    len: NotRequired[int | str]
+    items: NotRequired[list[Local]]
+
+
+class Culprit(Local):
+    frame: NotRequired[int]
+    role: NotRequired[str]
+    arg: NotRequired[str]
+    named: NotRequired[bool]
+
+
+class Diagnosis(TypedDict, closed=True):
+    category: Literal[
+        "device_mismatch",
+        "shape_mismatch",
+        "dtype_mismatch",
+        "index_out_of_range",
+        "out_of_memory",
+        "inplace_modification",
+        "device_side_assert",
+        "cuda_error",
+        "autograd",
+        "non_finite",
+        "data_loader",
+        "generic",
+    ]
+    title: str
+    headline: str
+    culprits: list[Culprit]
+    remedy: str | None
+    hints: list[str]
+    facts: dict[str, Any]
+    confidence: Literal["certain", "likely"]
+    links: list[Literal["memory", "grads"]]
+    where: int | None
+
+
+class Open(TypedDict, closed=True):
+    method: Literal["open"]
+    protocol_version: ProtocolVersion
+    client: NotRequired[str]
+    client_id: NotRequired[str]
+
+
+NoArgs: TypeAlias = dict[str, Any]
+
+
+class ActionSnapshot(TypedDict):
+    action: NotRequired[Literal["snapshot"]]
+    args: NotRequired[NoArgs]
+
+
+NullableNumber: TypeAlias = FiniteOrSpecial | None
+
+
+class GradThresholds(TypedDict, closed=True):
+    explode_abs: float | None
+    explode_factor: float
+    explode_warmup: int
+    vanish_floor: float
+    vanish_ratio: float
+    vanish_steps: int
+    amp_skips: int
+    amp_min_scale: float
+
+
+class Param(TypedDict, closed=True):
+    name: str
+    shape: list[int]
+    dtype: str
+
+
+class GradLayer(TypedDict, closed=True):
+    name: str
+    series: str
+    param_series: str
+    numel: int
+    params: list[Param]
+    more_params: NotRequired[int]
+
+
+class GradStats(TypedDict, closed=True):
+    last: list[FiniteOrSpecial]
+    max: list[float | None]
+    min: list[float | None]
+    nonfinite: list[int]
+
+
+class GradTrack(TypedDict, closed=True):
+    name: str
+    boundary: NotRequired[Literal["optimizer_step", "end_of_backward"]]
+    state: Literal["waiting", "active", "disabled", "no_grads"]
+    reason: str | None
+    step: int
+    sampled: int
+    mode: Literal["auto", "fixed", "off"]
+    stride: int
+    every_step: NotRequired[Literal["warmup", "rising", "clip", "skip"] | None]
+    overhead: float | None
+    step_time_s: float | None
+    sample_cost_s: float | None
+    read_cost_s: NotRequired[float | None]
+    param_cost_s: NotRequired[float | None]
+    budget: NotRequired[float]
+    stride_reason: NotRequired[str]
+    periodic_cost_s: NotRequired[float | None]
+    periodic_share: NotRequired[float | None]
+    flush_interval_s: NotRequired[float | None]
+    skipped_steps: int
+    skip_nonfinite: NotRequired[bool]
+    skipped_nonfinite: NotRequired[int]
+    skipped_at: NotRequired[list[int]]
+    amp_scale: NullableNumber
+    local_shard: bool
+    coarsened: bool
+    total_series: str
+    scale_series: str | None
+    layers_version: int
+    layers: NotRequired[list[GradLayer]]
+    stats: NotRequired[GradStats]
+    run: NotRequired[int]
+
+
+class Replayable(TypedDict, closed=True):
+    track: str
+    step: int
+
+
+class Grads(TypedDict, closed=True):
+    method: Literal["grads"]
+    state: Literal["waiting", "active", "off"]
+    reason: str | None
+    mode: Literal["auto", "fixed", "off"]
+    stride: int | None
+    budget: float
+    thresholds: GradThresholds
+    alerts: int
+    tracks: list[GradTrack]
+    skip_nonfinite: NotRequired[bool]
+    replayable: NotRequired[Replayable | None]
+    alerts_total: NotRequired[int]
+
+
+class Args(TypedDict, closed=True):
+    stride: int | Literal["auto", "off"]
+
+
+class ActionSetStride(TypedDict):
+    action: NotRequired[Literal["set_stride"]]
+    args: NotRequired[Args]
+
+
+class Args1(TypedDict, closed=True):
+    explode_abs: NotRequired[float | None]
+    explode_factor: NotRequired[float]
+    explode_warmup: NotRequired[int]
+    vanish_floor: NotRequired[float]
+    vanish_ratio: NotRequired[float]
+    vanish_steps: NotRequired[int]
+    amp_skips: NotRequired[int]
+    amp_min_scale: NotRequired[float]
+
+
+class ActionSetThresholds(TypedDict):
+    action: NotRequired[Literal["set_thresholds"]]
+    args: NotRequired[Args1]
+
+
+Bytes: TypeAlias = int | None
+
+
+class AllocatorCounters(TypedDict, closed=True):
+    allocated: Bytes
+    reserved: Bytes
+    peak: Bytes
+    active: Bytes
+    inactive_split: Bytes
+    alloc_retries: int | None
+    ooms: int | None
+
+
+class NvmlFields(TypedDict, closed=True):
+    used: NotRequired[Bytes]
+    total: NotRequired[Bytes]
+    util_gpu: NotRequired[float | None]
+    util_memory: NotRequired[float | None]
+    temperature_c: NotRequired[float | None]
+    power_w: NotRequired[float | None]
+    power_limit_w: NotRequired[float | None]
+    process_used: NotRequired[Bytes]
+
+
+class MemoryDevice(TypedDict, closed=True):
+    device: str
+    index: int
+    name: str | None
+    uuid: str | None
+    nvml_index: int | None
+    matched_by: Literal["uuid", "visible_devices", "pci_order", "assumed_order"] | None
+    mig: bool | None
+    series: dict[str, str]
+    allocator: AllocatorCounters | None
+    allocator_reason: str | None
+    nvml: NvmlFields | None
+    nvml_reason: str | None
+    unavailable: dict[str, str]
+    peak_note: NotRequired[str]
+
+
+class MemoryBreakdownRow(TypedDict, closed=True):
+    device: str
+    parameters: int
+    gradients: int
+    optimizer_state: int
+    other: Bytes
+    total: Bytes
+    total_source: Literal["allocated", "rss"] | None
+
+
+class MemoryBreakdown(TypedDict, closed=True):
+    devices: list[MemoryBreakdownRow]
+    models: list[str]
+    optimizers: list[str]
+    tensors: int
+    truncated: bool
+    reason: str | None
+    skipped_grads: NotRequired[int]
+    note: NotRequired[str]
+    cost_ms: float
+    time: NotRequired[float]
+
+
+class AllocationSite(TypedDict, closed=True):
+    file: str
+    line: int
+    function: str
+    bytes: int
+    count: int
+
+
+class MemorySnapshotSummary(TypedDict, closed=True):
+    time: float
+    file: str
+    bytes: int
+    entries: int
+    oom_events: int
+    top_sites: list[AllocationSite]
+    live_sites: list[AllocationSite]
+
+
+class Host(TypedDict, closed=True):
+    rss: Bytes
+    reason: str | None
+    series: str
+
+
+class LastOom(TypedDict, closed=True):
+    id: str
+    time: float
+    device: str
+    headline: str
+
+
+class Nvml(TypedDict, closed=True):
+    available: bool
+    reason: str | None
+
+
+class OomTensor(TypedDict, closed=True):
+    name: str
+    also: list[str]
+    kind: Literal["variable", "element", "parameter", "gradient"]
+    where: Literal["namespace", "frame"]
+    function: str | None
+    lineno: int | None
+    shape: list[int]
+    dtype: str
+    device: str
+    nbytes: int
+    requires_grad: bool
+    grad_fn: bool
+
+
+class OomRemedy(TypedDict, closed=True):
+    kind: Literal[
+        "host_memory",
+        "huge_allocation",
+        "fragmentation",
+        "activations",
+        "optimizer_state",
+        "gradients_kept",
+        "reduce_batch",
+        "release_refs",
+    ]
+    title: str
+    detail: str
+    code: str | None
+    share: float | None
+
+
+class Exception1(TypedDict, closed=True):
+    type: str
+    message: str
+
+
+class Numbers(TypedDict, closed=True):
+    device: str
+    requested: Bytes
+    total: Bytes
+    allocated: Bytes
+    reserved: Bytes
+    parameters: Bytes
+    gradients: Bytes
+    optimizer_state: Bytes
+    other: Bytes
+
+
+class Oom(TypedDict, closed=True):
+    method: Literal["oom"]
+    id: str
+    time: float
+    replay: bool
+    execution_count: int | None
+    cell_id: str | None
+    exception_id: str | None
+    exception: Exception1
+    device: str
+    headline: str
+    requested_bytes: Bytes
+    message_facts: dict[str, Bytes]
+    allocator: AllocatorCounters | None
+    allocator_reason: str | None
+    numbers: Numbers
+    breakdown: MemoryBreakdownRow
+    models: list[str]
+    optimizers: list[str]
+    tensors: list[OomTensor]
+    tensors_total: int
+    tensors_bytes: int
+    summary: str | None
+    summary_truncated: bool
+    remedies: list[OomRemedy]
+    capture_ms: float
+
+
+class ActionEmptyCache(TypedDict):
+    action: NotRequired[Literal["empty_cache"]]
+    args: NotRequired[NoArgs]
+
+
+class ActionReleaseRefs(TypedDict):
+    action: NotRequired[Literal["release_refs"]]
+    args: NotRequired[NoArgs]
+
+
+class Args2(TypedDict, closed=True):
+    op: Literal["start"]
+    max_entries: NotRequired[int]
+
+
+class Args3(TypedDict, closed=True):
+    op: Literal["stop"]
+
+
+class ActionRecordMemory(TypedDict):
+    action: NotRequired[Literal["record_memory"]]
+    args: NotRequired[Args2 | Args3]
+
+
+class Args4(TypedDict, closed=True):
+    filename: NotRequired[str]
+    overwrite: NotRequired[bool]
+
+
+class ActionSaveCheckpoint(TypedDict):
+    action: NotRequired[Literal["save_checkpoint"]]
+    args: NotRequired[Args4]
+
+
+class ActionClearAlerts(TypedDict):
+    action: NotRequired[Literal["clear_alerts"]]
+    args: NotRequired[NoArgs]
+
+
+class Args5(TypedDict, closed=True):
+    on: bool
+
+
+class ActionSkipNonfinite(TypedDict):
+    action: NotRequired[Literal["skip_nonfinite"]]
+    args: NotRequired[Args5]
+
+
+class Args6(TypedDict, closed=True):
+    track: NotRequired[str]
+
+
+class ActionReplayStep(TypedDict):
+    action: NotRequired[Literal["replay_step"]]
+    args: NotRequired[Args6]
+
+
+class ForwardStackItem(TypedDict):
+    file: str
+    line: int
+    name: str
+    code: str
+
+
+class ReplayResult(TypedDict):
+    step: int
+    track: str
+    root: NotRequired[str]
+    weights: Literal["pre-step", "current"]
+    loss_root: str | None
+    user_loss: NotRequired[Literal["same", "part", "not_rerun", "unseen"]]
+    reproduces: NotRequired[bool | None]
+    cause: Literal["input", "weights", "forward", "backward", "overflow", "finite"]
+    backward_op: str | None
+    anomaly_op: NotRequired[str | None]
+    forward_op: NotRequired[str | None]
+    output: str | None
+    forward_stack: list[ForwardStackItem]
+    finite: bool
+    no_graph: NotRequired[bool]
+    message: str
+
+
+class Args7(TypedDict, closed=True):
+    names: NotRequired[list[Name]]
+
+
+class ActionClearHistory(TypedDict):
+    action: NotRequired[Literal["clear_history"]]
+    args: NotRequired[Args7]
+
+
+class ControlGroup(TypedDict, closed=True):
+    index: int
+    lr: NullableNumber
+    initial_lr: NullableNumber
+    changed: bool
+
+
+class Args8(TypedDict, closed=True):
+    max_norm: float
+
+
+class ActionClip(TypedDict):
+    action: NotRequired[Literal["clip"]]
+    args: NotRequired[Args8]
+
+
+class ActionUnclip(TypedDict):
+    action: NotRequired[Literal["unclip"]]
+    args: NotRequired[NoArgs]
+
+
+class ActionPause(TypedDict):
+    action: NotRequired[Literal["pause"]]
+    args: NotRequired[NoArgs]
+
+
+class ActionResume(TypedDict):
+    action: NotRequired[Literal["resume"]]
+    args: NotRequired[NoArgs]
+
+
+class ActionStep(TypedDict):
+    action: NotRequired[Literal["step"]]
+    args: NotRequired[NoArgs]
+
+
+class Args9(TypedDict, closed=True):
+    factor: float
+    optimizer: NotRequired[str]
+
+
+class ActionScaleLr(TypedDict):
+    action: NotRequired[Literal["scale_lr"]]
+    args: NotRequired[Args9]
+
+
+class Args10(TypedDict, closed=True):
+    optimizer: NotRequired[str]
+
+
+class ActionResetLr(TypedDict):
+    action: NotRequired[Literal["reset_lr"]]
+    args: NotRequired[Args10]
+
+
+class Args11(TypedDict, closed=True):
+    lr: float
+    optimizer: NotRequired[str]
+    group: NotRequired[int]
+
+
+class ActionSetLr(TypedDict):
+    action: NotRequired[Literal["set_lr"]]
+    args: NotRequired[Args11]
+
+
+class RankIdentity(TypedDict, closed=True):
+    rank: int
+    world_size: int
+    local_rank: int | None
+    host: str
+    pid: int
+    launcher: Literal["spawn", "fork", "torchrun", "attach"]
+
+
+class RankLayers(TypedDict, closed=True):
+    step: int
+    names: list[Name]
+    norms: list[FiniteOrSpecial]
+
+
+class RankState(TypedDict, closed=True):
+    identity: RankIdentity
+    state: Literal[
+        "starting",
+        "running",
+        "waiting",
+        "paused",
+        "stalled",
+        "exited",
+        "failed",
+        "lost",
+    ]
+    step: int
+    step_time_s: float | None
+    own_time_s: float | None
+    grad_norm: FiniteOrSpecial | None
+    grad_step: int | None
+    memory_bytes: int | None
+    memory_kind: Literal["cuda", "host"]
+    last_seen_s: float
+    since_step_s: float | None
+    clip: float | None
+    lr_scale: float
+    phase: Literal["user", "torch_wait", "paused", "none"]
+    sharded: NotRequired[Literal[True]]
+    layers: NotRequired[RankLayers]
+
+
+Step: TypeAlias = int
+
+
+class RankPoints(TypedDict, closed=True):
+    rank: int
+    steps: list[Step]
+    step_time_s: list[float | None]
+    grad_norm: list[FiniteOrSpecial | None]
+    memory_bytes: list[int | None]
+
+
+Rank: TypeAlias = int
+
+
+StackItem: TypeAlias = str
+
+
+RanksInItem: TypeAlias = int
+
+
+NeverEnteredItem: TypeAlias = int
+
+
+class RankCollective(TypedDict, closed=True):
+    op: str | None
+    seq: int
+    group: str
+    shapes: NotRequired[str | None]
+    ddp_backward: NotRequired[bool]
+    ranks_in: list[RanksInItem]
+    never_entered: list[NeverEnteredItem]
+    source: NotRequired[str]
+
+
+RankStackGroup = TypedDict(
+    "RankStackGroup",
+    {
+        "ranks": list[Rank],
+        "where": str,
+        "in": str | None,
+    },
+    closed=True,
+)
+
+
+class RankPending(TypedDict, closed=True):
+    action: str
+    at_step: int
+    request_id: RequestId
+
+
+class Sharded(TypedDict, closed=True):
+    replicas: int
+    global_norm: FiniteOrSpecial | None
+    global_step: int | None
+
+
+class RankJob(TypedDict, closed=True):
+    id: int
+    started: float
+    world_size: int
+    state: Literal["running", "ended"]
+    transport: Literal["ipc", "tcp"]
+    paused_at: int | None
+    pending: RankPending | None
+    sharded: NotRequired[Sharded]
+
+
+class Endpoint(TypedDict, closed=True):
+    transport: Literal["ipc", "tcp", "off"]
+    refused: int
+
+
+class Args12(TypedDict, closed=True):
+    max_norm: float
+
+
+class ActionRanksClip(TypedDict):
+    action: NotRequired[Literal["ranks_clip"]]
+    args: NotRequired[Args12]
+
+
+class ActionRanksUnclip(TypedDict):
+    action: NotRequired[Literal["ranks_unclip"]]
+    args: NotRequired[NoArgs]
+
+
+class ActionRanksPause(TypedDict):
+    action: NotRequired[Literal["ranks_pause"]]
+    args: NotRequired[NoArgs]
+
+
+class ActionRanksResume(TypedDict):
+    action: NotRequired[Literal["ranks_resume"]]
+    args: NotRequired[NoArgs]
+
+
+class Args13(TypedDict, closed=True):
+    factor: float
+
+
+class ActionRanksScaleLr(TypedDict):
+    action: NotRequired[Literal["ranks_scale_lr"]]
+    args: NotRequired[Args13]
+
+
+class LeakHolder(TypedDict, closed=True):
+    name: str
+    kind: Literal["graph", "container", "hook", "closure"]
+    bytes: Bytes
+    count: int | None
+    text: str
+    fix: str | None
+
+
+class MemoryLeak(TypedDict, closed=True):
+    series: str
+    counter: Literal["rss", "allocated", "reserved"]
+    device: str | None
+    per_step: float
+    per_step_err: float
+    steps: int
+    run: int | None
+    step: int | None
+    used: Bytes
+    limit: Bytes
+    limit_source: Literal["cgroup", "host", "device"] | None
+    steps_left: int | None
+    holders: list[LeakHolder]
+    search: Literal["pending", "done", "budget", "failed"]
+    search_note: str | None
+    text: str
+
+
+class MemoryGuard(TypedDict, closed=True):
+    pause_at: float | None
+    limit: Bytes
+    limit_source: Literal["cgroup", "host", "device"] | None
+    tripped: str | None
+
+
+class ActivationModule(TypedDict, closed=True):
+    name: str
+    bytes: Bytes
+    tensors: int
+
+
+class Activations(TypedDict, closed=True):
+    state: Literal["armed", "done", "failed"]
+    time: float
+    device: str | None
+    run: int | None
+    step: int | None
+    batch: int | None
+    total: Bytes
+    per_sample: Bytes
+    modules: list[ActivationModule]
+    free: Bytes
+    limit_source: Literal["cgroup", "host", "device"] | None
+    fits: int | None
+    text: str
+
+
+class RecordRun(TypedDict, closed=True):
+    id: int
+    start: float
+    end: float | None
+    steps: int
+    alerts: int
+    cell_id: str | None
+    execution_count: int | None
+    optimizers: list[str]
+
+
+class RecordEnd(TypedDict, closed=True):
+    kind: Literal["running", "shutdown", "exit", "signal", "oom_kill", "unknown"]
+    code: int | None
+    oom_kills: int | None
+    text: str
+
+
+class Memory1(TypedDict, closed=True):
+    used: Bytes
+    limit: Bytes
+    per_step: float | None
+
+
+class Exception2(TypedDict, closed=True):
+    ename: str
+    evalue: str
+    cell_id: str | None
+    line: int | None
+    time: float
+
+
+class RecordKernel(TypedDict, closed=True):
+    id: str
+    started: float
+    last_write: float
+    end: RecordEnd
+    run: int | None
+    step: int | None
+    memory: Memory1 | None
+    text: str
+    runs: list[RecordRun]
+    exception: Exception2 | None
+    dismissed: bool
+
+
+class Record(TypedDict, closed=True):
+    method: Literal["record"]
+    notebook: str | None
+    store: Literal["on", "off", "unavailable"]
+    kernels: list[RecordKernel]
+    note: str | None
+
+
+class RecordSeries(TypedDict, closed=True):
+    name: str
+    x: list[float]
+    y: list[FiniteOrSpecial]
+
+
+class Args14(TypedDict, closed=True):
+    pause_at: float | None
+
+
+class ActionSetMemoryGuard(TypedDict):
+    action: NotRequired[Literal["set_memory_guard"]]
+    args: NotRequired[Args14]
+
+
+class ActionMeasureActivations(TypedDict):
+    action: NotRequired[Literal["measure_activations"]]
+    args: NotRequired[NoArgs]
+
+
+class Args15(TypedDict, closed=True):
+    kernel: str
+    run: int
+
+
+class ActionOpenRecord(TypedDict):
+    action: NotRequired[Literal["open_record"]]
+    args: NotRequired[Args15]
+
+
+class Args16(TypedDict, closed=True):
+    kernel: str
+
+
+class ActionDismissRecord(TypedDict):
+    action: NotRequired[Literal["dismiss_record"]]
+    args: NotRequired[Args16]
+
+
+class Args17(TypedDict, closed=True):
+    run: int
+    kernel: str | None
+
+
+class ActionExportTensorboard(TypedDict):
+    action: NotRequired[Literal["export_tensorboard"]]
+    args: NotRequired[Args17]
+
+
+class UnwrappedError(TypedDict, closed=True):
+    where: str
+    worker_id: int | None
+    pid: int | None
+    exception: ExceptionInfo
+    index_known: bool
+    index: int | str | list[Any] | dict[str, Any] | None
+    batch: list[Any] | None
+    batch_size: int | None
+    dataset: str | None
+    frame: int | None
+    why_unknown: str | None
+
+
+class ExceptionFrame(TypedDict):
+    position: int
+    origin: Literal["cell", "file", "library"]
+    user: bool
+    function: str
+    file: str
+    path: NotRequired[str]
+    lineno: int
+    cell_id: NotRequired[str | None]
+    execution_count: NotRequired[int | None]
+    source_changed: NotRequired[bool]
+    line: str
+    source: NotRequired[Source]
+    span: NotRequired[Span]
+    namespace: NotRequired[bool]
+    process: NotRequired[str]
+    locals: list[Local]
+    locals_total: int
+    locals_truncated: bool
+
+
+class Action1(TypedDict, closed=True):
+    action: Literal["snapshot"]
+    args: NoArgs
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action2(TypedDict, closed=True):
+    action: Literal["clear_history"]
+    args: Args7
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action3(TypedDict, closed=True):
+    action: Literal["set_stride"]
+    args: Args
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action4(TypedDict, closed=True):
+    action: Literal["set_thresholds"]
+    args: Args1
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action5(TypedDict, closed=True):
+    action: Literal["clear_alerts"]
+    args: NoArgs
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action6(TypedDict, closed=True):
+    action: Literal["replay_step"]
+    args: Args6
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action7(TypedDict, closed=True):
+    action: Literal["skip_nonfinite"]
+    args: Args5
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action8(TypedDict, closed=True):
+    action: Literal["empty_cache"]
+    args: NoArgs
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action9(TypedDict, closed=True):
+    action: Literal["release_refs"]
+    args: NoArgs
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action10(TypedDict, closed=True):
+    action: Literal["record_memory"]
+    args: dict[str, Args2 | Args3]
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action11(TypedDict, closed=True):
+    action: Literal["save_checkpoint"]
+    args: Args4
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action12(TypedDict, closed=True):
+    action: Literal["clip"]
+    args: Args8
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action13(TypedDict, closed=True):
+    action: Literal["unclip"]
+    args: NoArgs
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action14(TypedDict, closed=True):
+    action: Literal["pause"]
+    args: NoArgs
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action15(TypedDict, closed=True):
+    action: Literal["resume"]
+    args: NoArgs
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action16(TypedDict, closed=True):
+    action: Literal["step"]
+    args: NoArgs
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action17(TypedDict, closed=True):
+    action: Literal["scale_lr"]
+    args: Args9
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action18(TypedDict, closed=True):
+    action: Literal["reset_lr"]
+    args: Args10
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action19(TypedDict, closed=True):
+    action: Literal["set_lr"]
+    args: Args11
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action20(TypedDict, closed=True):
+    action: Literal["ranks_clip"]
+    args: Args12
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action21(TypedDict, closed=True):
+    action: Literal["ranks_unclip"]
+    args: NoArgs
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action22(TypedDict, closed=True):
+    action: Literal["ranks_pause"]
+    args: NoArgs
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action23(TypedDict, closed=True):
+    action: Literal["ranks_resume"]
+    args: NoArgs
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action24(TypedDict, closed=True):
+    action: Literal["ranks_scale_lr"]
+    args: Args13
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action25(TypedDict, closed=True):
+    action: Literal["set_memory_guard"]
+    args: Args14
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action26(TypedDict, closed=True):
+    action: Literal["measure_activations"]
+    args: NoArgs
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action27(TypedDict, closed=True):
+    action: Literal["open_record"]
+    args: Args15
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action28(TypedDict, closed=True):
+    action: Literal["dismiss_record"]
+    args: Args16
+    method: Literal["action"]
+    request_id: RequestId
+
+
+class Action29(TypedDict, closed=True):
+    action: Literal["export_tensorboard"]
+    args: Args17
+    method: Literal["action"]
+    request_id: RequestId
+
+
+Action: TypeAlias = (
+    Action1
+    | Action2
+    | Action3
+    | Action4
+    | Action5
+    | Action6
+    | Action7
+    | Action8
+    | Action9
+    | Action10
+    | Action11
+    | Action12
+    | Action13
+    | Action14
+    | Action15
+    | Action16
+    | Action17
+    | Action18
+    | Action19
+    | Action20
+    | Action21
+    | Action22
+    | Action23
+    | Action24
+    | Action25
+    | Action26
+    | Action27
+    | Action28
+    | Action29
+)
+
+
+class AlertItem(TypedDict, closed=True):
+    id: str
+    source: str
+    kind: Literal[
+        "non_finite",
+        "non_finite_forward",
+        "explosion",
+        "vanishing",
+        "amp_skips",
+        "amp_scale_collapse",
+        "non_finite_replay",
+        "non_finite_cause",
+        "non_finite_skipped",
+        "divergence",
+        "memory_leak",
+        "memory_limit",
+    ]
+    cause: NotRequired[
+        Literal["input", "forward", "weights", "loss", "backward", "overflow", "unchecked"]
+    ]
+    replay: NotRequired[ReplayResult]
+    severity: Literal["warning", "error"]
+    step: int
+    layer: str | None
+    message: str
+    remedy: str
+    track: str
+    value: NullableNumber
+    time: float
+    run: NotRequired[int]
+
+
+class Alert(TypedDict, closed=True):
+    method: Literal["alert"]
+    alerts: list[AlertItem]
+    replay: NotRequired[bool]
+
+
+class MemoryRecording(TypedDict, closed=True):
+    state: Literal["off", "armed", "on"]
+    max_entries: int | None
+    since: float | None
+    last: NotRequired[MemorySnapshotSummary | None]
+
+
+class Memory(TypedDict, closed=True):
+    method: Literal["memory"]
+    time: float
+    state: Literal["waiting", "no_cuda", "cuda_idle", "active", "corrupted"]
+    reason: str | None
+    devices: list[MemoryDevice]
+    host: Host
+    breakdown: MemoryBreakdown | None
+    recording: MemoryRecording
+    last_oom: LastOom | None
+    nvml: Nvml
+    leak: NotRequired[MemoryLeak | None]
+    guard: NotRequired[MemoryGuard]
+    activations: NotRequired[Activations | None]
+
+
+class ControlTarget(TypedDict, closed=True):
+    key: str
+    name: str
+    stepping: bool
+    by_hand: bool
+    groups: list[ControlGroup]
+
+
+class RankAlarm(TypedDict, closed=True):
+    id: str
+    kind: Literal[
+        "desync",
+        "straggler",
+        "hang",
+        "failed",
+        "lost",
+        "action",
+        "non_finite",
+        "explosion",
+        "vanishing",
+    ]
+    rank: int
+    step: int | None
+    time: float
+    message: str
+    layer: NotRequired[str | None]
+    cause: NotRequired[
+        Literal["input", "forward", "weights", "loss", "backward", "overflow", "unknown"]
+    ]
+    ranks: NotRequired[list[Rank]]
+    remedy: NotRequired[str | None]
+    stack: list[StackItem]
+    stack_user: NotRequired[int]
+    collective: NotRequired[RankCollective]
+    merged: NotRequired[list[RankStackGroup]]
+
+
+class Ranks(TypedDict, closed=True):
+    method: Literal["ranks"]
+    replay: bool
+    job: RankJob | None
+    ranks: list[RankState]
+    points: list[RankPoints]
+    alarms: list[RankAlarm]
+    endpoint: Endpoint
+
+
+class RecordRunData(TypedDict, closed=True):
+    method: Literal["record_run"]
+    kernel: str
+    run: int
+    info: RecordRun
+    series: list[RecordSeries]
+    alerts: list[AlertItem]
+
+
+PanelMessage: TypeAlias = Open | Action
+
+
+class Exception(TypedDict, closed=True):
+    method: Literal["exception"]
+    id: str
+    time: float
+    replay: bool
+    execution_count: int | None
+    cell_id: str | None
+    debuggable: bool
+    exception: ExceptionInfo
+    diagnosis: Diagnosis
+    frames: list[ExceptionFrame]
+    focus: int | None
+    frames_total: int
+    elided: list[ElidedItem]
+    chain: list[RelatedException]
+    group: NotRequired[list[RelatedException]]
+    truncated: bool
+    capture_ms: NotRequired[float]
+    rank: NotRequired[RankIdentity]
+    unwrapped: NotRequired[UnwrappedError]
+
+
+class Control(TypedDict, closed=True):
+    method: Literal["control"]
+    clip: float | None
+    paused: bool
+    paused_at: int | None
+    step: int
+    lr_scale: float | None
+    optimizers: list[str]
+    last_refusal: str | None
+    idle: NotRequired[bool]
+    run: NotRequired[int | None]
+    targets: NotRequired[list[ControlTarget]]
+    target: NotRequired[str | None]
+
+
+KernelMessage: TypeAlias = (
+    Hello
+    | Snapshot
+    | Series
+    | Ack
+    | Error
+    | Exception
+    | Grads
+    | Alert
+    | Memory
+    | Oom
+    | Control
+    | Runs
+    | Ranks
+    | Loaded
+    | Record
+    | RecordRunData
+)
+
+
+JupyterlabTorchdbgCommProtocol: TypeAlias = KernelMessage | PanelMessage
