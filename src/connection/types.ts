@@ -1,5 +1,6 @@
 import type { Kernel } from '@jupyterlab/services';
 
+import type { TorchDbgModel } from '../model/model';
 import { IAck, IError, KernelMessage } from '../protocol/messages';
 
 /** The subset of a kernel connection this module uses (a fake in jest). */
@@ -24,4 +25,22 @@ export type ActionReply = IAck | IError;
 export interface KernelMessageEvent {
   data: KernelMessage;
   buffers: (ArrayBuffer | ArrayBufferView)[];
+}
+
+/** The part of `window` the connection listens on. */
+export type IPageEvents = Pick<
+  EventTarget,
+  'addEventListener' | 'removeEventListener'
+>;
+
+/** What a `TorchDbgConnection` is made with. */
+export interface IConnectionOptions {
+  kernel: IKernelLike;
+  model?: TorchDbgModel;
+  /** Run `%load_ext jupyterlab_torchdbg` when the target is missing. */
+  autoLoad?: boolean;
+  /** This tab's client id for `open` (default: `tabClientId`, R46). */
+  clientId?: () => Promise<string | null>;
+  /** Where `pagehide`/`pageshow` fire (default: `window`; null: none). */
+  page?: IPageEvents | null;
 }
