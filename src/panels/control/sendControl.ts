@@ -26,3 +26,10 @@ export async function sendControl<K extends ActionName>(
     }
   }
 }
+
+/** Send a control action; `done` gets the kernel's error ('' on success). */
+export type ControlAct = <K extends ActionName>(
+  action: K,
+  args: IActionArgs[K],
+  done?: (error: string) => void
+) => void;
