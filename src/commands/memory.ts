@@ -1,8 +1,9 @@
 import { Notification } from '@jupyterlab/apputils';
 
+import { ActionService } from '../connection/actions';
 import { formatBytes } from '../panels/memory';
 import { GUARD_DEFAULT } from '../panels/memory/leakCard';
-import { ActionName, IActionArgs } from '../protocol/messages';
+import { ActionName, ActionResult, IActionArgs } from '../protocol/messages';
 import { can, captionOf, currentConnection, ICommandContext } from './context';
 import { CommandIDs } from './ids';
 
@@ -16,21 +17,19 @@ export function addMemoryCommands(ctx: ICommandContext): void {
   const memoryAction = async <K extends ActionName>(
     action: K,
     args: IActionArgs[K],
-    success: (result: { [key: string]: unknown }) => string
+    success: (result: ActionResult<K>) => string
   ) => {
     const conn = current();
     if (!conn) {
       return;
     }
-    try {
-      const reply = await conn.sendAction(action, args);
-      if (reply.method === 'error') {
-        Notification.error(reply.message, { autoClose: 6000 });
-      } else {
-        Notification.success(success(reply.result), { autoClose: 6000 });
-      }
-    } catch (e) {
-      Notification.warning((e as Error).message, { autoClose: 5000 });
+    const outcome = await ActionService.of(conn).send(action, args);
+    if (outcome.ok) {
+      Notification.success(success(outcome.result), { autoClose: 6000 });
+    } else if (outcome.code === 'unsent') {
+      Notification.warning(outcome.error, { autoClose: 5000 });
+    } else {
+      Notification.error(outcome.error, { autoClose: 6000 });
     }
   };
 

@@ -6,6 +6,7 @@ import { ISignal, Signal } from '@lumino/signaling';
 import { ActionName, IActionArgs, IHello } from '../protocol/messages';
 import { COMM_TARGET } from '../protocol/version';
 import { TorchDbgModel } from '../model/model';
+import { ActionService } from './actions';
 import { closeQuietly, helloRefusal, openMessage } from './handshake';
 import { showKernelGone } from './kernelGone';
 import { kernelLanguage, loadKernelSide } from './loader';
@@ -58,6 +59,10 @@ export class TorchDbgConnection implements IDisposable {
 
   readonly kernel: IKernelLike;
   readonly model: TorchDbgModel;
+  /** Every panel's and command's way to send an action (`./actions`). */
+  get actions(): ActionService {
+    return ActionService.of(this);
+  }
 
   /** Whether the kernel's side answered `hello` and accepted our version. */
   get isConnected(): boolean {
@@ -159,7 +164,7 @@ export class TorchDbgConnection implements IDisposable {
     action: K,
     args: IActionArgs[K],
     onPending?: () => void
-  ): Promise<ActionReply> {
+  ): Promise<ActionReply<K>> {
     const comm = this._comm;
     if (!comm || this.model.state.kind !== 'connected') {
       return Promise.reject(
@@ -168,7 +173,7 @@ export class TorchDbgConnection implements IDisposable {
         )
       );
     }
-    let reply: Promise<ActionReply>;
+    let reply: Promise<ActionReply<K>>;
     try {
       reply = this._pending.send(comm, action, args);
     } catch (e) {

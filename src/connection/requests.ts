@@ -26,9 +26,10 @@ export class PendingRequests {
     comm: Kernel.IComm,
     action: K,
     args: IActionArgs[K]
-  ): Promise<ActionReply> {
+  ): Promise<ActionReply<K>> {
     const requestId = UUID.uuid4();
-    const reply = this.add(requestId);
+    // the reply to this id answers this action (`resolve` matches by id)
+    const reply = this.add(requestId) as Promise<ActionReply<K>>;
     try {
       comm.send({ method: 'action', request_id: requestId, action, args });
     } catch (e) {

@@ -1,7 +1,12 @@
 import type { Kernel } from '@jupyterlab/services';
 
 import type { TorchDbgModel } from '../model/model';
-import { IAck, IError, KernelMessage } from '../protocol/messages';
+import {
+  ActionName,
+  IError,
+  ITypedAck,
+  KernelMessage
+} from '../protocol/messages';
 
 /** The subset of a kernel connection this module uses (a fake in jest). */
 export type IKernelLike = Pick<
@@ -18,8 +23,12 @@ export type IKernelLike = Pick<
   | 'isDisposed'
 >;
 
-/** The reply to an action: the kernel's ack or error. */
-export type ActionReply = IAck | IError;
+/**
+ * The reply to an action: the kernel's ack, with the result the schema gives
+ * that action (`ActionResult<K>`), or an error.
+ */
+export type ActionReply<K extends ActionName = ActionName> =
+  ITypedAck<K> | IError;
 
 /** A kernel message as delivered to listeners. */
 export interface KernelMessageEvent {
