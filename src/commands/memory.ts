@@ -1,10 +1,15 @@
 import { Notification } from '@jupyterlab/apputils';
 
-import { ActionService } from '../connection/actions';
 import { formatBytes } from '../panels/memory';
 import { GUARD_DEFAULT } from '../panels/memory/leakCard';
 import { ActionName, ActionResult, IActionArgs } from '../protocol/messages';
-import { can, captionOf, currentConnection, ICommandContext } from './context';
+import {
+  can,
+  captionOf,
+  currentConnection,
+  ICommandContext,
+  runAction
+} from './context';
 import { CommandIDs } from './ids';
 
 /**
@@ -23,13 +28,9 @@ export function addMemoryCommands(ctx: ICommandContext): void {
     if (!conn) {
       return;
     }
-    const outcome = await ActionService.of(conn).send(action, args);
-    if (outcome.ok) {
-      Notification.success(success(outcome.result), { autoClose: 6000 });
-    } else if (outcome.code === 'unsent') {
-      Notification.warning(outcome.error, { autoClose: 5000 });
-    } else {
-      Notification.error(outcome.error, { autoClose: 6000 });
+    const result = await runAction(conn, action, args, 6000);
+    if (result) {
+      Notification.success(success(result), { autoClose: 6000 });
     }
   };
 
