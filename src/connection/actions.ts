@@ -16,6 +16,20 @@ export type ActionOutcome<K extends ActionName> =
   | { ok: true; action: K; result: ActionResult<K> }
   | { ok: false; action: K; code: ErrorCode | 'unsent'; error: string };
 
+/**
+ * The note a panel shows under what it sent: the refusal (or why it was not
+ * sent), else `describe` of the result, else nothing.
+ */
+export function outcomeNote<K extends ActionName>(
+  outcome: ActionOutcome<K>,
+  describe?: (result: ActionResult<K>) => string
+): string {
+  if (!outcome.ok) {
+    return outcome.error;
+  }
+  return describe ? describe(outcome.result) : '';
+}
+
 /** What the service needs of a connection: the one way to send. */
 export interface IActionSender {
   sendAction<K extends ActionName>(
