@@ -88,6 +88,26 @@ function prepare(source) {
     ]
   };
 
+  // Each action's result (`x-result` of its definition, a JSON Schema keyword
+  // the generator ignores): one map, action name -> result type, so that
+  // `sendAction<K>` resolves to `IActionResults[K]`. An action without one
+  // keeps an open object.
+  const results = {};
+  for (const variant of oneOf) {
+    const def = defs[refKey(variant.$ref)];
+    const name = def.properties.action.const;
+    results[name] = def['x-result'] ?? { type: 'object' };
+    delete def['x-result'];
+  }
+  defs.ActionResults = {
+    description:
+      "Each action's `result` in its `ack`, by action name (the schema's `x-result`).",
+    type: 'object',
+    required: Object.keys(results),
+    additionalProperties: false,
+    properties: results
+  };
+
   for (const def of Object.values(defs)) {
     // An object that must stay empty: `{}` would accept anything.
     if (def.type === 'object' && def.maxProperties === 0) {
@@ -136,6 +156,28 @@ async function generate() {
       return key && key in defs ? nameOf(defs, key) : undefined;
     }
   });
+  // `ActionResults` is referenced by no message: compile it on its own, its
+  // references named as above and declared by the first pass.
+  const results = await compile(
+    { $id: 'ActionResults', $defs: defs, ...defs.ActionResults },
+    'IActionResults',
+    {
+      bannerComment: '',
+      cwd: path.join(ROOT, path.dirname(SCHEMA)),
+      declareExternallyReferenced: false,
+      ignoreMinAndMaxItems: true,
+      strictIndexSignatures: false,
+      unknownAny: true,
+      format: false,
+      customName: (s, keyNameFromDefinition) => {
+        if (s.$id === 'ActionResults') {
+          return 'IActionResults';
+        }
+        const key = keyNameFromDefinition ?? s.$id;
+        return key && key in defs ? nameOf(defs, key) : undefined;
+      }
+    }
+  );
   // the version, in one place: the schema's `x-protocol-version`
   const version = `
 /** The protocol version: the schema's \`x-protocol-version\`. */
@@ -143,7 +185,10 @@ export const PROTOCOL_VERSION = ${JSON.stringify(source['x-protocol-version'])};
 `;
   const target = path.join(ROOT, OUTPUT);
   const config = (await prettier.resolveConfig(target)) ?? {};
-  return prettier.format(ts + version, { ...config, filepath: target });
+  return prettier.format(ts + results + version, {
+    ...config,
+    filepath: target
+  });
 }
 
 async function main() {

@@ -19,6 +19,7 @@ from typing import Any
 from _exc_helpers import SyncKernel, start_kernel
 from jsonschema import Draft202012Validator
 from jupyter_client.jsonutil import json_default
+from kernel_client import validate_ack_result
 
 from jupyterlab_torchdbg.protocol import COMM_TARGET, load_schema
 
@@ -58,6 +59,7 @@ def validate_kernel_message(data: dict[str, Any]) -> None:
     if validator is None:
         raise AssertionError(f"unknown method {data.get('method')!r}")
     validator.validate(data)
+    validate_ack_result(data)
 
 
 #: Defined in the kernel once: the state an invalid request must not change.

@@ -17,12 +17,30 @@ from typing import Any
 import numpy as np
 from jsonschema import Draft202012Validator
 
-from jupyterlab_torchdbg.protocol import COMM_TARGET, PROTOCOL_VERSION, load_schema
+from jupyterlab_torchdbg.protocol import (
+    COMM_TARGET,
+    PROTOCOL_VERSION,
+    action_result_schemas,
+    load_schema,
+)
 
 _SCHEMA = load_schema()
 _kernel_validator = Draft202012Validator(
     {"$defs": _SCHEMA["$defs"], "$ref": "#/$defs/KernelMessage"}
 )
+#: An ack's ``result`` is checked against its action's ``x-result``.
+RESULT_VALIDATORS = {
+    name: Draft202012Validator(result) for name, result in action_result_schemas(_SCHEMA).items()
+}
+
+
+def validate_ack_result(data: dict[str, Any]) -> None:
+    """Raise when an ``ack``'s result does not match its action's result schema."""
+    if data.get("method") != "ack":
+        return
+    validator = RESULT_VALIDATORS.get(data.get("action"))  # type: ignore[arg-type]
+    if validator is not None:
+        validator.validate(data["result"])
 
 
 def validate_kernel_message(data: dict[str, Any]) -> None:
@@ -34,6 +52,7 @@ def validate_kernel_message(data: dict[str, Any]) -> None:
     if method not in by_method:
         raise AssertionError(f"unknown method {method!r}")
     Draft202012Validator({"$defs": defs, "$ref": f"#/$defs/{by_method[method]}"}).validate(data)
+    validate_ack_result(data)
 
 
 def _is_msg(d: Any) -> bool:

@@ -45,6 +45,20 @@ def load_schema() -> dict[str, Any]:
     return schema
 
 
+def action_result_schemas(schema: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """Each action's result schema (its definition's ``x-result``) by action name, each
+    usable on its own (the schema's ``$defs`` attached, for its ``$ref``s). An action
+    without one is not in the map."""
+    defs: dict[str, Any] = (schema or load_schema())["$defs"]
+    out: dict[str, dict[str, Any]] = {}
+    for ref in defs["Action"]["oneOf"]:
+        definition = defs[ref["$ref"].removeprefix("#/$defs/")]
+        result = definition.get("x-result")
+        if isinstance(result, dict):
+            out[definition["properties"]["action"]["const"]] = {"$defs": defs, **result}
+    return out
+
+
 #: ``MAJOR.MINOR`` in ASCII digits without leading zeros. Not ``str.isdigit``/``int``:
 #: they accept "٢" (Arabic-Indic two), "²" and "02" as 2 (or raise on "²").
 _VERSION = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)", re.ASCII)

@@ -351,9 +351,12 @@ describe('ranks formatting', () => {
     expect(describeRanksAck('ranks_resume', {}, { ranks: [0, 1] }, trans)).toBe(
       'resumed ranks 0, 1'
     );
+    expect(describeRanksAck('ranks_unclip', {}, result, trans)).toBe(
+      'clipping stops at step 57 on ranks 0, 1'
+    );
     expect(
-      describeRanksAck('ranks_unclip', {}, { message: 'unclipped' }, trans)
-    ).toBe('unclipped');
+      describeRanksAck('ranks_pause', {}, { at_step: 3, ranks: [] }, trans)
+    ).toBe('pause at step 3 on ranks every rank');
   });
 
   it('step times in µs, ms or s; unknown as a dash', () => {

@@ -2,13 +2,15 @@ import { JupyterFrontEnd } from '@jupyterlab/application';
 import { Notification } from '@jupyterlab/apputils';
 import type { TranslationBundle } from '@jupyterlab/translation';
 
-import { ActionReply, TorchDbgConnection } from '../connection/connection';
+import { ActionService } from '../connection/actions';
+import { TorchDbgConnection } from '../connection/connection';
 import { KernelTracker } from '../connection/tracker';
 import {
   availability,
   IActionAvailability,
   IAvailability
 } from '../model/availability';
+import { ActionName, ActionResult, IActionArgs } from '../protocol/messages';
 
 /**
  * What every feature's commands need: the application (to register commands
@@ -64,14 +66,26 @@ export function captionOf(
   return a.enabled ? what : a.why;
 }
 
-/** Show the kernel's error reply to an action (an ack needs no notice). */
-export function notifyReply(reply: ActionReply): void {
-  if (reply.method === 'error') {
-    Notification.error(reply.message, { autoClose: 5000 });
+/**
+ * Send an action from a command through the connection's action service;
+ * resolves to its typed result, or null after showing why not: the kernel's
+ * refusal as an error (`errorClose` ms), a request that could not be sent
+ * (the kernel side is not connected) as a warning.
+ */
+export async function runAction<K extends ActionName>(
+  conn: TorchDbgConnection,
+  action: K,
+  args: IActionArgs[K],
+  errorClose = 5000
+): Promise<ActionResult<K> | null> {
+  const outcome = await ActionService.of(conn).send(action, args);
+  if (outcome.ok) {
+    return outcome.result;
   }
-}
-
-/** Show why an action could not be sent (the kernel side is not connected). */
-export function notifyFailure(e: Error): void {
-  Notification.warning(e.message, { autoClose: 5000 });
+  if (outcome.code === 'unsent') {
+    Notification.warning(outcome.error, { autoClose: 5000 });
+  } else {
+    Notification.error(outcome.error, { autoClose: errorClose });
+  }
+  return null;
 }

@@ -7,7 +7,7 @@ import {
   captionOf,
   currentConnection,
   ICommandContext,
-  notifyFailure
+  runAction
 } from './context';
 import { CommandIDs } from './ids';
 import { saveBesideDocument } from './save';
@@ -102,14 +102,7 @@ export function addGradsCommands(ctx: ICommandContext): void {
         return;
       }
       const on = !skipping(conn.model.grads.status?.tracks);
-      try {
-        const reply = await conn.sendAction('skip_nonfinite', { on });
-        if (reply.method === 'error') {
-          Notification.error(reply.message, { autoClose: 8000 });
-        }
-      } catch (e) {
-        notifyFailure(e as Error);
-      }
+      await runAction(conn, 'skip_nonfinite', { on }, 8000);
     }
   });
   app.commands.addCommand(CommandIDs.replayStep, {
@@ -129,21 +122,16 @@ export function addGradsCommands(ctx: ICommandContext): void {
       if (!conn || !kept) {
         return;
       }
-      try {
-        const reply = await conn.sendAction('replay_step', {
-          track: kept.track
+      const replay = await runAction(
+        conn,
+        'replay_step',
+        { track: kept.track },
+        8000
+      );
+      if (replay) {
+        Notification.info(replay.message || trans.__('Replayed.'), {
+          autoClose: 15000
         });
-        if (reply.method === 'error') {
-          Notification.error(reply.message, { autoClose: 8000 });
-        } else {
-          const message = reply.result.message;
-          Notification.info(
-            typeof message === 'string' ? message : trans.__('Replayed.'),
-            { autoClose: 15000 }
-          );
-        }
-      } catch (e) {
-        notifyFailure(e as Error);
       }
     }
   });

@@ -2,7 +2,7 @@ import { Dialog, showDialog } from '@jupyterlab/apputils';
 import type { TranslationBundle } from '@jupyterlab/translation';
 import { Widget } from '@lumino/widgets';
 
-import { formatLr, parseLr } from '../panels/control/body';
+import { formatLr, parseLr } from '../panels/control/lr';
 import type { IControlTarget } from '../protocol/generated';
 import { wireNumber } from '../protocol/messages';
 

@@ -2,8 +2,14 @@ import { Notification } from '@jupyterlab/apputils';
 
 import { formatBytes } from '../panels/memory';
 import { GUARD_DEFAULT } from '../panels/memory/leakCard';
-import { ActionName, IActionArgs } from '../protocol/messages';
-import { can, captionOf, currentConnection, ICommandContext } from './context';
+import { ActionName, ActionResult, IActionArgs } from '../protocol/messages';
+import {
+  can,
+  captionOf,
+  currentConnection,
+  ICommandContext,
+  runAction
+} from './context';
 import { CommandIDs } from './ids';
 
 /**
@@ -16,21 +22,15 @@ export function addMemoryCommands(ctx: ICommandContext): void {
   const memoryAction = async <K extends ActionName>(
     action: K,
     args: IActionArgs[K],
-    success: (result: { [key: string]: unknown }) => string
+    success: (result: ActionResult<K>) => string
   ) => {
     const conn = current();
     if (!conn) {
       return;
     }
-    try {
-      const reply = await conn.sendAction(action, args);
-      if (reply.method === 'error') {
-        Notification.error(reply.message, { autoClose: 6000 });
-      } else {
-        Notification.success(success(reply.result), { autoClose: 6000 });
-      }
-    } catch (e) {
-      Notification.warning((e as Error).message, { autoClose: 5000 });
+    const result = await runAction(conn, action, args, 6000);
+    if (result) {
+      Notification.success(success(result), { autoClose: 6000 });
     }
   };
 

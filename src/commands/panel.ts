@@ -1,13 +1,7 @@
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
-import {
-  can,
-  currentConnection,
-  ICommandContext,
-  notifyFailure,
-  notifyReply
-} from './context';
+import { can, currentConnection, ICommandContext, runAction } from './context';
 import { CommandIDs } from './ids';
 
 /**
@@ -64,20 +58,21 @@ export function addPanelCommands(
   app.commands.addCommand(CommandIDs.resync, {
     label: trans.__('Resync Panel with Kernel'),
     isEnabled: () => can(ctx, 'resync').enabled,
-    execute: () =>
-      current()?.sendAction('snapshot', {}).then(notifyReply, notifyFailure)
+    execute: async () => {
+      const conn = current();
+      if (conn) {
+        await runAction(conn, 'snapshot', {});
+      }
+    }
   });
   app.commands.addCommand(CommandIDs.clearSeries, {
     label: trans.__('Clear Logged Series'),
     isEnabled: () => can(ctx, 'clearSeries').enabled,
-    execute: () =>
-      current()
-        ?.sendAction('clear_history', {})
-        .then(reply => {
-          notifyReply(reply);
-          if (reply.method === 'ack') {
-            current()?.model.clearSeries();
-          }
-        }, notifyFailure)
+    execute: async () => {
+      const conn = current();
+      if (conn && (await runAction(conn, 'clear_history', {}))) {
+        current()?.model.clearSeries();
+      }
+    }
   });
 }

@@ -1,15 +1,25 @@
 import type { Kernel } from '@jupyterlab/services';
-import { PromiseDelegate, UUID } from '@lumino/coreutils';
+import { PromiseDelegate } from '@lumino/coreutils';
 import { IDisposable } from '@lumino/disposable';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { ActionName, IActionArgs, IHello, IOpen } from '../protocol/messages';
-import { COMM_TARGET, majorOf, PROTOCOL_VERSION } from '../protocol/version';
+import { ActionName, IActionArgs, IHello } from '../protocol/messages';
+import { COMM_TARGET } from '../protocol/version';
 import { TorchDbgModel } from '../model/model';
+import { ActionService } from './actions';
+import { closeQuietly, helloRefusal, openMessage } from './handshake';
+import { showKernelGone } from './kernelGone';
 import { kernelLanguage, loadKernelSide } from './loader';
 import { PendingRequests } from './requests';
+import { Resync } from './resync';
 import { routeMessage } from './router';
-import { ActionReply, IKernelLike, KernelMessageEvent } from './types';
+import {
+  ActionReply,
+  IConnectionOptions,
+  IKernelLike,
+  IPageEvents as IPageEventsT,
+  KernelMessageEvent
+} from './types';
 import { tabClientId } from './clientId';
 
 export { LOAD_CODE } from './loader';
@@ -29,7 +39,7 @@ const HELLO_PATIENCE_MS = 3000;
  * reloaded or crashed page left behind (R46).
  */
 export class TorchDbgConnection implements IDisposable {
-  constructor(options: TorchDbgConnection.IOptions) {
+  constructor(options: IConnectionOptions) {
     this.kernel = options.kernel;
     this.model = options.model ?? new TorchDbgModel();
     this._autoLoad = options.autoLoad ?? true;
@@ -49,6 +59,10 @@ export class TorchDbgConnection implements IDisposable {
 
   readonly kernel: IKernelLike;
   readonly model: TorchDbgModel;
+  /** Every panel's and command's way to send an action (`./actions`). */
+  get actions(): ActionService {
+    return ActionService.of(this);
+  }
 
   /** Whether the kernel's side answered `hello` and accepted our version. */
   get isConnected(): boolean {
@@ -150,7 +164,7 @@ export class TorchDbgConnection implements IDisposable {
     action: K,
     args: IActionArgs[K],
     onPending?: () => void
-  ): Promise<ActionReply> {
+  ): Promise<ActionReply<K>> {
     const comm = this._comm;
     if (!comm || this.model.state.kind !== 'connected') {
       return Promise.reject(
@@ -159,15 +173,11 @@ export class TorchDbgConnection implements IDisposable {
         )
       );
     }
-    const requestId = UUID.uuid4();
-    const reply = this._pending.add(requestId);
+    let reply: Promise<ActionReply<K>>;
     try {
-      comm.send({ method: 'action', request_id: requestId, action, args });
+      reply = this._pending.send(comm, action, args);
     } catch (e) {
-      this._pending.delete(requestId);
-      return Promise.reject(
-        new Error(`Could not reach the kernel: ${(e as Error).message}`)
-      );
+      return Promise.reject(e);
     }
     if (onPending && !this.model.hello?.capabilities.subshells) {
       if (this.kernel.status === 'busy') {
@@ -185,7 +195,7 @@ export class TorchDbgConnection implements IDisposable {
     this._page?.removeEventListener('pagehide', this._onPageHide);
     this._page?.removeEventListener('pageshow', this._onPageShow);
     this._closeComm();
-    this._rejectPending('The panel was closed.');
+    this._pending.failAll('The panel was closed.');
     Signal.clearData(this);
   }
 
@@ -229,7 +239,7 @@ export class TorchDbgConnection implements IDisposable {
       clearTimeout(patience);
       if (this._comm === comm) {
         this._comm = null;
-        this._rejectPending('The kernel side closed the connection.');
+        this._pending.failAll('The kernel side closed the connection.');
         if (this.model.state.kind === 'connected') {
           this.model.state = {
             kind: 'not_loaded',
@@ -240,12 +250,7 @@ export class TorchDbgConnection implements IDisposable {
       result.resolve(greeted ? 'closed' : 'no_target');
     };
     this._comm = comm;
-    const open: IOpen = {
-      method: 'open',
-      protocol_version: PROTOCOL_VERSION,
-      client: 'jupyterlab',
-      ...(this._clientId ? { client_id: this._clientId } : {})
-    };
+    const open = openMessage(this._clientId);
     try {
       comm.open(open as unknown as Record<string, never>);
     } catch (e) {
@@ -262,25 +267,13 @@ export class TorchDbgConnection implements IDisposable {
 
   private _onHello(comm: Kernel.IComm, hello: IHello): void {
     this.model.hello = hello;
-    const ours = majorOf(PROTOCOL_VERSION);
-    const theirs = majorOf(hello.protocol_version);
-    if (!hello.accepted || ours !== theirs) {
-      this.model.state = {
-        kind: 'version_mismatch',
-        message:
-          `Protocol mismatch: the lab extension speaks ${PROTOCOL_VERSION}, ` +
-          `the kernel package jupyterlab_torchdbg ${hello.package_version} ` +
-          `speaks ${hello.protocol_version}. Install the same version in the ` +
-          "kernel's environment and in JupyterLab's."
-      };
+    const refusal = helloRefusal(hello);
+    if (refusal) {
+      this.model.state = refusal;
       if (this._comm === comm) {
         this._comm = null;
       }
-      try {
-        comm.close();
-      } catch {
-        // already closed by the kernel
-      }
+      closeQuietly(comm);
       return;
     }
     if (hello.session_id !== this._sessionId) {
@@ -299,12 +292,12 @@ export class TorchDbgConnection implements IDisposable {
     }
     try {
       if (data.method === 'snapshot') {
-        this._resyncing = false;
+        this._resync.clear();
       }
       const outcome = routeMessage(this.model, data, buffers, this._sessionId);
       switch (outcome.kind) {
         case 'resync':
-          this._resync();
+          this._resync.request();
           return;
         case 'stream':
           return;
@@ -324,22 +317,12 @@ export class TorchDbgConnection implements IDisposable {
     if (status === 'restarting' || status === 'autorestarting') {
       this._restarting = true;
       this._closeComm();
-      this._rejectPending('The kernel restarted.');
-      if (status === 'autorestarting' && this.model.hello) {
-        // It died (the server restarts it): keep what the panel showed, read
-        // only, until the next kernel connects and hands over its record.
-        this.model.died = Date.now() / 1000;
-      } else {
-        this.model.reset();
-      }
-      this.model.state = { kind: 'restarting' };
+      this._pending.failAll('The kernel restarted.');
+      showKernelGone(this.model, status);
     } else if (status === 'dead') {
       this._closeComm();
-      this._rejectPending('The kernel died.');
-      if (this.model.hello && this.model.died === null) {
-        this.model.died = Date.now() / 1000;
-      }
-      this.model.state = { kind: 'dead' };
+      this._pending.failAll('The kernel died.');
+      showKernelGone(this.model, status);
     } else if (status === 'idle' && this._restarting) {
       this._restarting = false;
       void this.connect();
@@ -364,26 +347,6 @@ export class TorchDbgConnection implements IDisposable {
   }
 
   /**
-   * Ask for one snapshot after a `seq` gap or a block id with no known names
-   * (a lost message); later messages do not ask again until it arrives.
-   */
-  private _resync(): void {
-    if (this._resyncing) {
-      return;
-    }
-    this._resyncing = true;
-    this.sendAction('snapshot', {})
-      .then(reply => {
-        if (reply.method === 'error') {
-          this._resyncing = false;
-        }
-      })
-      .catch(() => {
-        this._resyncing = false;
-      });
-  }
-
-  /**
    * The page is going away (reload, close, navigation): close the comm while
    * the websocket is still up, best effort (R46). Not on `beforeunload`: the
    * user may cancel that ("unsaved changes") and keep using the panel.
@@ -391,7 +354,7 @@ export class TorchDbgConnection implements IDisposable {
   private _onPageHide = (): void => {
     this._hidden = true;
     this._closeComm();
-    this._rejectPending('The page was closed.');
+    this._pending.failAll('The page was closed.');
   };
 
   /** Back from the back/forward cache after `pagehide`: reattach. */
@@ -405,51 +368,30 @@ export class TorchDbgConnection implements IDisposable {
   private _closeComm(): void {
     const comm = this._comm;
     this._comm = null;
-    this._resyncing = false;
-    if (comm && !comm.isDisposed) {
-      try {
-        comm.close();
-      } catch {
-        // the kernel is gone; nothing to close
-      }
+    this._resync.clear();
+    if (comm) {
+      closeQuietly(comm);
     }
-  }
-
-  private _rejectPending(reason: string): void {
-    this._pending.failAll(reason);
   }
 
   private _comm: Kernel.IComm | null = null;
   private _clientId: string | null = null;
   private _findClientId: () => Promise<string | null>;
-  private _page: TorchDbgConnection.IPageEvents | null;
+  private _page: IPageEventsT | null;
   private _hidden = false;
   private _autoLoad: boolean;
   private _connecting = false;
   private _disposed = false;
   private _restarting = false;
   private _wasDisconnected = false;
-  private _resyncing = false;
+  private _resync = new Resync(() => this.sendAction('snapshot', {}));
   private _sessionId: string | null = null;
   private _pending = new PendingRequests();
   private _message = new Signal<this, KernelMessageEvent>(this);
 }
 
 export namespace TorchDbgConnection {
-  export interface IOptions {
-    kernel: IKernelLike;
-    model?: TorchDbgModel;
-    /** Run `%load_ext jupyterlab_torchdbg` when the target is missing. */
-    autoLoad?: boolean;
-    /** This tab's client id for `open` (default: `tabClientId`, R46). */
-    clientId?: () => Promise<string | null>;
-    /** Where `pagehide`/`pageshow` fire (default: `window`; null: none). */
-    page?: IPageEvents | null;
-  }
-
+  export type IOptions = IConnectionOptions;
   /** The part of `window` the connection listens on. */
-  export type IPageEvents = Pick<
-    EventTarget,
-    'addEventListener' | 'removeEventListener'
-  >;
+  export type IPageEvents = IPageEventsT;
 }

@@ -1,4 +1,7 @@
-import { PromiseDelegate } from '@lumino/coreutils';
+import type { Kernel } from '@jupyterlab/services';
+import { PromiseDelegate, UUID } from '@lumino/coreutils';
+
+import { ActionName, IActionArgs } from '../protocol/messages';
 
 import { ActionReply } from './types';
 
@@ -13,6 +16,27 @@ export class PendingRequests {
     const delegate = new PromiseDelegate<ActionReply>();
     this._pending.set(requestId, delegate);
     return delegate.promise;
+  }
+
+  /**
+   * Send an action on `comm` under a new request id; the promise resolves with
+   * its one reply. Throws (and forgets the id) when the comm cannot send.
+   */
+  send<K extends ActionName>(
+    comm: Kernel.IComm,
+    action: K,
+    args: IActionArgs[K]
+  ): Promise<ActionReply<K>> {
+    const requestId = UUID.uuid4();
+    // the reply to this id answers this action (`resolve` matches by id)
+    const reply = this.add(requestId) as Promise<ActionReply<K>>;
+    try {
+      comm.send({ method: 'action', request_id: requestId, action, args });
+    } catch (e) {
+      this.delete(requestId);
+      throw new Error(`Could not reach the kernel: ${(e as Error).message}`);
+    }
+    return reply;
   }
 
   /** Forget a request that could not be sent. */

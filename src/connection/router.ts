@@ -73,7 +73,9 @@ export function routeMessage(
       if (data.method === 'error' && data.code === 'protocol_mismatch') {
         model.state = { kind: 'version_mismatch', message: data.message };
       }
-      return { kind: 'reply', reply: data };
+      // An ack's result has the shape the schema gives its action: the
+      // kernel's replies are checked against it (tests/kernel_client.py).
+      return { kind: 'reply', reply: data as ActionReply };
     default:
       break;
   }

@@ -1,5 +1,6 @@
+import { ActionOutcome, ActionService } from '../connection/actions';
 import type { TorchDbgConnection } from '../connection/connection';
-import type { IGradThresholds } from '../protocol/messages';
+import type { ActionName, IGradThresholds } from '../protocol/messages';
 
 /** How often the gradient monitor samples (the `gradientSampling` setting). */
 export type GradSampling = 'auto' | 'every step' | 'off';
@@ -75,26 +76,25 @@ export class GradSettingsSync {
   private _push(conn: TorchDbgConnection): void {
     this._pushedTo.set(conn, conn.model.hello?.session_id);
     const { sampling, thresholds } = this._settings;
-    const report = (what: string) => (reply: { method: string }) => {
-      if (reply.method === 'error') {
-        this._onError(
-          `Torch Debugger settings (${what}): ${(reply as { message?: string }).message ?? 'refused'}`
-        );
+    const actions = ActionService.of(conn);
+    // not sent (disconnected meanwhile): pushed again on reconnect
+    const report = (what: string) => (outcome: ActionOutcome<ActionName>) => {
+      if (!outcome.ok && outcome.code !== 'unsent') {
+        this._onError(`Torch Debugger settings (${what}): ${outcome.error}`);
       }
     };
-    const ignore = () => undefined; // disconnected meanwhile: pushed on reconnect
     if (Object.keys(thresholds).length > 0) {
-      conn
-        .sendAction('set_thresholds', thresholds)
-        .then(report('gradientThresholds'), ignore);
+      void actions
+        .send('set_thresholds', thresholds)
+        .then(report('gradientThresholds'));
     }
     // 'auto' is the kernel's default: only sent once the user changed the setting,
     // so a `watch(model, stride=N)` in the notebook is not overridden on connect.
     if (sampling !== 'auto' || this._samplingSet) {
       const stride = sampling === 'every step' ? 1 : sampling;
-      conn
-        .sendAction('set_stride', { stride })
-        .then(report('gradientSampling'), ignore);
+      void actions
+        .send('set_stride', { stride })
+        .then(report('gradientSampling'));
     }
   }
 

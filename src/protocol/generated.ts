@@ -2237,6 +2237,168 @@ export interface IActionExportTensorboard {
   };
   [k: string]: unknown;
 }
+/**
+ * Each action's `result` in its `ack`, by action name (the schema's `x-result`).
+ */
+export interface IActionResults {
+  snapshot: {
+    /**
+     * How many series the resent snapshot names.
+     */
+    series: number;
+  };
+  clear_history: {
+    /**
+     * How many series were cleared.
+     */
+    cleared: number;
+  };
+  set_stride: {
+    mode: 'auto' | 'fixed' | 'off';
+    /**
+     * The fixed stride; null unless `mode` is fixed.
+     */
+    stride: number | null;
+  };
+  set_thresholds: {
+    thresholds: IGradThresholds;
+  };
+  clear_alerts: {
+    /**
+     * How many alerts were cleared.
+     */
+    cleared: number;
+  };
+  replay_step: IReplayResult;
+  skip_nonfinite: {
+    on: boolean;
+  };
+  empty_cache: {
+    [k: string]: unknown;
+  };
+  release_refs: {
+    [k: string]: unknown;
+  };
+  record_memory: {
+    [k: string]: unknown;
+  };
+  save_checkpoint: {
+    [k: string]: unknown;
+  };
+  clip: {
+    clip: number;
+    /**
+     * When it takes effect, in words.
+     */
+    applies: string;
+  };
+  unclip: {
+    clip: null;
+  };
+  pause: {
+    paused: true;
+    /**
+     * When it takes effect, in words.
+     */
+    applies: string;
+  };
+  resume: {
+    paused: false;
+  };
+  step: {
+    /**
+     * What runs, in words.
+     */
+    step: string;
+  };
+  scale_lr: {
+    /**
+     * The key of the optimizer it acts on (a `ControlTarget` key).
+     */
+    optimizer: string;
+    pending: true;
+    /**
+     * When it takes effect, in words.
+     */
+    applies: string;
+    /**
+     * The optimizer's LR scale once the queued changes apply.
+     */
+    lr_scale: number;
+  };
+  reset_lr: {
+    /**
+     * The key of the optimizer it acts on (a `ControlTarget` key).
+     */
+    optimizer: string;
+    lr_scale: null;
+    /**
+     * When it takes effect, in words.
+     */
+    applies: string;
+  };
+  set_lr: {
+    /**
+     * The key of the optimizer it acts on (a `ControlTarget` key).
+     */
+    optimizer: string;
+    pending: true;
+    /**
+     * When it takes effect, in words.
+     */
+    applies: string;
+    lr: number;
+  };
+  ranks_clip: {
+    at_step: number;
+    /**
+     * The ranks that agreed (resume: the ranks released).
+     */
+    ranks: number[];
+  };
+  ranks_unclip: {
+    at_step: number;
+    /**
+     * The ranks that agreed (resume: the ranks released).
+     */
+    ranks: number[];
+  };
+  ranks_pause: {
+    at_step: number;
+    /**
+     * The ranks that agreed (resume: the ranks released).
+     */
+    ranks: number[];
+  };
+  ranks_resume: {
+    /**
+     * The ranks that agreed (resume: the ranks released).
+     */
+    ranks: number[];
+  };
+  ranks_scale_lr: {
+    at_step: number;
+    /**
+     * The ranks that agreed (resume: the ranks released).
+     */
+    ranks: number[];
+  };
+  set_memory_guard: {
+    [k: string]: unknown;
+  };
+  measure_activations: {
+    [k: string]: unknown;
+  };
+  open_record: {
+    [k: string]: unknown;
+  };
+  dismiss_record: {
+    [k: string]: unknown;
+  };
+  export_tensorboard: {
+    [k: string]: unknown;
+  };
+}
 
 /** The protocol version: the schema's `x-protocol-version`. */
 export const PROTOCOL_VERSION = '2.7';

@@ -9,13 +9,16 @@
 import type {
   ActionVariant,
   FiniteOrSpecial,
+  IAck,
   IActionEnvelope,
+  IActionResults,
   IError
 } from './generated';
 
 export type {
   Bytes,
   IAck,
+  IActionResults,
   IAlert,
   IAlertItem,
   IAllocationSite,
@@ -73,6 +76,15 @@ export type IActionArgs = {
 
 /** The name of an allowlisted action. */
 export type ActionName = keyof IActionArgs;
+
+/** The `result` of an action's `ack` (the schema's `x-result` for that action). */
+export type ActionResult<K extends ActionName> = IActionResults[K];
+
+/** The `ack` of one action: its name and its typed result. */
+export type ITypedAck<K extends ActionName = ActionName> = Omit<
+  IAck,
+  'action' | 'result'
+> & { action: K; result: ActionResult<K> };
 
 /** An `action` request: the envelope with one action's name and arguments. */
 export type IAction<K extends ActionName = ActionName> = IActionEnvelope &

@@ -43,3 +43,23 @@ export function AlarmTags(props: {
     </>
   );
 }
+
+/**
+ * The row of an alarm list that opens or folds it ("show 12 more alarms",
+ * "show fewer"): a link-styled button in its own list item.
+ */
+export function AlarmListToggle(props: {
+  label: string;
+  onClick: () => void;
+}): JSX.Element {
+  return (
+    <li className="jp-TorchDbg-alertGap">
+      <button
+        className="jp-TorchDbg-link jp-TorchDbg-alertMore"
+        onClick={props.onClick}
+      >
+        {props.label}
+      </button>
+    </li>
+  );
+}

@@ -1,4 +1,4 @@
 export { ControlPanel } from './body';
 export { sendControl } from './sendControl';
 export { ControlModel } from './model';
-export { formatLr, parseLr, MAX_LR } from './body';
+export { formatLr, parseLr, MAX_LR } from './lr';

@@ -1,9 +1,11 @@
+import { ActionService } from '../../connection/actions';
 import { TorchDbgConnection } from '../../connection/connection';
 import { ActionName, IActionArgs } from '../../protocol/messages';
 
 /**
- * Send a control action: note it as pending while the kernel is busy without
- * subshells, and resolve to the kernel's error message (or '' on success).
+ * Send a control action through the connection's action service: note it as
+ * pending in the control model while the kernel is busy without subshells,
+ * and resolve to the kernel's error message (or '' on success).
  */
 export async function sendControl<K extends ActionName>(
   conn: TorchDbgConnection,
@@ -13,16 +15,21 @@ export async function sendControl<K extends ActionName>(
   const control = conn.model.control;
   let pending = false;
   try {
-    const reply = await conn.sendAction(action, args, () => {
+    const outcome = await ActionService.of(conn).send(action, args, () => {
       pending = true;
       control.addPending(action);
     });
-    return reply.method === 'error' ? reply.message : '';
-  } catch (e) {
-    return (e as Error).message;
+    return outcome.ok ? '' : outcome.error;
   } finally {
     if (pending) {
       control.removePending(action);
     }
   }
 }
+
+/** Send a control action; `done` gets the kernel's error ('' on success). */
+export type ControlAct = <K extends ActionName>(
+  action: K,
+  args: IActionArgs[K],
+  done?: (error: string) => void
+) => void;

@@ -4,7 +4,7 @@ import React, { useState } from 'react';
 import type { TorchDbgConnection } from '../../connection/connection';
 import { TorchDbgModel } from '../../model/model';
 import { IAlertItem } from '../../protocol/messages';
-import { AlarmTags } from '../../ui/alarmTags';
+import { AlarmListToggle, AlarmTags } from '../../ui/alarmTags';
 import { useSignalRender } from '../../ui/useSignalRender';
 import { ReplayButton, ReplayView } from './replayView';
 
@@ -143,25 +143,17 @@ export function AlertList(props: {
     <ul className="jp-TorchDbg-alerts" aria-label={trans.__('Gradient alarms')}>
       {shown.slice(0, 1).map(item)}
       {hidden > 0 && (
-        <li className="jp-TorchDbg-alertGap">
-          <button
-            className="jp-TorchDbg-link jp-TorchDbg-alertMore"
-            onClick={() => setAll(true)}
-          >
-            {trans.__('show %1 more alarms', String(hidden))}
-          </button>
-        </li>
+        <AlarmListToggle
+          label={trans.__('show %1 more alarms', String(hidden))}
+          onClick={() => setAll(true)}
+        />
       )}
       {shown.slice(1).map(item)}
       {all && ordered.length > SHOWN_ALARMS && (
-        <li className="jp-TorchDbg-alertGap">
-          <button
-            className="jp-TorchDbg-link jp-TorchDbg-alertMore"
-            onClick={() => setAll(false)}
-          >
-            {trans.__('show fewer')}
-          </button>
-        </li>
+        <AlarmListToggle
+          label={trans.__('show fewer')}
+          onClick={() => setAll(false)}
+        />
       )}
     </ul>
   );

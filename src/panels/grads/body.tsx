@@ -1,6 +1,7 @@
 import type { TranslationBundle } from '@jupyterlab/translation';
 import React, { useState } from 'react';
 
+import { ActionService, outcomeNote } from '../../connection/actions';
 import { TorchDbgConnection } from '../../connection/connection';
 import { TorchDbgModel } from '../../model/model';
 import { IGradTrack } from '../../protocol/messages';
@@ -29,28 +30,22 @@ export function GradsPanel(props: {
   const [note, setNote] = useState('');
   const setStride = (value: string) => {
     const stride = value === 'auto' || value === 'off' ? value : Number(value);
-    conn
-      .sendAction('set_stride', { stride }, () =>
+    void ActionService.of(conn)
+      .send('set_stride', { stride }, () =>
         setNote(trans.__('pending: applies when the cell ends'))
       )
-      .then(
-        r => setNote(r.method === 'error' ? r.message : ''),
-        e => setNote((e as Error).message)
-      );
+      .then(outcome => setNote(outcomeNote(outcome)));
   };
   // The box shows the click at once; the kernel's status (sent before its ack) then
   // takes over, so a refusal puts it back.
   const [skipSent, setSkipSent] = useState<boolean | null>(null);
   const setSkip = (on: boolean) => {
     setSkipSent(on);
-    conn
-      .sendAction('skip_nonfinite', { on }, () =>
+    void ActionService.of(conn)
+      .send('skip_nonfinite', { on }, () =>
         setNote(trans.__('pending: applies when the cell ends'))
       )
-      .then(
-        r => setNote(r.method === 'error' ? r.message : ''),
-        e => setNote((e as Error).message)
-      )
+      .then(outcome => setNote(outcomeNote(outcome)))
       .finally(() => setSkipSent(null));
   };
   if (!status) {

@@ -1,6 +1,7 @@
 import type { TranslationBundle } from '@jupyterlab/translation';
 import React, { useEffect, useRef, useState } from 'react';
 
+import { ActionService, outcomeNote } from '../../connection/actions';
 import type { TorchDbgConnection } from '../../connection/connection';
 import type { IReplayResult } from '../../protocol/generated';
 
@@ -153,10 +154,9 @@ export function ReplayButton(props: {
   const replay = () => {
     setBusy(true);
     setNote('');
-    conn.sendAction('replay_step', { track }).then(
-      r => done(r.method === 'error' ? r.message : ''),
-      e => done((e as Error).message)
-    );
+    void ActionService.of(conn)
+      .send('replay_step', { track })
+      .then(outcome => done(outcomeNote(outcome)));
   };
   return (
     <span className="jp-TorchDbg-replayAction">

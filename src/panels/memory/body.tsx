@@ -1,6 +1,7 @@
 import type { TranslationBundle } from '@jupyterlab/translation';
 import React, { useState } from 'react';
 
+import { ActionService, outcomeNote } from '../../connection/actions';
 import { TorchDbgConnection } from '../../connection/connection';
 import { availability } from '../../model/availability';
 import { TorchDbgModel } from '../../model/model';
@@ -36,10 +37,9 @@ export function MemoryPanel(props: {
     describe: (r: any) => string
   ) => {
     setNote('');
-    conn.sendAction(action, args).then(
-      r => setNote(r.method === 'error' ? r.message : describe(r.result)),
-      e => setNote((e as Error).message)
-    );
+    void ActionService.of(conn)
+      .send(action, args)
+      .then(outcome => setNote(outcomeNote(outcome, describe)));
   };
   if (!status) {
     return (

@@ -2,7 +2,7 @@ import type { TranslationBundle } from '@jupyterlab/translation';
 import React, { useState } from 'react';
 
 import type { IRankAlarm } from '../../protocol/generated';
-import { AlarmTags } from '../../ui/alarmTags';
+import { AlarmListToggle, AlarmTags } from '../../ui/alarmTags';
 import { HangView } from './hangView';
 
 /** Rank alarms shown before "show all": the first (the root cause) and the latest ones. */
@@ -142,25 +142,17 @@ export function RankAlarms(props: {
     >
       {item(first)}
       {hidden > 0 && (
-        <li className="jp-TorchDbg-alertGap">
-          <button
-            className="jp-TorchDbg-link jp-TorchDbg-alertMore"
-            onClick={() => setAll(true)}
-          >
-            {trans.__('show %1 more alarms', String(hidden))}
-          </button>
-        </li>
+        <AlarmListToggle
+          label={trans.__('show %1 more alarms', String(hidden))}
+          onClick={() => setAll(true)}
+        />
       )}
       {tail.map(item)}
       {all && many && (
-        <li className="jp-TorchDbg-alertGap">
-          <button
-            className="jp-TorchDbg-link jp-TorchDbg-alertMore"
-            onClick={() => setAll(false)}
-          >
-            {trans.__('show fewer')}
-          </button>
-        </li>
+        <AlarmListToggle
+          label={trans.__('show fewer')}
+          onClick={() => setAll(false)}
+        />
       )}
     </ul>
   );

@@ -4,6 +4,11 @@ import React, { useState } from 'react';
 import { TorchDbgConnection } from '../../connection/connection';
 import { availability } from '../../model/availability';
 import { IActionArgs } from '../../protocol/messages';
+import {
+  ActionButton,
+  MaxNormInput,
+  parseMaxNorm
+} from '../../ui/clipControls';
 import { useSignalRender } from '../../ui/useSignalRender';
 import { RankAlarms } from './alarms';
 import { RankCharts } from './charts';
@@ -130,9 +135,7 @@ export function RanksActions(props: {
   const model = conn.model.ranks;
   const [maxNorm, setMaxNorm] = useState('1.0');
   const note = model.note;
-  const clipValue = Number(maxNorm);
-  const clipValid =
-    maxNorm.trim() !== '' && Number.isFinite(clipValue) && clipValue > 0;
+  const clipValue = parseMaxNorm(maxNorm);
   const endedWhy = trans.__('The job has ended: no rank is left to act on.');
   // what can run now: the same answer the palette's commands get
   const can = availability(conn.model, trans);
@@ -143,70 +146,63 @@ export function RanksActions(props: {
   return (
     <div className="jp-TorchDbg-ranksActions">
       <div className="jp-TorchDbg-controls">
-        <label className="jp-TorchDbg-clipLabel">
-          {trans.__('max norm')}{' '}
-          <input
-            className="jp-TorchDbg-clipInput jp-TorchDbg-ranksClipInput"
-            type="number"
-            min="0"
-            step="0.1"
-            value={maxNorm}
-            aria-invalid={!clipValid}
-            aria-label={trans.__('max norm for every rank')}
-            onChange={e => setMaxNorm(e.currentTarget.value)}
-          />
-        </label>
-        <button
-          className="jp-Button jp-mod-styled jp-mod-accept jp-TorchDbg-small"
-          disabled={!can.ranksClip.enabled || !clipValid}
+        <MaxNormInput
+          value={maxNorm}
+          onChange={setMaxNorm}
+          trans={trans}
+          className="jp-TorchDbg-ranksClipInput"
+          ariaLabel={trans.__('max norm for every rank')}
+        />
+        <ActionButton
+          kind="accept"
+          label={trans.__('Clip all ranks')}
+          disabled={!can.ranksClip.enabled || clipValue === null}
           title={title(
             can.ranksClip.why ||
-              (clipValid ? '' : trans.__('Enter a max norm above 0')),
+              (clipValue !== null ? '' : trans.__('Enter a max norm above 0')),
             trans.__(
               'Clip gradients on every rank from one agreed step (after the all-reduce: replicas stay identical)'
             )
           )}
-          onClick={() => act('ranks_clip', { max_norm: clipValue })}
-        >
-          {trans.__('Clip all ranks')}
-        </button>
+          onClick={() =>
+            clipValue !== null && act('ranks_clip', { max_norm: clipValue })
+          }
+        />
       </div>
       <div className="jp-TorchDbg-controls">
-        <button
-          className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
+        <ActionButton
+          kind="reject"
+          label={trans.__('Unclip')}
           disabled={!can.ranksUnclip.enabled}
           title={title(
             can.ranksUnclip.why,
             trans.__('Stop clipping on every rank from one agreed step')
           )}
           onClick={() => act('ranks_unclip', {})}
-        >
-          {trans.__('Unclip')}
-        </button>
-        <button
-          className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
+        />
+        <ActionButton
+          kind="reject"
+          label={trans.__('Pause all')}
           disabled={!can.ranksPause.enabled}
           title={title(
             can.ranksPause.why,
             trans.__('Hold every rank before one agreed optimizer step')
           )}
           onClick={() => act('ranks_pause', {})}
-        >
-          {trans.__('Pause all')}
-        </button>
-        <button
-          className="jp-Button jp-mod-styled jp-mod-accept jp-TorchDbg-small"
+        />
+        <ActionButton
+          kind="accept"
+          label={trans.__('Resume all')}
           disabled={!can.ranksResume.enabled}
           title={title(
             can.ranksResume.why,
             trans.__('Release every paused rank')
           )}
           onClick={() => act('ranks_resume', {})}
-        >
-          {trans.__('Resume all')}
-        </button>
-        <button
-          className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
+        />
+        <ActionButton
+          kind="reject"
+          label={trans.__('LR ×0.5 all')}
           disabled={!can.ranksScaleLr.enabled}
           title={title(
             can.ranksScaleLr.why,
@@ -215,9 +211,7 @@ export function RanksActions(props: {
             )
           )}
           onClick={() => act('ranks_scale_lr', { factor: 0.5 })}
-        >
-          {trans.__('LR ×0.5 all')}
-        </button>
+        />
       </div>
       {model.ended && (
         <div className="jp-TorchDbg-note jp-TorchDbg-ranksEnded">

@@ -1,47 +1,31 @@
 import type { TranslationBundle } from '@jupyterlab/translation';
 
+import { ActionService } from '../../connection/actions';
 import type { TorchDbgConnection } from '../../connection/connection';
-import { IActionArgs } from '../../protocol/messages';
+import { ActionResult, IActionArgs } from '../../protocol/messages';
 import { RanksActionName } from './model';
 
-/** "0, 1" from the ack's `ranks` (or null when it has none). */
-function rankList(result: { [key: string]: unknown }): string | null {
-  const ranks = result.ranks;
-  if (!Array.isArray(ranks) || ranks.length === 0) {
-    return null;
-  }
-  return ranks.map(r => String(r)).join(', ');
-}
-
 /**
- * The ack of an all-rank action in words: "clip applies at step 57 on ranks
- * 0, 1". Reads `at_step` and `ranks` from the ack's result; a kernel that
- * sends a `message` instead is shown as is.
+ * The ack of an all-rank action in words: "clip 1 applies at step 57 on
+ * ranks 0, 1", from its result (`at_step` and `ranks`, the schema's result of
+ * every `ranks_*` action; `ranks_resume` has no step).
  */
-export function describeRanksAck(
-  action: RanksActionName,
-  args: { [key: string]: unknown },
-  result: { [key: string]: unknown },
+export function describeRanksAck<K extends RanksActionName>(
+  action: K,
+  args: IActionArgs[K],
+  result: ActionResult<K>,
   trans: TranslationBundle
 ): string {
-  const atStep =
-    typeof result.at_step === 'number' ? String(result.at_step) : null;
-  const ranks = rankList(result);
-  if (atStep === null || ranks === null) {
-    if (action === 'ranks_resume' && ranks !== null) {
-      return trans.__('resumed ranks %1', ranks);
-    }
-    if (typeof result.message === 'string' && result.message) {
-      return result.message;
-    }
-  }
-  const at = atStep ?? '?';
-  const on = ranks ?? trans.__('every rank');
+  const on =
+    result.ranks.length > 0
+      ? result.ranks.map(r => String(r)).join(', ')
+      : trans.__('every rank');
+  const at = 'at_step' in result ? String(result.at_step) : '?';
   switch (action) {
     case 'ranks_clip':
       return trans.__(
         'clip %1 applies at step %2 on ranks %3',
-        String(args.max_norm),
+        String((args as IActionArgs['ranks_clip']).max_norm),
         at,
         on
       );
@@ -52,11 +36,11 @@ export function describeRanksAck(
     case 'ranks_scale_lr':
       return trans.__(
         'LR ×%1 applies at step %2 on ranks %3',
-        String(args.factor),
+        String((args as IActionArgs['ranks_scale_lr']).factor),
         at,
         on
       );
-    case 'ranks_resume':
+    default:
       return trans.__('resumed ranks %1', on);
   }
 }
@@ -74,32 +58,19 @@ export async function sendRanksAction<K extends RanksActionName>(
 ): Promise<{ ok: boolean; text: string }> {
   const ranks = conn.model.ranks;
   ranks.note = { kind: 'sending', action, text: trans.__('sent…') };
-  let out: { ok: boolean; text: string };
-  try {
-    const reply = await conn.sendAction(action, args, () => {
-      ranks.note = {
-        kind: 'sending',
-        action,
-        text: trans.__(
-          'Waits for the running cell to end (no kernel subshells).'
-        )
-      };
-    });
-    out =
-      reply.method === 'error'
-        ? { ok: false, text: reply.message }
-        : {
-            ok: true,
-            text: describeRanksAck(
-              action,
-              args as { [key: string]: unknown },
-              reply.result,
-              trans
-            )
-          };
-  } catch (e) {
-    out = { ok: false, text: (e as Error).message };
-  }
+  const outcome = await ActionService.of(conn).send(action, args, () => {
+    ranks.note = {
+      kind: 'sending',
+      action,
+      text: trans.__('Waits for the running cell to end (no kernel subshells).')
+    };
+  });
+  const out = outcome.ok
+    ? {
+        ok: true,
+        text: describeRanksAck(action, args, outcome.result, trans)
+      }
+    : { ok: false, text: outcome.error };
   ranks.note = { kind: out.ok ? 'ack' : 'refused', action, text: out.text };
   return out;
 }

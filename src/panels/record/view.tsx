@@ -1,7 +1,9 @@
 import type { TranslationBundle } from '@jupyterlab/translation';
 import React, { useState } from 'react';
 
+import { ActionService, outcomeNote } from '../../connection/actions';
 import type { TorchDbgConnection } from '../../connection/connection';
+import type { ActionName, IActionArgs } from '../../protocol/messages';
 import type { IRecordKernel, IRecordRun } from '../../protocol/generated';
 import { RichText } from '../../ui/richText';
 import { useSignalRender } from '../../ui/useSignalRender';
@@ -36,14 +38,10 @@ export function RecordPanel(props: {
   if (!banners.length && !earlier.length && !record.note) {
     return null;
   }
-  const send = (
-    p: Promise<{ method: string; message?: string }>,
-    ok: () => void = () => setNote('')
-  ) => {
-    p.then(
-      r => (r.method === 'error' ? setNote(r.message ?? '') : ok()),
-      e => setNote((e as Error).message)
-    );
+  const send = <K extends ActionName>(action: K, args: IActionArgs[K]) => {
+    void ActionService.of(conn)
+      .send(action, args)
+      .then(outcome => setNote(outcomeNote(outcome)));
   };
   const open = (k: IRecordKernel, run: IRecordRun) => {
     const key = recordKey(k.id, run.id);
@@ -51,7 +49,7 @@ export function RecordPanel(props: {
       rec.shown = rec.shown === key ? null : key;
       return;
     }
-    send(conn.sendAction('open_record', { kernel: k.id, run: run.id }));
+    send('open_record', { kernel: k.id, run: run.id });
   };
   const shown = rec.shown ? rec.opened.get(rec.shown) : undefined;
   const runButtons = (k: IRecordKernel) => (
@@ -114,9 +112,7 @@ export function RecordPanel(props: {
           <div className="jp-TorchDbg-controls">
             <button
               className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small jp-TorchDbg-recordDismiss"
-              onClick={() =>
-                send(conn.sendAction('dismiss_record', { kernel: k.id }))
-              }
+              onClick={() => send('dismiss_record', { kernel: k.id })}
             >
               {trans.__('Dismiss')}
             </button>
@@ -220,22 +216,20 @@ function RecordRunView(props: {
                 trans.__('tensorboard is not installed'))
           }
           onClick={() =>
-            conn
-              .sendAction('export_tensorboard', {
+            void ActionService.of(conn)
+              .send('export_tensorboard', {
                 run: run.data.run,
                 kernel: run.data.kernel
               })
-              .then(
-                r =>
-                  onNote(
-                    r.method === 'error'
-                      ? r.message
-                      : trans.__(
-                          'TensorBoard files written to %1',
-                          String(r.result.path ?? '')
-                        )
-                  ),
-                e => onNote((e as Error).message)
+              .then(outcome =>
+                onNote(
+                  outcomeNote(outcome, r =>
+                    trans.__(
+                      'TensorBoard files written to %1',
+                      String(r.path ?? '')
+                    )
+                  )
+                )
               )
           }
         >
