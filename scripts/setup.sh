@@ -27,7 +27,7 @@ fi
 python -m pip install -q --upgrade pip
 
 say "installing Python dependencies (CPU torch)"
-# torch is pinned to a CPU build that installs quickly; any 2.4+ works at run time.
+# torch is pinned to a CPU build that installs quickly (README "Compatibility": 2.13-2.14 tested).
 # datamodel-code-generator: pinned, protocol/messages.py is its output (scripts/gen_protocol_py.py).
 # transformers (tests only: GPT-2 from a tiny config) needs no torch of its own: the pin stays.
 # tensorboard: export_tensorboard writes event files with it (tests read them back).
