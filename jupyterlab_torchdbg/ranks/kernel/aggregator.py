@@ -140,6 +140,8 @@ class RankHub:
         self.on_torch: Callable[[], None] | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        #: Wakes the flusher before its wait is over (a new job, an action, close).
+        self._nudge = threading.Event()
 
     def torch_imported(self) -> None:
         """The extension saw ``import torch`` (its one watcher): patch the launcher."""
@@ -165,6 +167,7 @@ class RankHub:
 
     def mark_dirty(self) -> None:
         self._dirty = True
+        self._nudge.set()  # an action pending: the flusher looks every FLUSH_S again
 
     def send(self, worker: bytes, msg_type: str, content: dict[str, Any]) -> None:
         ep = self.endpoint
@@ -258,6 +261,7 @@ class RankHub:
             self._by_key[key] = job
             self._job_cell[job.id] = self.cell
             self._forget_ended()
+            self._nudge.set()
         if old is not None and old is not job:
             old.remove(worker)
         self._by_worker[worker] = job
@@ -481,12 +485,38 @@ class RankHub:
         thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(FLUSH_S):
+        wait = FLUSH_S
+        while True:
+            self._nudge.wait(wait)
+            if self._stop.is_set():
+                return
+            self._nudge.clear()
             try:
                 if not self.tick():
                     return
+                wait = self._wait_s()
             except Exception:
                 self._on_error("ranks:tick")
+                wait = FLUSH_S
+
+    def _wait_s(self) -> float:
+        """How long the flusher sleeps: ``FLUSH_S``; with many ranks, until its next
+        message or clock look may be due (both spaced by ``flush_s``), rather than ten
+        wake-ups a second for nothing (issue #25). ``FLUSH_S`` while an action waits or
+        a refused hello is held."""
+        with self.lock:
+            job = self.jobs[-1] if self.jobs else None
+            if job is None or self._held or len(job.ranks) <= COMPACT_ABOVE:
+                return FLUSH_S
+            every = flush_s(len(job.ranks))
+            due = self._last_sent + every
+            for j in self.jobs:
+                if j.ended:
+                    continue
+                if j.pending is not None or len(j.ranks) <= COMPACT_ABOVE:
+                    return FLUSH_S
+                due = min(due, self._looked.get(j.id, -1e18) + flush_s(len(j.ranks)))
+            return min(every, max(FLUSH_S, due - self._clock()))
 
     def paused_workers(self) -> list[bytes]:
         with self.lock:
@@ -500,6 +530,7 @@ class RankHub:
 
     def close(self) -> None:
         self._stop.set()
+        self._nudge.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=1.0)

@@ -253,9 +253,13 @@ def connect(address: str, key: str) -> tuple[zmq.Context[Any], zmq.Socket[Any]]:
     ctx: zmq.Context[Any] = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, LINGER_MS)
-    # zmq's own pings: a kernel gone without closing (host down) counts as disconnected
-    sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
-    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 5000)
+    if not address.startswith("ipc://"):
+        # zmq's own pings: a kernel gone without closing (host down) counts as
+        # disconnected. Not over ipc: the kernel is on this host, and its socket closes
+        # with its process however it ends; each ping costs the kernel's I/O thread a
+        # pong, 256 a second at 256 ranks (more than all their messages, issue #25).
+        sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 5000)
     sock.setsockopt(zmq.SNDHWM, HWM)
     sock.setsockopt(zmq.RCVHWM, HWM)
     sock.setsockopt(zmq.PLAIN_USERNAME, USER)
