@@ -167,3 +167,13 @@ def test_the_flusher_sleeps_until_its_next_look_with_many_ranks() -> None:
     h.hub.jobs[-1].pending = {"action": "pause", "at_step": 9, "request_id": "r"}
     h.clock.t -= 2.5
     assert h.hub._wait_s() == FLUSH_S
+
+
+def test_the_endpoint_reads_many_ranks_messages_together() -> None:
+    """A hello sets the endpoint's pause between two reads: 50 ms with few ranks, 250 ms
+    above COMPACT_ABOVE (each one a wake-up of the kernel's thread saved)."""
+    for world, ms in ((4, 50), (COMPACT_ABOVE, 50), (COMPACT_ABOVE + 1, 250), (256, 250)):
+        h = Harness()
+        h.ep.coalesce_ms = 0
+        h.hello(0, world=world, key=f"k{world}")
+        assert h.ep.coalesce_ms == ms

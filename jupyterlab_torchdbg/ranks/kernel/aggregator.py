@@ -2,10 +2,10 @@
 
 ``RankHub`` is fed every verified worker message by the endpoint's thread
 (``on_message``). A ``hello`` puts the worker into the job of its ``job_key`` (a new job
-when none is running under that key) and gets a ``config`` back; ``rows`` and
-``heartbeat`` update its rank (job.py); an ``exception`` becomes the panel's
-``exception`` message with the rank (broadcast at once: it pops up) and a ``failed``
-alarm; ``ack`` / ``applied`` go to the all-rank actions (actions.py).
+when none runs under that key), gets a ``config`` back and sets the endpoint's read
+pause (scale.py); ``rows`` and ``heartbeat`` update its rank (job.py); an ``exception``
+becomes the panel's ``exception`` message with the rank (broadcast at once) and a
+``failed`` alarm; ``ack`` / ``applied`` go to the all-rank actions (actions.py).
 
 What the panels see is coalesced (panels.py: the flusher thread and its ``ranks``
 messages, at most 10 a second, fewer with many ranks, one more when the job ends). A
@@ -37,7 +37,7 @@ from .exits import ExitWatch
 from .job import Job, valid_identity
 from .panels import Panels
 from .rank import LOST_S
-from .scale import cadence
+from .scale import cadence, coalesce_ms
 
 #: Ended jobs kept: the newest (the panel shows the last job; a panel that connects gets
 #: it replayed). Older ones are forgotten with their keys and workers (R44, R56).
@@ -59,9 +59,8 @@ def _hang_s() -> float:
 
 
 def world_of(job_key: str) -> str:
-    """The rendezvous of a ``MASTER_ADDR:MASTER_PORT:WORLD_SIZE`` key, without the world
-    size: a worker that said hello before its process group was up (or after it was
-    destroyed) reports a world of 1 but belongs to the same job."""
+    """The rendezvous of a ``MASTER_ADDR:MASTER_PORT:WORLD_SIZE`` key without the world
+    size: a worker's hello before its process group was up (world 1) is in the job."""
     head, sep, tail = job_key.rpartition(":")
     return head if sep and tail.isdigit() and ":" in head else job_key
 
@@ -70,6 +69,7 @@ class Sender(Protocol):
     """What the hub needs of the endpoint (ranks/kernel/endpoint.py)."""
 
     refused: int
+    coalesce_ms: int
 
     def send(self, worker_id: bytes, msg_type: str, content: dict[str, Any]) -> None: ...
 
@@ -101,8 +101,7 @@ class RankHub(Panels):
         #: The cell-event handlers (pre_run_cell, post_run_cell) the extension calls
         #: (attach.py); None once unloaded.
         self.cell_events: tuple[Callable[[object], None], Callable[[object], None]] | None = None
-        #: When the flusher last read every rank's state without news (tick).
-        self._states_at = -1e18
+        self._states_at = -1e18  # when the flusher last read every rank's state (tick)
         self.jobs: list[Job] = []
         self._job_ids = 0
         self._by_key: dict[str, Job] = {}
@@ -119,8 +118,7 @@ class RankHub(Panels):
             AllRankActions(self) if ack_timeout is None else AllRankActions(self, ack_timeout)
         )
         self._dirty = False
-        #: Jobs with sampled norms not compared yet (the desync check runs once per look,
-        #: not once per message: it reads every rank).
+        #: Jobs with sampled norms not compared yet (checked once per look: reads all ranks).
         self._desync_due: set[int] = set()
         #: job id -> when the tick last ran its clock checks.
         self._looked: dict[int, float] = {}
@@ -268,6 +266,8 @@ class RankHub(Panels):
         self.exits.attached(identity)
         self._dirty = True
         asked = cadence(job.world_size)
+        if self.endpoint is not None:
+            self.endpoint.coalesce_ms = coalesce_ms(job.world_size)
         rank.report_s = asked.get("rows_s", 0.1)
         self.send(worker, "config", {"hang_s": self.hang_s, **asked})
 

@@ -100,6 +100,8 @@ class Endpoint:
         )
         self._wake_lock = threading.Lock()
         self._closed = False
+        #: The wait between two reads of workers' messages (the hub sets it: scale.py).
+        self.coalesce_ms = COALESCE_MS
         self._thread = threading.Thread(target=self._run, name="torchdbg-ranks", daemon=True)
         self._thread.start()
 
@@ -195,7 +197,7 @@ class Endpoint:
             try:
                 if pause:  # the workers' messages wait a little, read together
                     pause = False
-                    if not quiet.poll(COALESCE_MS):
+                    if not quiet.poll(self.coalesce_ms):
                         continue
                 ready = dict(poller.poll(POLL_MS))
             except Exception:
