@@ -135,6 +135,7 @@ def run(first: int, count: int, world: int, seconds: float, step_s: float = 0.1)
     now = time.monotonic()
     due = {id(a): [now + agent_mod.ROWS_S, now + agent_mod.HEARTBEAT_S, False] for _, a, *_ in sims}
     end = now + seconds
+    spread: set[int] = set()
     while time.monotonic() < end:
         time.sleep(agent_mod.TICK_S)
         now, perf = time.monotonic(), time.perf_counter()
@@ -142,7 +143,12 @@ def run(first: int, count: int, world: int, seconds: float, step_s: float = 0.1)
             worker.advance(perf)
             d = due[id(agent)]
             if now >= d[0]:
-                d[0] = now + agent.rows_s
+                # the first interval of the kernel's cadence at a random phase: real
+                # workers start apart, their reports do not reach the kernel in bursts
+                first = worker.rank not in spread and agent.rows_s != agent_mod.ROWS_S
+                if first:
+                    spread.add(worker.rank)
+                d[0] = now + agent.rows_s * (worker._rng.random() if first else 1.0)
                 if agent._send_rows(sess, sock):
                     d[2] = True
             if now >= d[1]:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import types
 
+import pytest
 from test_ranks_job import Harness, w
 
 from jupyterlab_torchdbg.ranks.kernel.job import Job
-from jupyterlab_torchdbg.ranks.kernel.scale import COMPACT_ABOVE, cadence, flush_s
+from jupyterlab_torchdbg.ranks.kernel.scale import COMPACT_ABOVE, FLUSH_S, cadence, flush_s
 from jupyterlab_torchdbg.ranks.worker.agent import HEARTBEAT_S, ROWS_S, Agent
 
 LAYERS = {"step": 3, "names": ["a", "b"], "norms": [1.0, 0.5]}
@@ -144,3 +145,35 @@ def test_hundreds_of_ranks_read_as_ranges_in_sentences() -> None:
     assert rank_list([0, 1, 2, 3]) == "ranks 0, 1, 2, 3"
     assert rank_list([*range(200), *range(201, 256)]) == "ranks 0-199, 201-255"
     assert rank_list([7, *range(10, 15), 2]) == "ranks 7, 10-14, 2"  # the order given
+
+
+def test_the_flusher_sleeps_until_its_next_look_with_many_ranks() -> None:
+    """Few ranks: it looks every FLUSH_S. Many: it sleeps until the next message or clock
+    look may be due (at most flush_s), FLUSH_S again while an all-rank action waits."""
+    few = Harness()
+    assert few.hub._wait_s() == FLUSH_S  # no job yet
+    _job(few, 4)
+    few.tick()
+    assert few.hub._wait_s() == FLUSH_S
+    h = Harness()
+    _job(h, 256)
+    h.tick()  # a message and a look now: the next ones in flush_s(256)
+    assert len(h.ranks_msgs()) == 1
+    assert h.hub._wait_s() == pytest.approx(flush_s(256))
+    h.clock.t += 1.5
+    assert h.hub._wait_s() == pytest.approx(flush_s(256) - 1.5)
+    h.clock.t += 1.0  # overdue: the shortest wait
+    assert h.hub._wait_s() == FLUSH_S
+    h.hub.jobs[-1].pending = {"action": "pause", "at_step": 9, "request_id": "r"}
+    h.clock.t -= 2.5
+    assert h.hub._wait_s() == FLUSH_S
+
+
+def test_the_endpoint_reads_many_ranks_messages_together() -> None:
+    """A hello sets the endpoint's pause between two reads: 50 ms with few ranks, 250 ms
+    above COMPACT_ABOVE (each one a wake-up of the kernel's thread saved)."""
+    for world, ms in ((4, 50), (COMPACT_ABOVE, 50), (COMPACT_ABOVE + 1, 250), (256, 250)):
+        h = Harness()
+        h.ep.coalesce_ms = 0
+        h.hello(0, world=world, key=f"k{world}")
+        assert h.ep.coalesce_ms == ms

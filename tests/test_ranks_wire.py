@@ -217,3 +217,16 @@ def test_boot_waits_for_torch_without_importing_it(tmp_path: Path) -> None:
     got = _probe(tmp_path, {wire.ENDPOINT_ENV: "tcp://127.0.0.1:1", wire.KEY_ENV: "k"})
     assert got["other"] is True
     assert got["watch"][0] == "_TorchWatch" and got["torch"] is False
+
+
+def test_workers_ping_the_kernel_over_tcp_only() -> None:
+    """zmq heartbeats (a pong each from the kernel's I/O thread) only where the kernel
+    may vanish with its host: over ipc its socket closes with its process."""
+    key = wire.new_key()
+    for address, ivl in (("ipc:///nonexistent/ranks", 0), ("tcp://127.0.0.1:9", 1000)):
+        ctx, sock = wire.connect(address, key)
+        try:
+            assert sock.getsockopt(zmq.HEARTBEAT_IVL) == ivl
+        finally:
+            sock.close(0)
+            ctx.term()

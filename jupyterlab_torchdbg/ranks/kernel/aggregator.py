@@ -2,17 +2,15 @@
 
 ``RankHub`` is fed every verified worker message by the endpoint's thread
 (``on_message``). A ``hello`` puts the worker into the job of its ``job_key`` (a new job
-when none is running under that key) and gets a ``config`` back; ``rows`` and
-``heartbeat`` update its rank (job.py); an ``exception`` becomes the panel's
-``exception`` message with the rank (broadcast at once: it pops up) and a ``failed``
-alarm; ``ack`` / ``applied`` go to the all-rank actions (actions.py).
+when none runs under that key), gets a ``config`` back and sets the endpoint's read
+pause (scale.py); ``rows`` and ``heartbeat`` update its rank (job.py); an ``exception``
+becomes the panel's ``exception`` message with the rank (broadcast at once) and a
+``failed`` alarm; ``ack`` / ``applied`` go to the all-rank actions (actions.py).
 
-What the panels see is coalesced: a small thread, alive while a job runs, ``tick``\\ s
-every ``FLUSH_S``; a tick runs the clock-driven alarms (alarms.py) and broadcasts one
-``ranks`` message when something changed since the last one (new points, a state, an
-alarm, the pending action): at most 10 a second whatever the number of ranks, and one
-more when the job ends. A panel that connects gets the message with ``replay: true``
-(every kept point) after ``runs``. All of it under one lock; nothing here raises into a
+What the panels see is coalesced (panels.py: the flusher thread and its ``ranks``
+messages, at most 10 a second, fewer with many ranks, one more when the job ends). A
+panel that connects gets the message with ``replay: true`` (every kept point) after
+``runs``. All of it under one lock; nothing here raises into a
 worker's message loop or the user's cell (errors are counted).
 
 Bounded and true (R56): only the newest ``KEEP_ENDED`` ended jobs are kept, the older
@@ -37,8 +35,9 @@ from .actions import AllRankActions
 from .alarms import Alarms, from_collective
 from .exits import ExitWatch
 from .job import Job, valid_identity
+from .panels import Panels
 from .rank import LOST_S
-from .scale import COMPACT_ABOVE, FLUSH_S, cadence, flush_s
+from .scale import cadence, coalesce_ms
 
 #: Ended jobs kept: the newest (the panel shows the last job; a panel that connects gets
 #: it replayed). Older ones are forgotten with their keys and workers (R44, R56).
@@ -60,9 +59,8 @@ def _hang_s() -> float:
 
 
 def world_of(job_key: str) -> str:
-    """The rendezvous of a ``MASTER_ADDR:MASTER_PORT:WORLD_SIZE`` key, without the world
-    size: a worker that said hello before its process group was up (or after it was
-    destroyed) reports a world of 1 but belongs to the same job."""
+    """The rendezvous of a ``MASTER_ADDR:MASTER_PORT:WORLD_SIZE`` key without the world
+    size: a worker's hello before its process group was up (world 1) is in the job."""
     head, sep, tail = job_key.rpartition(":")
     return head if sep and tail.isdigit() and ":" in head else job_key
 
@@ -71,11 +69,12 @@ class Sender(Protocol):
     """What the hub needs of the endpoint (ranks/kernel/endpoint.py)."""
 
     refused: int
+    coalesce_ms: int
 
     def send(self, worker_id: bytes, msg_type: str, content: dict[str, Any]) -> None: ...
 
 
-class RankHub:
+class RankHub(Panels):
     """Jobs, their ranks and alarms, and the ``ranks`` messages (module docstring)."""
 
     def __init__(
@@ -102,8 +101,7 @@ class RankHub:
         #: The cell-event handlers (pre_run_cell, post_run_cell) the extension calls
         #: (attach.py); None once unloaded.
         self.cell_events: tuple[Callable[[object], None], Callable[[object], None]] | None = None
-        #: When the flusher last read every rank's state without news (tick).
-        self._states_at = -1e18
+        self._states_at = -1e18  # when the flusher last read every rank's state (tick)
         self.jobs: list[Job] = []
         self._job_ids = 0
         self._by_key: dict[str, Job] = {}
@@ -120,8 +118,7 @@ class RankHub:
             AllRankActions(self) if ack_timeout is None else AllRankActions(self, ack_timeout)
         )
         self._dirty = False
-        #: Jobs with sampled norms not compared yet (the desync check runs once per look,
-        #: not once per message: it reads every rank).
+        #: Jobs with sampled norms not compared yet (checked once per look: reads all ranks).
         self._desync_due: set[int] = set()
         #: job id -> when the tick last ran its clock checks.
         self._looked: dict[int, float] = {}
@@ -140,6 +137,8 @@ class RankHub:
         self.on_torch: Callable[[], None] | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        #: Wakes the flusher before its wait is over (a new job, an action, close).
+        self._nudge = threading.Event()
 
     def torch_imported(self) -> None:
         """The extension saw ``import torch`` (its one watcher): patch the launcher."""
@@ -165,6 +164,7 @@ class RankHub:
 
     def mark_dirty(self) -> None:
         self._dirty = True
+        self._nudge.set()  # an action pending: the flusher looks every FLUSH_S again
 
     def send(self, worker: bytes, msg_type: str, content: dict[str, Any]) -> None:
         ep = self.endpoint
@@ -258,6 +258,7 @@ class RankHub:
             self._by_key[key] = job
             self._job_cell[job.id] = self.cell
             self._forget_ended()
+            self._nudge.set()
         if old is not None and old is not job:
             old.remove(worker)
         self._by_worker[worker] = job
@@ -265,6 +266,8 @@ class RankHub:
         self.exits.attached(identity)
         self._dirty = True
         asked = cadence(job.world_size)
+        if self.endpoint is not None:
+            self.endpoint.coalesce_ms = coalesce_ms(job.world_size)
         rank.report_s = asked.get("rows_s", 0.1)
         self.send(worker, "config", {"hang_s": self.hang_s, **asked})
 
@@ -378,116 +381,6 @@ class RankHub:
             }
         self._broadcast(again)
 
-    # --- the panels' messages ----------------------------------------------------------------
-
-    def message(self, replay: bool = False) -> dict[str, Any]:
-        """One ``ranks`` message of the current (or last) job. Takes the new points."""
-        with self.lock:
-            now = self._clock()
-            job = self.jobs[-1] if self.jobs else None
-            ep = self.endpoint
-            msg: dict[str, Any] = {
-                "method": "ranks",
-                "replay": replay,
-                "job": None,
-                "ranks": [],
-                "points": [],
-                "alarms": [],
-                "endpoint": {
-                    "transport": self.transport if ep is not None else "off",
-                    "refused": int(getattr(ep, "refused", 0)),
-                },
-            }
-            if job is None:
-                return msg
-            self._compare_due(now)
-            msg["job"] = job.to_json()
-            # many ranks: no per-rank layers (the panel does not show them; kept here) and
-            # each rank's newest point only (its chart gets a point per message)
-            few = len(job.ranks) <= COMPACT_ABOVE
-            msg["ranks"] = job.states(now, self.hang_s, layers=few)
-            msg["points"] = job.points(replay, newest=not few)
-            msg["alarms"] = list(self.alarms_of(job).items)
-            return msg
-
-    def snapshot_messages(self) -> list[dict[str, Any]]:
-        """For a panel that connects: the job with every kept point."""
-        return [self.message(replay=True)]
-
-    def tick(self) -> bool:
-        """One look of the flusher: clock alarms, job end, then at most one ``ranks``
-        message. Returns False when no job runs any more (the thread may end)."""
-        msg = None
-        with self.lock:
-            now = self._clock()
-            running = [j for j in self.jobs if not j.ended]
-            for running_job in running:
-                # the clock's checks read every rank: with many, once per flush interval
-                looked = self._looked.get(running_job.id, -1e18)
-                if now - looked >= flush_s(len(running_job.ranks)) - 1e-9:
-                    self._looked[running_job.id] = now
-                    if self.exits.check(running_job, self.alarms_of(running_job), now):
-                        self._dirty = True
-                    if self.alarms_of(running_job).check_time(now, self.hang_s):
-                        self._dirty = True
-                self.actions.settle(running_job)
-                if running_job.update_ended(now, self.hang_s):
-                    self._dirty = True
-                    self._forget_ended()
-            if self._held:
-                self._admit_held(now)
-            job = self.jobs[-1] if self.jobs else None
-            every = flush_s(len(job.ranks)) if job is not None else FLUSH_S
-            due = now - self._last_sent >= every - 1e-9
-            if due and self._compare_due(now):
-                self._dirty = True
-            states: list[tuple[int, str, str]] = []
-            if job is not None and due and (self._dirty or now - self._states_at >= every):
-                # a state the clock changed (late, lost): read only when a message may go,
-                # and without news at most once per interval (every rank is read)
-                self._states_at = now
-                states = [(r.number, r.state(now, self.hang_s), r.phase) for r in job.ordered()]
-                if (job.id, states) != self._sent_states:
-                    self._dirty = True
-            if self._dirty and due:
-                msg = self.message()
-                self._dirty = False
-                self._last_sent = now
-                if job is not None:
-                    self._sent_states = (job.id, states)
-                self.messages_sent += 1
-            alive = any(not j.ended for j in self.jobs) or self._dirty or bool(self._held)
-        if msg is not None:
-            self._broadcast(msg)
-        return alive
-
-    def _compare_due(self, now: float) -> bool:
-        """The desync check of the jobs that got sampled norms since the last look."""
-        raised = 0
-        for job in self.jobs:
-            if job.id in self._desync_due:
-                raised += self.alarms_of(job).check_desync(now, self.hang_s)
-        self._desync_due.clear()
-        return raised > 0
-
-    def _ensure_thread(self) -> None:
-        if not self._threaded or self._stop.is_set():
-            return
-        thread = self._thread
-        if thread is not None and thread.is_alive():
-            return
-        thread = threading.Thread(target=self._run, name="torchdbg-ranks-flush", daemon=True)
-        self._thread = thread
-        thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(FLUSH_S):
-            try:
-                if not self.tick():
-                    return
-            except Exception:
-                self._on_error("ranks:tick")
-
     def paused_workers(self) -> list[bytes]:
         with self.lock:
             return [
@@ -500,6 +393,7 @@ class RankHub:
 
     def close(self) -> None:
         self._stop.set()
+        self._nudge.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=1.0)

@@ -35,6 +35,11 @@ from .gate import Gate
 OnMessage = Callable[[bytes, str, dict[str, Any]], None]
 #: How long the poller waits for a message or a wake-up before looking again (ms).
 POLL_MS = 200
+#: After reading workers' messages, how long the next ones wait to be read together (ms):
+#: hundreds of ranks report at their own times, and a wake-up per message cost the
+#: kernel more than the messages (issue #25). A message to send (``send``), a connection
+#: or a refused handshake ends the wait.
+COALESCE_MS = 50
 #: A connection that has not finished zmq's handshake by then is dropped (ms).
 HANDSHAKE_MS = 5000
 ZAP_ADDRESS = "inproc://zeromq.zap.01"
@@ -95,6 +100,8 @@ class Endpoint:
         )
         self._wake_lock = threading.Lock()
         self._closed = False
+        #: The wait between two reads of workers' messages (the hub sets it: scale.py).
+        self.coalesce_ms = COALESCE_MS
         self._thread = threading.Thread(target=self._run, name="torchdbg-ranks", daemon=True)
         self._thread.start()
 
@@ -180,9 +187,18 @@ class Endpoint:
         poller.register(self._wake_rx, zmq.POLLIN)
         poller.register(self._zap, zmq.POLLIN)
         poller.register(self._monitor, zmq.POLLIN)
+        # between two reads of the workers' messages: what else may wake the thread
+        quiet = zmq.Poller()
+        for other in (self._wake_rx, self._zap, self._monitor):
+            quiet.register(other, zmq.POLLIN)
         gate = self._gate
+        pause = False
         while True:
             try:
+                if pause:  # the workers' messages wait a little, read together
+                    pause = False
+                    if not quiet.poll(self.coalesce_ms):
+                        continue
                 ready = dict(poller.poll(POLL_MS))
             except Exception:
                 self.errors["poll"] += 1
@@ -201,7 +217,7 @@ class Endpoint:
             except Exception:
                 self.errors["gate"] += 1
             if self._sock in ready:
-                self._receive_all()
+                pause = self._receive_all() > 0
             self.refused = gate.refused
 
     def _drain_wakes(self) -> None:
@@ -231,8 +247,10 @@ class Endpoint:
             except Exception:
                 self.errors["send"] += 1
 
-    def _receive_all(self, limit: int = 1000) -> None:
+    def _receive_all(self, limit: int = 1000) -> int:
+        """Read what waits (at most ``limit`` messages); the messages delivered."""
         gate = self._gate
+        delivered = 0
         for _ in range(limit):
             try:
                 frames = wire.read_frames(self._sock)
@@ -241,9 +259,9 @@ class Endpoint:
                 continue
             except Exception:
                 self.errors["recv"] += 1
-                return
+                return delivered
             if frames is None:
-                return
+                return delivered
             peer = frames[0].bytes
             if not gate.admit(peer, sum(len(f) for f in frames)):
                 gate.refuse("throttled")
@@ -263,10 +281,12 @@ class Endpoint:
                 continue
             gate.proved(peer)
             self.received += 1
+            delivered += 1
             try:
                 self._on_message(ident, msg_type, content)
             except Exception:
                 self.errors["on_message"] += 1
+        return delivered
 
     def _note(self, peer: bytes, r: wire.Refused) -> None:
         """Keep, log and tell (once per sender and reason) a signed message's refusal."""

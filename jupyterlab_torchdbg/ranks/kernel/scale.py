@@ -36,6 +36,13 @@ def flush_s(ranks: int) -> float:
     return FLUSH_S * max(1.0, min(20.0, ranks / 12.8))
 
 
+def coalesce_ms(ranks: int) -> int:
+    """How long the endpoint lets workers' messages wait after reading some, to read the
+    next ones together (endpoint.py): 50 ms up to ``COMPACT_ABOVE`` ranks, 250 ms above
+    (their messages are shown every ``flush_s``, 0.5 s or more)."""
+    return 50 if ranks <= COMPACT_ABOVE else 250
+
+
 def cadence(world: int) -> dict[str, float]:
     """What ``config`` asks of a worker in a world this large: its ``rows`` / heartbeat
     intervals so that all ranks together send about ``WORKER_RATE`` messages a second
