@@ -71,6 +71,14 @@ function prepare(source) {
   const schema = structuredClone(source);
   const defs = schema.$defs;
 
+  // Nested objects carry a `title` so that the Python generator names them
+  // (`ClipArgs`); here they stay inline types, as the panel reads them through
+  // their message (`IActionClip['args']`). (A string `title` is a schema
+  // keyword; a property named "title" is an object.)
+  for (const def of Object.values(defs)) {
+    stripTitles(def);
+  }
+
   // `Action` holds its envelope (`properties`) and its per-action variants
   // (`oneOf`) in one schema; the generator would name the second part
   // `Action1`. Name both parts: IAction = IActionEnvelope & ActionVariant.
@@ -130,6 +138,17 @@ function prepare(source) {
     }
   }
   return schema;
+}
+
+function stripTitles(node) {
+  if (Array.isArray(node)) {
+    node.forEach(stripTitles);
+  } else if (node && typeof node === 'object') {
+    if (typeof node.title === 'string') {
+      delete node.title;
+    }
+    Object.values(node).forEach(stripTitles);
+  }
 }
 
 async function generate() {

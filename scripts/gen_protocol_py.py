@@ -56,6 +56,7 @@ def generate(schema: Path = ROOT / SCHEMA) -> str:
                 "3.10",
                 "--use-standard-collections",
                 "--use-union-operator",
+                "--use-title-as-name",
                 "--disable-timestamp",
                 "--formatters",
                 "builtin",

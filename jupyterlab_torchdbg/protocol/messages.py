@@ -146,13 +146,13 @@ class Error(TypedDict, closed=True):
     duplicate: NotRequired[bool]
 
 
-class ElidedItem(TypedDict, closed=True):
+class ExceptionElidedItem(TypedDict, closed=True):
     after: int
     count: int
     reason: Literal["repeated", "limit"]
 
 
-class Syntax(TypedDict):
+class ExceptionInfoSyntax(TypedDict):
     lineno: NotRequired[int | None]
     offset: NotRequired[int | None]
     end_lineno: NotRequired[int | None]
@@ -171,10 +171,10 @@ class ExceptionInfo(TypedDict, closed=True):
     message: str
     message_truncated: bool
     message_unavailable: NotRequired[bool]
-    syntax: NotRequired[Syntax]
+    syntax: NotRequired[ExceptionInfoSyntax]
 
 
-class Where(TypedDict):
+class RelatedExceptionWhere(TypedDict):
     file: str
     lineno: int
     function: str
@@ -189,15 +189,15 @@ class RelatedException(TypedDict):
     message: str
     message_truncated: bool
     message_unavailable: NotRequired[bool]
-    where: NotRequired[Where]
+    where: NotRequired[RelatedExceptionWhere]
 
 
-class Source(TypedDict):
+class ExceptionFrameSource(TypedDict):
     first: int
     lines: list[str]
 
 
-class Span(TypedDict):
+class ExceptionFrameSpan(TypedDict):
     start_line: NotRequired[int]
     end_line: NotRequired[int]
     start_col: NotRequired[int]
@@ -306,7 +306,7 @@ class GradThresholds(TypedDict, closed=True):
     amp_min_scale: float
 
 
-class Param(TypedDict, closed=True):
+class GradLayerParamsItem(TypedDict, closed=True):
     name: str
     shape: list[int]
     dtype: str
@@ -317,7 +317,7 @@ class GradLayer(TypedDict, closed=True):
     series: str
     param_series: str
     numel: int
-    params: list[Param]
+    params: list[GradLayerParamsItem]
     more_params: NotRequired[int]
 
 
@@ -363,7 +363,7 @@ class GradTrack(TypedDict, closed=True):
     run: NotRequired[int]
 
 
-class Replayable(TypedDict, closed=True):
+class GradsReplayable(TypedDict, closed=True):
     track: str
     step: int
 
@@ -379,20 +379,20 @@ class Grads(TypedDict, closed=True):
     alerts: int
     tracks: list[GradTrack]
     skip_nonfinite: NotRequired[bool]
-    replayable: NotRequired[Replayable | None]
+    replayable: NotRequired[GradsReplayable | None]
     alerts_total: NotRequired[int]
 
 
-class Args(TypedDict, closed=True):
+class SetStrideArgs(TypedDict, closed=True):
     stride: int | Literal["auto", "off"]
 
 
 class ActionSetStride(TypedDict):
     action: NotRequired[Literal["set_stride"]]
-    args: NotRequired[Args]
+    args: NotRequired[SetStrideArgs]
 
 
-class Args1(TypedDict, closed=True):
+class SetThresholdsArgs(TypedDict, closed=True):
     explode_abs: NotRequired[float | None]
     explode_factor: NotRequired[float]
     explode_warmup: NotRequired[int]
@@ -405,7 +405,7 @@ class Args1(TypedDict, closed=True):
 
 class ActionSetThresholds(TypedDict):
     action: NotRequired[Literal["set_thresholds"]]
-    args: NotRequired[Args1]
+    args: NotRequired[SetThresholdsArgs]
 
 
 Bytes: TypeAlias = int | None
@@ -490,20 +490,20 @@ class MemorySnapshotSummary(TypedDict, closed=True):
     live_sites: list[AllocationSite]
 
 
-class Host(TypedDict, closed=True):
+class MemoryHost(TypedDict, closed=True):
     rss: Bytes
     reason: str | None
     series: str
 
 
-class LastOom(TypedDict, closed=True):
+class MemoryLastOom(TypedDict, closed=True):
     id: str
     time: float
     device: str
     headline: str
 
 
-class Nvml(TypedDict, closed=True):
+class MemoryNvml(TypedDict, closed=True):
     available: bool
     reason: str | None
 
@@ -540,12 +540,12 @@ class OomRemedy(TypedDict, closed=True):
     share: float | None
 
 
-class Exception1(TypedDict, closed=True):
+class OomException(TypedDict, closed=True):
     type: str
     message: str
 
 
-class Numbers(TypedDict, closed=True):
+class OomNumbers(TypedDict, closed=True):
     device: str
     requested: Bytes
     total: Bytes
@@ -565,14 +565,14 @@ class Oom(TypedDict, closed=True):
     execution_count: int | None
     cell_id: str | None
     exception_id: str | None
-    exception: Exception1
+    exception: OomException
     device: str
     headline: str
     requested_bytes: Bytes
     message_facts: dict[str, Bytes]
     allocator: AllocatorCounters | None
     allocator_reason: str | None
-    numbers: Numbers
+    numbers: OomNumbers
     breakdown: MemoryBreakdownRow
     models: list[str]
     optimizers: list[str]
@@ -595,28 +595,28 @@ class ActionReleaseRefs(TypedDict):
     args: NotRequired[NoArgs]
 
 
-class Args2(TypedDict, closed=True):
+class RecordMemoryArgsStart(TypedDict, closed=True):
     op: Literal["start"]
     max_entries: NotRequired[int]
 
 
-class Args3(TypedDict, closed=True):
+class RecordMemoryArgsStop(TypedDict, closed=True):
     op: Literal["stop"]
 
 
 class ActionRecordMemory(TypedDict):
     action: NotRequired[Literal["record_memory"]]
-    args: NotRequired[Args2 | Args3]
+    args: NotRequired[RecordMemoryArgsStart | RecordMemoryArgsStop]
 
 
-class Args4(TypedDict, closed=True):
+class SaveCheckpointArgs(TypedDict, closed=True):
     filename: NotRequired[str]
     overwrite: NotRequired[bool]
 
 
 class ActionSaveCheckpoint(TypedDict):
     action: NotRequired[Literal["save_checkpoint"]]
-    args: NotRequired[Args4]
+    args: NotRequired[SaveCheckpointArgs]
 
 
 class ActionClearAlerts(TypedDict):
@@ -624,25 +624,25 @@ class ActionClearAlerts(TypedDict):
     args: NotRequired[NoArgs]
 
 
-class Args5(TypedDict, closed=True):
+class SkipNonfiniteArgs(TypedDict, closed=True):
     on: bool
 
 
 class ActionSkipNonfinite(TypedDict):
     action: NotRequired[Literal["skip_nonfinite"]]
-    args: NotRequired[Args5]
+    args: NotRequired[SkipNonfiniteArgs]
 
 
-class Args6(TypedDict, closed=True):
+class ReplayStepArgs(TypedDict, closed=True):
     track: NotRequired[str]
 
 
 class ActionReplayStep(TypedDict):
     action: NotRequired[Literal["replay_step"]]
-    args: NotRequired[Args6]
+    args: NotRequired[ReplayStepArgs]
 
 
-class ForwardStackItem(TypedDict):
+class ReplayResultForwardStackItem(TypedDict):
     file: str
     line: int
     name: str
@@ -662,19 +662,19 @@ class ReplayResult(TypedDict):
     anomaly_op: NotRequired[str | None]
     forward_op: NotRequired[str | None]
     output: str | None
-    forward_stack: list[ForwardStackItem]
+    forward_stack: list[ReplayResultForwardStackItem]
     finite: bool
     no_graph: NotRequired[bool]
     message: str
 
 
-class Args7(TypedDict, closed=True):
+class ClearHistoryArgs(TypedDict, closed=True):
     names: NotRequired[list[Name]]
 
 
 class ActionClearHistory(TypedDict):
     action: NotRequired[Literal["clear_history"]]
-    args: NotRequired[Args7]
+    args: NotRequired[ClearHistoryArgs]
 
 
 class ControlGroup(TypedDict, closed=True):
@@ -684,13 +684,13 @@ class ControlGroup(TypedDict, closed=True):
     changed: bool
 
 
-class Args8(TypedDict, closed=True):
+class ClipArgs(TypedDict, closed=True):
     max_norm: float
 
 
 class ActionClip(TypedDict):
     action: NotRequired[Literal["clip"]]
-    args: NotRequired[Args8]
+    args: NotRequired[ClipArgs]
 
 
 class ActionUnclip(TypedDict):
@@ -713,26 +713,26 @@ class ActionStep(TypedDict):
     args: NotRequired[NoArgs]
 
 
-class Args9(TypedDict, closed=True):
+class ScaleLrArgs(TypedDict, closed=True):
     factor: float
     optimizer: NotRequired[str]
 
 
 class ActionScaleLr(TypedDict):
     action: NotRequired[Literal["scale_lr"]]
-    args: NotRequired[Args9]
+    args: NotRequired[ScaleLrArgs]
 
 
-class Args10(TypedDict, closed=True):
+class ResetLrArgs(TypedDict, closed=True):
     optimizer: NotRequired[str]
 
 
 class ActionResetLr(TypedDict):
     action: NotRequired[Literal["reset_lr"]]
-    args: NotRequired[Args10]
+    args: NotRequired[ResetLrArgs]
 
 
-class Args11(TypedDict, closed=True):
+class SetLrArgs(TypedDict, closed=True):
     lr: float
     optimizer: NotRequired[str]
     group: NotRequired[int]
@@ -740,7 +740,7 @@ class Args11(TypedDict, closed=True):
 
 class ActionSetLr(TypedDict):
     action: NotRequired[Literal["set_lr"]]
-    args: NotRequired[Args11]
+    args: NotRequired[SetLrArgs]
 
 
 class RankIdentity(TypedDict, closed=True):
@@ -837,7 +837,7 @@ class RankPending(TypedDict, closed=True):
     request_id: RequestId
 
 
-class Sharded(TypedDict, closed=True):
+class RankJobSharded(TypedDict, closed=True):
     replicas: int
     global_norm: FiniteOrSpecial | None
     global_step: int | None
@@ -851,21 +851,21 @@ class RankJob(TypedDict, closed=True):
     transport: Literal["ipc", "tcp"]
     paused_at: int | None
     pending: RankPending | None
-    sharded: NotRequired[Sharded]
+    sharded: NotRequired[RankJobSharded]
 
 
-class Endpoint(TypedDict, closed=True):
+class RanksEndpoint(TypedDict, closed=True):
     transport: Literal["ipc", "tcp", "off"]
     refused: int
 
 
-class Args12(TypedDict, closed=True):
+class RanksClipArgs(TypedDict, closed=True):
     max_norm: float
 
 
 class ActionRanksClip(TypedDict):
     action: NotRequired[Literal["ranks_clip"]]
-    args: NotRequired[Args12]
+    args: NotRequired[RanksClipArgs]
 
 
 class ActionRanksUnclip(TypedDict):
@@ -883,13 +883,13 @@ class ActionRanksResume(TypedDict):
     args: NotRequired[NoArgs]
 
 
-class Args13(TypedDict, closed=True):
+class RanksScaleLrArgs(TypedDict, closed=True):
     factor: float
 
 
 class ActionRanksScaleLr(TypedDict):
     action: NotRequired[Literal["ranks_scale_lr"]]
-    args: NotRequired[Args13]
+    args: NotRequired[RanksScaleLrArgs]
 
 
 class LeakHolder(TypedDict, closed=True):
@@ -967,13 +967,13 @@ class RecordEnd(TypedDict, closed=True):
     text: str
 
 
-class Memory1(TypedDict, closed=True):
+class RecordKernelMemory(TypedDict, closed=True):
     used: Bytes
     limit: Bytes
     per_step: float | None
 
 
-class Exception2(TypedDict, closed=True):
+class RecordKernelException(TypedDict, closed=True):
     ename: str
     evalue: str
     cell_id: str | None
@@ -988,10 +988,10 @@ class RecordKernel(TypedDict, closed=True):
     end: RecordEnd
     run: int | None
     step: int | None
-    memory: Memory1 | None
+    memory: RecordKernelMemory | None
     text: str
     runs: list[RecordRun]
-    exception: Exception2 | None
+    exception: RecordKernelException | None
     dismissed: bool
 
 
@@ -1009,13 +1009,13 @@ class RecordSeries(TypedDict, closed=True):
     y: list[FiniteOrSpecial]
 
 
-class Args14(TypedDict, closed=True):
+class SetMemoryGuardArgs(TypedDict, closed=True):
     pause_at: float | None
 
 
 class ActionSetMemoryGuard(TypedDict):
     action: NotRequired[Literal["set_memory_guard"]]
-    args: NotRequired[Args14]
+    args: NotRequired[SetMemoryGuardArgs]
 
 
 class ActionMeasureActivations(TypedDict):
@@ -1023,33 +1023,33 @@ class ActionMeasureActivations(TypedDict):
     args: NotRequired[NoArgs]
 
 
-class Args15(TypedDict, closed=True):
+class OpenRecordArgs(TypedDict, closed=True):
     kernel: str
     run: int
 
 
 class ActionOpenRecord(TypedDict):
     action: NotRequired[Literal["open_record"]]
-    args: NotRequired[Args15]
+    args: NotRequired[OpenRecordArgs]
 
 
-class Args16(TypedDict, closed=True):
+class DismissRecordArgs(TypedDict, closed=True):
     kernel: str
 
 
 class ActionDismissRecord(TypedDict):
     action: NotRequired[Literal["dismiss_record"]]
-    args: NotRequired[Args16]
+    args: NotRequired[DismissRecordArgs]
 
 
-class Args17(TypedDict, closed=True):
+class ExportTensorboardArgs(TypedDict, closed=True):
     run: int
     kernel: str | None
 
 
 class ActionExportTensorboard(TypedDict):
     action: NotRequired[Literal["export_tensorboard"]]
-    args: NotRequired[Args17]
+    args: NotRequired[ExportTensorboardArgs]
 
 
 class UnwrappedError(TypedDict, closed=True):
@@ -1078,8 +1078,8 @@ class ExceptionFrame(TypedDict):
     execution_count: NotRequired[int | None]
     source_changed: NotRequired[bool]
     line: str
-    source: NotRequired[Source]
-    span: NotRequired[Span]
+    source: NotRequired[ExceptionFrameSource]
+    span: NotRequired[ExceptionFrameSpan]
     namespace: NotRequired[bool]
     process: NotRequired[str]
     locals: list[Local]
@@ -1096,21 +1096,21 @@ class Action1(TypedDict, closed=True):
 
 class Action2(TypedDict, closed=True):
     action: Literal["clear_history"]
-    args: Args7
+    args: ClearHistoryArgs
     method: Literal["action"]
     request_id: RequestId
 
 
 class Action3(TypedDict, closed=True):
     action: Literal["set_stride"]
-    args: Args
+    args: SetStrideArgs
     method: Literal["action"]
     request_id: RequestId
 
 
 class Action4(TypedDict, closed=True):
     action: Literal["set_thresholds"]
-    args: Args1
+    args: SetThresholdsArgs
     method: Literal["action"]
     request_id: RequestId
 
@@ -1124,14 +1124,14 @@ class Action5(TypedDict, closed=True):
 
 class Action6(TypedDict, closed=True):
     action: Literal["replay_step"]
-    args: Args6
+    args: ReplayStepArgs
     method: Literal["action"]
     request_id: RequestId
 
 
 class Action7(TypedDict, closed=True):
     action: Literal["skip_nonfinite"]
-    args: Args5
+    args: SkipNonfiniteArgs
     method: Literal["action"]
     request_id: RequestId
 
@@ -1152,21 +1152,21 @@ class Action9(TypedDict, closed=True):
 
 class Action10(TypedDict, closed=True):
     action: Literal["record_memory"]
-    args: dict[str, Args2 | Args3]
+    args: dict[str, RecordMemoryArgsStart | RecordMemoryArgsStop]
     method: Literal["action"]
     request_id: RequestId
 
 
 class Action11(TypedDict, closed=True):
     action: Literal["save_checkpoint"]
-    args: Args4
+    args: SaveCheckpointArgs
     method: Literal["action"]
     request_id: RequestId
 
 
 class Action12(TypedDict, closed=True):
     action: Literal["clip"]
-    args: Args8
+    args: ClipArgs
     method: Literal["action"]
     request_id: RequestId
 
@@ -1201,28 +1201,28 @@ class Action16(TypedDict, closed=True):
 
 class Action17(TypedDict, closed=True):
     action: Literal["scale_lr"]
-    args: Args9
+    args: ScaleLrArgs
     method: Literal["action"]
     request_id: RequestId
 
 
 class Action18(TypedDict, closed=True):
     action: Literal["reset_lr"]
-    args: Args10
+    args: ResetLrArgs
     method: Literal["action"]
     request_id: RequestId
 
 
 class Action19(TypedDict, closed=True):
     action: Literal["set_lr"]
-    args: Args11
+    args: SetLrArgs
     method: Literal["action"]
     request_id: RequestId
 
 
 class Action20(TypedDict, closed=True):
     action: Literal["ranks_clip"]
-    args: Args12
+    args: RanksClipArgs
     method: Literal["action"]
     request_id: RequestId
 
@@ -1250,14 +1250,14 @@ class Action23(TypedDict, closed=True):
 
 class Action24(TypedDict, closed=True):
     action: Literal["ranks_scale_lr"]
-    args: Args13
+    args: RanksScaleLrArgs
     method: Literal["action"]
     request_id: RequestId
 
 
 class Action25(TypedDict, closed=True):
     action: Literal["set_memory_guard"]
-    args: Args14
+    args: SetMemoryGuardArgs
     method: Literal["action"]
     request_id: RequestId
 
@@ -1271,21 +1271,21 @@ class Action26(TypedDict, closed=True):
 
 class Action27(TypedDict, closed=True):
     action: Literal["open_record"]
-    args: Args15
+    args: OpenRecordArgs
     method: Literal["action"]
     request_id: RequestId
 
 
 class Action28(TypedDict, closed=True):
     action: Literal["dismiss_record"]
-    args: Args16
+    args: DismissRecordArgs
     method: Literal["action"]
     request_id: RequestId
 
 
 class Action29(TypedDict, closed=True):
     action: Literal["export_tensorboard"]
-    args: Args17
+    args: ExportTensorboardArgs
     method: Literal["action"]
     request_id: RequestId
 
@@ -1374,11 +1374,11 @@ class Memory(TypedDict, closed=True):
     state: Literal["waiting", "no_cuda", "cuda_idle", "active", "corrupted"]
     reason: str | None
     devices: list[MemoryDevice]
-    host: Host
+    host: MemoryHost
     breakdown: MemoryBreakdown | None
     recording: MemoryRecording
-    last_oom: LastOom | None
-    nvml: Nvml
+    last_oom: MemoryLastOom | None
+    nvml: MemoryNvml
     leak: NotRequired[MemoryLeak | None]
     guard: NotRequired[MemoryGuard]
     activations: NotRequired[Activations | None]
@@ -1428,7 +1428,7 @@ class Ranks(TypedDict, closed=True):
     ranks: list[RankState]
     points: list[RankPoints]
     alarms: list[RankAlarm]
-    endpoint: Endpoint
+    endpoint: RanksEndpoint
 
 
 class RecordRunData(TypedDict, closed=True):
@@ -1456,7 +1456,7 @@ class Exception(TypedDict, closed=True):
     frames: list[ExceptionFrame]
     focus: int | None
     frames_total: int
-    elided: list[ElidedItem]
+    elided: list[ExceptionElidedItem]
     chain: list[RelatedException]
     group: NotRequired[list[RelatedException]]
     truncated: bool
