@@ -66,6 +66,57 @@ export function captionOf(
   return a.enabled ? what : a.why;
 }
 
+/** A command that acts on the current kernel, enabled as the panel's button. */
+export interface IGuardedCommand {
+  /** The palette's label (a function when it says the state, e.g. start/stop). */
+  label: string | (() => string);
+  /** What the command does; while it is disabled the caption says why instead. */
+  caption: () => string;
+  execute: () => unknown;
+  isToggled?: () => boolean;
+}
+
+/**
+ * Register a command whose enabled state and disabled reason are those of the
+ * action `key` (`can`, `captionOf`): the panel's button and the palette item
+ * agree by construction.
+ */
+export function addGuarded(
+  ctx: ICommandContext,
+  id: string,
+  key: keyof IActionAvailability,
+  command: IGuardedCommand
+): void {
+  const { label, caption, execute, isToggled } = command;
+  ctx.app.commands.addCommand(id, {
+    label,
+    caption: () => captionOf(ctx, key, caption()),
+    isEnabled: () => can(ctx, key).enabled,
+    execute,
+    ...(isToggled ? { isToggled } : {})
+  });
+}
+
+/**
+ * A command for an action without arguments (`send(action)` when run), with a
+ * fixed label and caption: pause, resume, unclip, on one kernel or all ranks.
+ */
+export function addPlain<A extends string>(
+  ctx: ICommandContext,
+  send: (action: A) => Promise<unknown>,
+  id: string,
+  key: keyof IActionAvailability,
+  action: A,
+  label: string,
+  what: string
+): void {
+  addGuarded(ctx, id, key, {
+    label,
+    caption: () => what,
+    execute: () => send(action)
+  });
+}
+
 /**
  * Send an action from a command through the connection's action service;
  * resolves to its typed result, or null after showing why not: the kernel's

@@ -2,9 +2,17 @@ import { InputDialog, Notification } from '@jupyterlab/apputils';
 
 import { formatLr, sendControl } from '../panels/control';
 import { ActionName, IActionArgs, wireNumber } from '../protocol/messages';
-import { can, captionOf, currentConnection, ICommandContext } from './context';
+import {
+  addGuarded,
+  addPlain,
+  currentConnection,
+  ICommandContext
+} from './context';
 import { CommandIDs } from './ids';
 import { askLearningRate } from './lrDialog';
+
+/** The commands' actions that take no arguments. */
+type NoArgsAction = 'unclip' | 'pause' | 'resume' | 'step';
 
 /**
  * Training control: clip, pause / resume / single step and the learning rate
@@ -14,7 +22,7 @@ import { askLearningRate } from './lrDialog';
  * that stepped last).
  */
 export function addControlCommands(ctx: ICommandContext): void {
-  const { app, trans } = ctx;
+  const { trans } = ctx;
   const current = () => currentConnection(ctx);
   const target = () => current()?.model.control.target ?? null;
   const control = async <K extends ActionName>(
@@ -35,17 +43,12 @@ export function addControlCommands(ctx: ICommandContext): void {
     }
   };
 
-  app.commands.addCommand(CommandIDs.clip, {
+  addGuarded(ctx, CommandIDs.clip, 'clip', {
     label: trans.__('Clip Gradients…'),
     caption: () =>
-      captionOf(
-        ctx,
-        'clip',
-        trans.__(
-          'Clip the gradient norm at every optimizer step from the next one'
-        )
+      trans.__(
+        'Clip the gradient norm at every optimizer step from the next one'
       ),
-    isEnabled: () => can(ctx, 'clip').enabled,
     execute: async () => {
       const result = await InputDialog.getNumber({
         title: trans.__('Clip gradients at max_norm'),
@@ -56,53 +59,51 @@ export function addControlCommands(ctx: ICommandContext): void {
       }
     }
   });
-  app.commands.addCommand(CommandIDs.unclip, {
-    label: trans.__('Stop Clipping'),
-    caption: () => captionOf(ctx, 'unclip', trans.__('Stop clipping')),
-    isEnabled: () => can(ctx, 'unclip').enabled,
-    execute: () => control('unclip', {})
-  });
-  app.commands.addCommand(CommandIDs.pause, {
-    label: trans.__('Pause Training'),
-    caption: () =>
-      captionOf(
-        ctx,
-        'pause',
-        trans.__('Hold the loop before the next optimizer step')
-      ),
-    isEnabled: () => can(ctx, 'pause').enabled,
-    execute: () => control('pause', {})
-  });
-  app.commands.addCommand(CommandIDs.resume, {
-    label: trans.__('Resume Training'),
-    caption: () => captionOf(ctx, 'resume', trans.__('Release the pause')),
-    isEnabled: () => can(ctx, 'resume').enabled,
-    execute: () => control('resume', {})
-  });
-  app.commands.addCommand(CommandIDs.step, {
-    label: trans.__('Single Step (while paused)'),
-    caption: () =>
-      captionOf(
-        ctx,
-        'step',
-        trans.__('Let exactly one optimizer step through')
-      ),
-    isEnabled: () => can(ctx, 'step').enabled,
-    execute: () => control('step', {})
-  });
+  const sendPlain = (action: NoArgsAction) => control(action, {});
+  addPlain(
+    ctx,
+    sendPlain,
+    CommandIDs.unclip,
+    'unclip',
+    'unclip',
+    trans.__('Stop Clipping'),
+    trans.__('Stop clipping')
+  );
+  addPlain(
+    ctx,
+    sendPlain,
+    CommandIDs.pause,
+    'pause',
+    'pause',
+    trans.__('Pause Training'),
+    trans.__('Hold the loop before the next optimizer step')
+  );
+  addPlain(
+    ctx,
+    sendPlain,
+    CommandIDs.resume,
+    'resume',
+    'resume',
+    trans.__('Resume Training'),
+    trans.__('Release the pause')
+  );
+  addPlain(
+    ctx,
+    sendPlain,
+    CommandIDs.step,
+    'step',
+    'step',
+    trans.__('Single Step (while paused)'),
+    trans.__('Let exactly one optimizer step through')
+  );
 
-  app.commands.addCommand(CommandIDs.halveLr, {
+  addGuarded(ctx, CommandIDs.halveLr, 'scaleLr', {
     label: trans.__('Halve the Learning Rate (LR ×0.5)'),
     caption: () =>
-      captionOf(
-        ctx,
-        'scaleLr',
-        trans.__(
-          'Halve the learning rate of %1 from its next step',
-          target()?.name ?? trans.__('the optimizer')
-        )
+      trans.__(
+        'Halve the learning rate of %1 from its next step',
+        target()?.name ?? trans.__('the optimizer')
       ),
-    isEnabled: () => can(ctx, 'scaleLr').enabled,
     execute: () => {
       // no target: a kernel before protocol 2.3 scales every optimizer
       const t = target();
@@ -113,18 +114,13 @@ export function addControlCommands(ctx: ICommandContext): void {
       );
     }
   });
-  app.commands.addCommand(CommandIDs.setLr, {
+  addGuarded(ctx, CommandIDs.setLr, 'setLr', {
     label: trans.__('Set the Learning Rate…'),
     caption: () =>
-      captionOf(
-        ctx,
-        'setLr',
-        trans.__(
-          'Set the learning rate of %1 from its next step',
-          target()?.name ?? trans.__('the optimizer')
-        )
+      trans.__(
+        'Set the learning rate of %1 from its next step',
+        target()?.name ?? trans.__('the optimizer')
       ),
-    isEnabled: () => can(ctx, 'setLr').enabled,
     execute: async () => {
       const t = target();
       if (!t) {
@@ -143,20 +139,15 @@ export function addControlCommands(ctx: ICommandContext): void {
       );
     }
   });
-  app.commands.addCommand(CommandIDs.resetLr, {
+  addGuarded(ctx, CommandIDs.resetLr, 'resetLr', {
     label: trans.__('Reset the Learning Rate (Reset LR)'),
     caption: () => {
       const changed = target()?.groups.filter(g => g.changed) ?? [];
-      return captionOf(
-        ctx,
-        'resetLr',
-        trans.__(
-          'Restore the learning rate from before the panel’s first change: %1',
-          changed.map(g => formatLr(wireNumber(g.initial_lr))).join(', ')
-        )
+      return trans.__(
+        'Restore the learning rate from before the panel’s first change: %1',
+        changed.map(g => formatLr(wireNumber(g.initial_lr))).join(', ')
       );
     },
-    isEnabled: () => can(ctx, 'resetLr').enabled,
     execute: () => {
       const t = target();
       return control(

@@ -3,8 +3,7 @@ import { Notification } from '@jupyterlab/apputils';
 import { download, gradsCsv, gradsJson, skipping } from '../panels/grads';
 import { tidyCsv } from '../panels/series/export';
 import {
-  can,
-  captionOf,
+  addGuarded,
   currentConnection,
   ICommandContext,
   runAction
@@ -23,17 +22,12 @@ export function addGradsCommands(ctx: ICommandContext): void {
   const { app, trans } = ctx;
   const model = () => currentConnection(ctx)?.model;
 
-  app.commands.addCommand(CommandIDs.exportAll, {
+  addGuarded(ctx, CommandIDs.exportAll, 'exportAll', {
     label: trans.__('Export All Runs and Series as CSV'),
     caption: () =>
-      captionOf(
-        ctx,
-        'exportAll',
-        trans.__(
-          'One tidy table kernel,run,series,step,time,value,text of every run, series (logged, gradient and weight norms, memory) and alarm, saved beside the notebook'
-        )
+      trans.__(
+        'One tidy table kernel,run,series,step,time,value,text of every run, series (logged, gradient and weight norms, memory) and alarm, saved beside the notebook'
       ),
-    isEnabled: () => can(ctx, 'exportAll').enabled,
     execute: async () => {
       const m = model();
       if (!m) {
@@ -52,15 +46,9 @@ export function addGradsCommands(ctx: ICommandContext): void {
       );
     }
   });
-  app.commands.addCommand(CommandIDs.exportCsv, {
+  addGuarded(ctx, CommandIDs.exportCsv, 'exportGrads', {
     label: trans.__('Export Gradient Norms as CSV'),
-    caption: () =>
-      captionOf(
-        ctx,
-        'exportGrads',
-        trans.__('Download run,step,layer,norm of every run held')
-      ),
-    isEnabled: () => can(ctx, 'exportGrads').enabled,
+    caption: () => trans.__('Download run,step,layer,norm of every run held'),
     execute: () => {
       const m = model();
       if (m) {
@@ -68,15 +56,10 @@ export function addGradsCommands(ctx: ICommandContext): void {
       }
     }
   });
-  app.commands.addCommand(CommandIDs.exportJson, {
+  addGuarded(ctx, CommandIDs.exportJson, 'exportGrads', {
     label: trans.__('Export Gradient Norms as JSON'),
     caption: () =>
-      captionOf(
-        ctx,
-        'exportGrads',
-        trans.__('Download the norms, layers, thresholds and alarms')
-      ),
-    isEnabled: () => can(ctx, 'exportGrads').enabled,
+      trans.__('Download the norms, layers, thresholds and alarms'),
     execute: () => {
       const m = model();
       if (m) {
@@ -84,17 +67,12 @@ export function addGradsCommands(ctx: ICommandContext): void {
       }
     }
   });
-  app.commands.addCommand(CommandIDs.skipNonfinite, {
+  addGuarded(ctx, CommandIDs.skipNonfinite, 'skipNonfinite', {
     label: trans.__('Skip Non-finite Optimizer Steps'),
     caption: () =>
-      captionOf(
-        ctx,
-        'skipNonfinite',
-        trans.__(
-          'Skip optimizer steps whose gradients are NaN/Inf, so the weights stay finite (every step is checked)'
-        )
+      trans.__(
+        'Skip optimizer steps whose gradients are NaN/Inf, so the weights stay finite (every step is checked)'
       ),
-    isEnabled: () => can(ctx, 'skipNonfinite').enabled,
     isToggled: () => skipping(model()?.grads.status?.tracks),
     execute: async () => {
       const conn = currentConnection(ctx);
@@ -105,17 +83,12 @@ export function addGradsCommands(ctx: ICommandContext): void {
       await runAction(conn, 'skip_nonfinite', { on }, 8000);
     }
   });
-  app.commands.addCommand(CommandIDs.replayStep, {
+  addGuarded(ctx, CommandIDs.replayStep, 'replay', {
     label: trans.__('Replay the Bad Step with Anomaly Detection'),
     caption: () =>
-      captionOf(
-        ctx,
-        'replay',
-        trans.__(
-          'Run the kept non-finite step once more under torch.autograd.detect_anomaly, on its pre-step weights'
-        )
+      trans.__(
+        'Run the kept non-finite step once more under torch.autograd.detect_anomaly, on its pre-step weights'
       ),
-    isEnabled: () => can(ctx, 'replay').enabled,
     execute: async () => {
       const conn = currentConnection(ctx);
       const kept = conn?.model.grads.status?.replayable;

@@ -4,8 +4,7 @@ import { formatBytes } from '../panels/memory';
 import { GUARD_DEFAULT } from '../panels/memory/leakCard';
 import { ActionName, ActionResult, IActionArgs } from '../protocol/messages';
 import {
-  can,
-  captionOf,
+  addGuarded,
   currentConnection,
   ICommandContext,
   runAction
@@ -17,7 +16,7 @@ import { CommandIDs } from './ids';
  * changed, shown as a notification.
  */
 export function addMemoryCommands(ctx: ICommandContext): void {
-  const { app, trans } = ctx;
+  const { trans } = ctx;
   const current = () => currentConnection(ctx);
   const memoryAction = async <K extends ActionName>(
     action: K,
@@ -34,15 +33,10 @@ export function addMemoryCommands(ctx: ICommandContext): void {
     }
   };
 
-  app.commands.addCommand(CommandIDs.emptyCache, {
+  addGuarded(ctx, CommandIDs.emptyCache, 'emptyCache', {
     label: trans.__('Empty CUDA Cache'),
     caption: () =>
-      captionOf(
-        ctx,
-        'emptyCache',
-        trans.__('torch.cuda.empty_cache(): reserved before → after')
-      ),
-    isEnabled: () => can(ctx, 'emptyCache').enabled,
+      trans.__('torch.cuda.empty_cache(): reserved before → after'),
     execute: () =>
       memoryAction('empty_cache', {}, r =>
         trans.__(
@@ -51,35 +45,25 @@ export function addMemoryCommands(ctx: ICommandContext): void {
         )
       )
   });
-  app.commands.addCommand(CommandIDs.releaseRefs, {
+  addGuarded(ctx, CommandIDs.releaseRefs, 'releaseRefs', {
     label: trans.__('Release References (ends %debug on the last error)'),
     caption: () =>
-      captionOf(
-        ctx,
-        'releaseRefs',
-        trans.__(
-          'Drop what keeps the last error alive, gc, empty the cache (ends %debug)'
-        )
+      trans.__(
+        'Drop what keeps the last error alive, gc, empty the cache (ends %debug)'
       ),
-    isEnabled: () => can(ctx, 'releaseRefs').enabled,
     execute: () =>
       memoryAction('release_refs', {}, r =>
         typeof r.note === 'string' ? r.note : trans.__('References released.')
       )
   });
-  app.commands.addCommand(CommandIDs.recordMemory, {
+  addGuarded(ctx, CommandIDs.recordMemory, 'recordMemory', {
     label: () =>
       current()?.model.memory.status?.recording.state === 'off' ||
       !current()?.model.memory.status
         ? trans.__('Start Recording Memory History')
         : trans.__('Stop Recording Memory History'),
     caption: () =>
-      captionOf(
-        ctx,
-        'recordMemory',
-        trans.__('The CUDA allocator history; stop writes a snapshot file')
-      ),
-    isEnabled: () => can(ctx, 'recordMemory').enabled,
+      trans.__('The CUDA allocator history; stop writes a snapshot file'),
     execute: () => {
       const on =
         (current()?.model.memory.status?.recording.state ?? 'off') !== 'off';
@@ -93,31 +77,21 @@ export function addMemoryCommands(ctx: ICommandContext): void {
       );
     }
   });
-  app.commands.addCommand(CommandIDs.saveCheckpoint, {
+  addGuarded(ctx, CommandIDs.saveCheckpoint, 'saveCheckpoint', {
     label: trans.__('Save Checkpoint of Model and Optimizer'),
     caption: () =>
-      captionOf(
-        ctx,
-        'saveCheckpoint',
-        trans.__('torch.save of their state dicts in the kernel’s folder')
-      ),
-    isEnabled: () => can(ctx, 'saveCheckpoint').enabled,
+      trans.__('torch.save of their state dicts in the kernel’s folder'),
     execute: () =>
       memoryAction('save_checkpoint', {}, r =>
         trans.__('Checkpoint saved: %1', String(r.file ?? r.filename ?? ''))
       )
   });
-  app.commands.addCommand(CommandIDs.measureActivations, {
+  addGuarded(ctx, CommandIDs.measureActivations, 'measureActivations', {
     label: trans.__('Measure Where Activation Memory Goes'),
     caption: () =>
-      captionOf(
-        ctx,
-        'measureActivations',
-        trans.__(
-          'Bytes each module saves for backward in one forward/backward, and the largest batch that fits'
-        )
+      trans.__(
+        'Bytes each module saves for backward in one forward/backward, and the largest batch that fits'
       ),
-    isEnabled: () => can(ctx, 'measureActivations').enabled,
     execute: () =>
       memoryAction('measure_activations', {}, r =>
         r.state === 'done'
@@ -125,18 +99,13 @@ export function addMemoryCommands(ctx: ICommandContext): void {
           : trans.__('Armed: the next forward/backward is measured.')
       )
   });
-  app.commands.addCommand(CommandIDs.memoryGuard, {
+  addGuarded(ctx, CommandIDs.memoryGuard, 'memoryGuard', {
     label: () =>
       current()?.model.memory.status?.guard?.pause_at
         ? trans.__('Stop Pausing Before the Memory Limit')
         : trans.__('Pause Training Before the Memory Limit'),
     caption: () =>
-      captionOf(
-        ctx,
-        'memoryGuard',
-        trans.__('Pause at the next step once memory reaches 90% of the limit')
-      ),
-    isEnabled: () => can(ctx, 'memoryGuard').enabled,
+      trans.__('Pause at the next step once memory reaches 90% of the limit'),
     execute: () => {
       const on = !!current()?.model.memory.status?.guard?.pause_at;
       return memoryAction(
@@ -152,15 +121,10 @@ export function addMemoryCommands(ctx: ICommandContext): void {
       );
     }
   });
-  app.commands.addCommand(CommandIDs.exportTensorboard, {
+  addGuarded(ctx, CommandIDs.exportTensorboard, 'exportTensorboard', {
     label: trans.__('Export the Shown Run as TensorBoard Files'),
     caption: () =>
-      captionOf(
-        ctx,
-        'exportTensorboard',
-        trans.__('Event files of its series and alarms, beside the notebook')
-      ),
-    isEnabled: () => can(ctx, 'exportTensorboard').enabled,
+      trans.__('Event files of its series and alarms, beside the notebook'),
     execute: () => {
       const model = current()?.model;
       const run = model?.runs.shown ?? 0;

@@ -2,8 +2,16 @@ import { InputDialog, Notification } from '@jupyterlab/apputils';
 
 import { RanksActionName, sendRanksAction } from '../panels/ranks';
 import { IActionArgs } from '../protocol/messages';
-import { can, captionOf, currentConnection, ICommandContext } from './context';
+import {
+  addGuarded,
+  addPlain,
+  currentConnection,
+  ICommandContext
+} from './context';
 import { CommandIDs } from './ids';
+
+/** The commands' actions that take no arguments. */
+type NoArgsAction = 'ranks_unclip' | 'ranks_pause' | 'ranks_resume';
 
 /**
  * All-rank actions of a torch.distributed job (also in the panel's Ranks
@@ -11,7 +19,7 @@ import { CommandIDs } from './ids';
  * ("clip 1 applies at step 57 on ranks 0, 1") or the refusal is a notification.
  */
 export function addRanksCommands(ctx: ICommandContext): void {
-  const { app, trans } = ctx;
+  const { trans } = ctx;
   const ranks = () => currentConnection(ctx)?.model.ranks ?? null;
   const send = async <K extends RanksActionName>(
     action: K,
@@ -30,15 +38,10 @@ export function addRanksCommands(ctx: ICommandContext): void {
     }
   };
 
-  app.commands.addCommand(CommandIDs.ranksClip, {
+  addGuarded(ctx, CommandIDs.ranksClip, 'ranksClip', {
     label: trans.__('Clip Gradients on All Ranks…'),
     caption: () =>
-      captionOf(
-        ctx,
-        'ranksClip',
-        trans.__('Clip gradients on every rank of the job from one agreed step')
-      ),
-    isEnabled: () => can(ctx, 'ranksClip').enabled,
+      trans.__('Clip gradients on every rank of the job from one agreed step'),
     execute: async () => {
       const result = await InputDialog.getNumber({
         title: trans.__('Clip gradients on all ranks at max_norm'),
@@ -49,46 +52,40 @@ export function addRanksCommands(ctx: ICommandContext): void {
       }
     }
   });
-  app.commands.addCommand(CommandIDs.ranksUnclip, {
-    label: trans.__('Stop Clipping on All Ranks'),
-    caption: () =>
-      captionOf(
-        ctx,
-        'ranksUnclip',
-        trans.__('Stop clipping on every rank from one agreed step')
-      ),
-    isEnabled: () => can(ctx, 'ranksUnclip').enabled,
-    execute: () => send('ranks_unclip', {})
-  });
-  app.commands.addCommand(CommandIDs.ranksPause, {
-    label: trans.__('Pause All Ranks'),
-    caption: () =>
-      captionOf(
-        ctx,
-        'ranksPause',
-        trans.__('Hold every rank before one agreed optimizer step')
-      ),
-    isEnabled: () => can(ctx, 'ranksPause').enabled,
-    execute: () => send('ranks_pause', {})
-  });
-  app.commands.addCommand(CommandIDs.ranksResume, {
-    label: trans.__('Resume All Ranks'),
-    caption: () =>
-      captionOf(ctx, 'ranksResume', trans.__('Release every paused rank')),
-    isEnabled: () => can(ctx, 'ranksResume').enabled,
-    execute: () => send('ranks_resume', {})
-  });
-  app.commands.addCommand(CommandIDs.ranksHalveLr, {
+  const sendPlain = (action: NoArgsAction) => send(action, {});
+  addPlain(
+    ctx,
+    sendPlain,
+    CommandIDs.ranksUnclip,
+    'ranksUnclip',
+    'ranks_unclip',
+    trans.__('Stop Clipping on All Ranks'),
+    trans.__('Stop clipping on every rank from one agreed step')
+  );
+  addPlain(
+    ctx,
+    sendPlain,
+    CommandIDs.ranksPause,
+    'ranksPause',
+    'ranks_pause',
+    trans.__('Pause All Ranks'),
+    trans.__('Hold every rank before one agreed optimizer step')
+  );
+  addPlain(
+    ctx,
+    sendPlain,
+    CommandIDs.ranksResume,
+    'ranksResume',
+    'ranks_resume',
+    trans.__('Resume All Ranks'),
+    trans.__('Release every paused rank')
+  );
+  addGuarded(ctx, CommandIDs.ranksHalveLr, 'ranksScaleLr', {
     label: trans.__('Halve the Learning Rate on All Ranks'),
     caption: () =>
-      captionOf(
-        ctx,
-        'ranksScaleLr',
-        trans.__(
-          'Halve every param group’s learning rate on every rank at one agreed step'
-        )
+      trans.__(
+        'Halve every param group’s learning rate on every rank at one agreed step'
       ),
-    isEnabled: () => can(ctx, 'ranksScaleLr').enabled,
     execute: () => send('ranks_scale_lr', { factor: 0.5 })
   });
 }
