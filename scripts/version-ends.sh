@@ -3,7 +3,7 @@
 # under .venv-ends/ (ignored), running the kernel-side tests that start real kernels
 # (and one a real Jupyter server) against that end's versions.
 #
-#   bash scripts/version-ends.sh [oldest|pythons|newest|all]...     (default: oldest)
+#   bash scripts/version-ends.sh [oldest|pythons|newest|ui-oldest|all]...  (default: oldest)
 #
 #   oldest: the oldest Python that a torch wheel lies on disk for (3.11), the oldest torch
 #           installable here without GBs of CUDA downloads (2.13.0, CPU build), the oldest
@@ -12,6 +12,11 @@
 #           JupyterLab/ipykernel) WITHOUT torch (no torch wheel for them lies on disk, and
 #           the index's are CUDA builds of GBs): the torch-free unit tests, and a real
 #           kernel that loads the extension and streams log() without torch.
+#   ui-oldest: the panel in the oldest JupyterLab front end, in Chromium: the oldest
+#           end's venv (same pins) serves the built labextension (copied into the venv,
+#           as a wheel installs it) and `ui-tests/apps/apps.spec.ts` runs against it
+#           (`ui-tests/playwright.lab-oldest.config.js`). Needs the JS build and the
+#           ui-tests' node modules (`bash scripts/setup.sh`).
 #   newest: the newest releases of everything (JupyterLab, jupyter_server, ipykernel)
 #           with the newest torch the pip cap on this machine allows (2.14.1, a CUDA build
 #           from this disk, about 5.5 GB in the venv; it runs on the CPU here).
@@ -71,12 +76,9 @@ find_python() { # find_python 3.11 -> a path
   return 1
 }
 
-run_end() { # run_end NAME PYTHON PINS... (the tests: TESTS, or "${RUN_TESTS[@]}")
+install_end() { # install_end NAME PYTHON PINS...: the venv .venv-ends/NAME with the pins
   local name="$1" python="$2"
   shift 2
-  local tests=("${TESTS[@]}")
-  if [ -n "${RUN_TESTS+x}" ]; then tests=("${RUN_TESTS[@]}"); fi
-  if [ "$name" = newest ]; then tests+=("${NEWEST_DESELECT[@]}"); fi
   local venv="$ROOT/.venv-ends/$name" start=$SECONDS
   say "$name end: $("$python" --version) with ${*}"
   if [ ! -x "$venv/bin/python" ]; then "$python" -m venv "$venv"; fi
@@ -100,6 +102,15 @@ EOF
     # not: written here as the build would, from package.json's version (an ignored file)
     "$venv/bin/python" -c 'import json; v = json.load(open("package.json"))["version"]; open("jupyterlab_torchdbg/_version.py", "w").write(f"__version__ = VERSION = {v!r}\n")'
   fi
+}
+
+run_end() { # run_end NAME PYTHON PINS... (the tests: TESTS, or "${RUN_TESTS[@]}")
+  local name="$1" start=$SECONDS
+  install_end "$@"
+  local venv="$ROOT/.venv-ends/$name"
+  local tests=("${TESTS[@]}")
+  if [ -n "${RUN_TESTS+x}" ]; then tests=("${RUN_TESTS[@]}"); fi
+  if [ "$name" = newest ]; then tests+=("${NEWEST_DESELECT[@]}"); fi
   # The venv's own python starts the kernels (pytest-jupyter's python3 kernel spec).
   PATH="$venv/bin:$PATH" PYTHONPATH="$ROOT" \
     "$venv/bin/python" -m pytest -q -p no:cacheprovider "${tests[@]}"
@@ -113,8 +124,8 @@ want() { # want END: was END (or all) asked for?
 }
 for e in "${ENDS[@]}"; do
   case "$e" in
-    oldest | pythons | newest | all) ;;
-    *) echo "usage: $0 [oldest|pythons|newest|all]..." >&2; exit 2 ;;
+    oldest | pythons | newest | ui-oldest | all) ;;
+    *) echo "usage: $0 [oldest|pythons|newest|ui-oldest|all]..." >&2; exit 2 ;;
   esac
 done
 if want oldest; then
@@ -134,4 +145,27 @@ fi
 if want newest; then
   py="${PY_NEWEST:-$(find_python "$NEWEST_PY_VERSION")}"
   run_end newest "$py" "${NEWEST_PINS[@]}"
+fi
+if want ui-oldest; then
+  start=$SECONDS
+  ext="$ROOT/jupyterlab_torchdbg/labextension"
+  if [ ! -f "$ext/package.json" ] || [ ! -d "$ROOT/ui-tests/node_modules" ]; then
+    echo "ui-oldest needs the JS build and the ui-tests' node modules: bash scripts/setup.sh" >&2
+    exit 1
+  fi
+  py="${PY_OLDEST:-$(find_python "$OLDEST_PY_VERSION")}"
+  install_end oldest "$py" "${OLDEST_PINS[@]}"
+  venv="$ROOT/.venv-ends/oldest"
+  # A copy, not a link: jupyter_server 2.4 refuses (403) static files behind a link that
+  # leaves its folder.
+  share="$venv/share/jupyter/labextensions/jupyterlab_torchdbg"
+  rm -rf "$share"
+  mkdir -p "$(dirname "$share")"
+  cp -r "$ext" "$share"
+  cp "$ROOT/install.json" "$share/"
+  "$venv/bin/jupyter" labextension list 2>&1 | grep jupyterlab_torchdbg
+  say "ui-oldest: the panel in JupyterLab $("$venv/bin/python" -c 'import jupyterlab; print(jupyterlab.__version__)') in Chromium"
+  (cd "$ROOT/ui-tests" && PATH="$venv/bin:$PATH" PYTHONPATH="$ROOT" \
+    npx playwright test -c playwright.lab-oldest.config.js)
+  say "ui-oldest end: passed in $((SECONDS - start)) s"
 fi

@@ -8,10 +8,10 @@ const port = process.env.UI_NB7_PORT || '8878';
 
 module.exports = {
   ...base,
-  testDir: './notebook7',
+  testDir: './apps',
   // its own folder: a run clears its output folder, and Galata's screenshots stay
   outputDir: './test-results-notebook7',
-  use: { ...base.use, baseURL: `http://localhost:${port}` },
+  use: { ...base.use, baseURL: `http://localhost:${port}`, app: 'notebook7' },
   webServer: {
     command: `jupyter notebook --config jupyter_server_test_config.py --port ${port}`,
     url: `http://localhost:${port}/tree`,

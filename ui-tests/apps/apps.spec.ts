@@ -1,6 +1,9 @@
 /**
- * The panel in Jupyter Notebook 7 (issue #26), in Chromium with a real kernel: the same
- * extension (the labextension is shared) in Notebook 7's notebook page. The sidebar opens
+ * The panel in the apps and versions people run (issue #26), in Chromium with a real
+ * kernel: Jupyter Notebook 7's notebook page (`playwright.notebook7.config.js`, in CI)
+ * and the oldest supported JupyterLab (`playwright.lab-oldest.config.js`, run by
+ * `scripts/version-ends.sh ui-oldest` against JupyterLab 4.4.0), the same labextension
+ * in both; the config's `app` option says which. The sidebar opens
  * from the command palette; a training cell's step and loss move live in it; a failing
  * cell pops the panel up on its exception (the panel closed first) and "Go to cell" puts
  * the cursor on the line that raised. Screenshots light and dark.
@@ -8,7 +11,26 @@
  * Plain Playwright (Galata's fixtures drive JupyterLab's page): the notebook is written
  * through the server's contents API and driven through the page.
  */
-import { expect, Page, test } from '@playwright/test';
+import { expect, Page, test as base } from '@playwright/test';
+
+/** Which app's page the notebook opens in: its URL and its name in the test. */
+const APPS = {
+  notebook7: {
+    path: 'notebooks',
+    name: 'Notebook 7',
+    palette: '.lm-CommandPalette'
+  },
+  // (JupyterLab also has a palette in its left sidebar: the modal one)
+  lab: {
+    path: 'lab/tree',
+    name: 'JupyterLab',
+    palette: '#modal-command-palette'
+  }
+};
+
+const test = base.extend<{ app: keyof typeof APPS }>({
+  app: ['notebook7', { option: true }]
+});
 
 const PANEL = '#jp-torchdbg-sidebar';
 
@@ -69,21 +91,27 @@ async function runCell(page: Page, i: number): Promise<void> {
   await page.keyboard.press('Shift+Enter');
 }
 
-/** Run a command from Notebook 7's command palette (Ctrl+Shift+C, as in JupyterLab). */
+/** Run a command from the command palette (Ctrl+Shift+C, in both apps). */
 async function paletteRun(
   page: Page,
+  selector: string,
   label: string,
   query = label
 ): Promise<void> {
-  await page.keyboard.press('Escape');
-  await page.keyboard.press('Control+Shift+C');
-  const palette = page.locator('.lm-CommandPalette');
-  await expect(palette).toBeVisible();
-  await palette.locator('input').fill(query);
-  await palette
-    .locator('.lm-CommandPalette-item', { hasText: label })
-    .first()
-    .click();
+  const palette = page.locator(selector);
+  // A key press while the app still settles focus can be lost, and the modal
+  // palette closes when the page takes the focus back (a notebook whose kernel
+  // just started): open, search and click again until the click lands.
+  await expect(async () => {
+    await page.keyboard.press('Escape');
+    await page.keyboard.press('Control+Shift+C');
+    await expect(palette).toBeVisible({ timeout: 2000 });
+    await palette.locator('input').fill(query, { timeout: 2000 });
+    await palette
+      .locator('.lm-CommandPalette-item', { hasText: label })
+      .first()
+      .click({ timeout: 2000 });
+  }).toPass({ timeout: 60000 });
 }
 
 async function prompt(page: Page, i: number): Promise<string> {
@@ -96,16 +124,18 @@ async function prompt(page: Page, i: number): Promise<string> {
   ).trim();
 }
 
-test('Notebook 7: the sidebar from the palette, live figures, the pop-up and Go to cell', async ({
+test('the sidebar from the palette, live figures, the pop-up and Go to cell', async ({
   page,
-  request
+  request,
+  app
 }, testInfo) => {
   test.setTimeout(240000);
-  const name = `nb7-${testInfo.retry}.ipynb`;
+  testInfo.annotations.push({ type: 'app', description: APPS[app].name });
+  const name = `${app}-${testInfo.retry}.ipynb`;
   expect(
     (await request.put(`/api/contents/${name}`, { data: notebook() })).ok()
   ).toBe(true);
-  await page.goto(`/notebooks/${name}`);
+  await page.goto(`/${APPS[app].path}/${name}`);
   await expect(page.locator('.jp-Notebook .jp-Cell')).toHaveCount(3, {
     timeout: 60000
   });
@@ -118,7 +148,12 @@ test('Notebook 7: the sidebar from the palette, live figures, the pop-up and Go 
   // the palette (Ctrl+Shift+C, as in JupyterLab): Torch Debugger's "Open Panel"
   await expect(page.locator(PANEL)).toBeHidden();
   await page.locator('.jp-Notebook').click();
-  await paletteRun(page, 'Open Panel', 'Torch Debugger Open Panel');
+  await paletteRun(
+    page,
+    APPS[app].palette,
+    'Open Panel',
+    'Torch Debugger Open Panel'
+  );
   const panel = page.locator(PANEL);
   await expect(panel).toBeVisible();
 
@@ -139,7 +174,7 @@ test('Notebook 7: the sidebar from the palette, live figures, the pop-up and Go 
   await expect(panel).toContainText('step 300 · 300 points', {
     timeout: 30000
   });
-  await panel.screenshot({ path: testInfo.outputPath('notebook7-light.png') });
+  await panel.screenshot({ path: testInfo.outputPath(`${app}-light.png`) });
 
   // the pop-up: the panel closed, a failing cell brings it back on the exception
   await page.keyboard.press('Escape');
@@ -176,16 +211,16 @@ test('Notebook 7: the sidebar from the palette, live figures, the pop-up and Go 
   await expect(active.locator('.cm-line').nth(0)).toHaveText('a = 1');
 
   await panel.screenshot({
-    path: testInfo.outputPath('notebook7-exception-light.png')
+    path: testInfo.outputPath(`${app}-exception-light.png`)
   });
-  await paletteRun(page, 'Use Theme: JupyterLab Dark');
+  await paletteRun(page, APPS[app].palette, 'Use Theme: JupyterLab Dark');
   await expect(page.locator('body')).toHaveAttribute(
     'data-jp-theme-light',
     'false'
   );
   await page.waitForTimeout(500);
   await panel.screenshot({
-    path: testInfo.outputPath('notebook7-exception-dark.png')
+    path: testInfo.outputPath(`${app}-exception-dark.png`)
   });
-  await paletteRun(page, 'Use Theme: JupyterLab Light');
+  await paletteRun(page, APPS[app].palette, 'Use Theme: JupyterLab Light');
 });
