@@ -27,6 +27,7 @@ import sysconfig
 import threading
 import time
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, Protocol
 
 from ..action_registry import ActionError
@@ -64,7 +65,7 @@ class AllocatorHistory(Protocol):
 class TorchHistory:
     """The real one: ``torch.cuda.memory``'s private history API (torch ≥ 2.1)."""
 
-    def _torch(self) -> Any:
+    def _torch(self) -> ModuleType:
         torch = sys.modules.get("torch")
         if torch is None:
             raise ActionError("torch is not imported in this kernel", "refused")
@@ -108,7 +109,7 @@ class ReplayHistory:
     of ``snap`` shaped like ``torch.cuda.memory._snapshot()``.
     """
 
-    def __init__(self, snap: dict[str, Any]) -> None:
+    def __init__(self, snap: dict[str, object]) -> None:
         self._snap = snap
         self.enabled: int | None = None
         self.calls: list[str] = []
@@ -157,7 +158,7 @@ class HistoryRecorder:
         self.max_entries: int | None = None
         self.since: float | None = None
         #: The summary of the last stopped recording (strings and numbers only).
-        self.last: dict[str, Any] | None = None
+        self.last: dict[str, object] | None = None
         self._queued: Callable[[], None] | None = None
 
     def status(self) -> dict[str, object]:
@@ -277,7 +278,7 @@ def _unique(path: str) -> str:
     return path
 
 
-def _site(frames: Any) -> dict[str, Any] | None:
+def _site(frames: object) -> tuple[str, int, str] | None:
     """The first frame outside torch and the standard library: where the user allocated."""
     if not isinstance(frames, list) or not frames:
         return None
@@ -296,13 +297,14 @@ def _site(frames: Any) -> dict[str, Any] | None:
         return None
     filename = str(chosen.get("filename", "?"))
     short = "/".join(filename.split("/")[-2:])  # no home directories in payloads (S6)
-    return {
-        "file": short[-SITE_TEXT_CHARS:],
-        "line": max(0, int(chosen.get("line", 0) or 0)),
-        "function": str(chosen.get("name", "?"))[:SITE_TEXT_CHARS],
-    }
+    return (
+        short[-SITE_TEXT_CHARS:],
+        max(0, int(chosen.get("line", 0) or 0)),
+        str(chosen.get("name", "?"))[:SITE_TEXT_CHARS],
+    )
 
 
+# Any: torch.cuda.memory._snapshot()'s nested dicts and lists are untyped; read with .get
 def top_sites(snap: dict[str, Any], n: int = TOP_SITES) -> dict[str, object]:
     """Top allocation sites by bytes: still live at the stop, and allocated in total."""
     live: dict[tuple[str, int, str], list[int]] = {}
@@ -313,8 +315,7 @@ def top_sites(snap: dict[str, Any], n: int = TOP_SITES) -> dict[str, object]:
             s = _site(b.get("frames"))
             if s is None:
                 continue
-            key = (s["file"], s["line"], s["function"])
-            acc = live.setdefault(key, [0, 0])
+            acc = live.setdefault(s, [0, 0])
             acc[0] += int(b.get("size", 0) or 0)
             acc[1] += 1
     total: dict[tuple[str, int, str], list[int]] = {}
@@ -331,8 +332,7 @@ def top_sites(snap: dict[str, Any], n: int = TOP_SITES) -> dict[str, object]:
             s = _site(e.get("frames"))
             if s is None:
                 continue
-            key = (s["file"], s["line"], s["function"])
-            acc = total.setdefault(key, [0, 0])
+            acc = total.setdefault(s, [0, 0])
             acc[0] += int(e.get("size", 0) or 0)
             acc[1] += 1
 
