@@ -19,7 +19,7 @@ _TYPE_DICT = type.__dict__["__dict__"]
 _TYPE_MRO = type.__dict__["__mro__"]
 
 
-def instance_dict(obj: object) -> dict[str, Any] | None:
+def instance_dict(obj: object) -> dict[str, object] | None:
     """``obj``'s own ``__dict__`` if it is an exact dict read by the standard descriptor,
     else None. Never runs a property, ``__getattr__`` or ``__getattribute__`` of ``obj``."""
     tp = type(obj)
@@ -76,7 +76,7 @@ def named_modules(model: object, limit: int) -> Iterator[tuple[str, Any]]:
         yield path, m
 
 
-def _walk(model: object, limit: int) -> Iterator[tuple[str, Any, dict[str, Any] | None]]:
+def _walk(model: object, limit: int) -> Iterator[tuple[str, Any, dict[str, object] | None]]:
     """``(path, module, its instance dict)``, depth first in ``named_modules`` order."""
     seen: set[int] = set()
     stack: list[tuple[str, Any]] = [("", model)]

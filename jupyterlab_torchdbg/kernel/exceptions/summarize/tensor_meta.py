@@ -93,10 +93,10 @@ def no_user_code(torch: ModuleType, exact: bool) -> Iterator[bool]:
             yield True
 
 
-def read_meta(t: Any, torch: ModuleType, fields: tuple[str, ...] = FIELDS) -> dict[str, Any]:
+def read_meta(t: Any, torch: ModuleType, fields: tuple[str, ...] = FIELDS) -> dict[str, object]:
     """The metadata ``fields`` of tensor ``t`` (all of ``FIELDS`` by default), each a
     value or "n/a"."""
-    out: dict[str, Any] = dict.fromkeys(fields, NA)
+    out: dict[str, object] = dict.fromkeys(fields, NA)
     base = getattr(torch._C, "TensorBase", None) or getattr(torch._C, "_TensorBase", None)
     if base is None:
         return out
@@ -120,7 +120,7 @@ def _function_modes_on(torch: ModuleType) -> bool:
         return True
 
 
-def _read_into(out: dict[str, Any], readers: dict[str, Callable[[Any], Any]], t: Any) -> None:
+def _read_into(out: dict[str, object], readers: dict[str, Callable[[Any], Any]], t: Any) -> None:
     for field in out:
         read = readers.get(field)
         try:
