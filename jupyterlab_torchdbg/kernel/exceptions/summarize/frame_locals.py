@@ -9,7 +9,6 @@ it before sending. Summaries never hold a reference to the value.
 from __future__ import annotations
 
 from collections.abc import Container, Iterable
-from typing import Any
 
 from ...safe_read import MAX_NAME, NOT_READ, safe_text, type_name
 from .budget import Budget
@@ -18,7 +17,7 @@ from .row import summarize
 
 
 def summarize_locals(
-    items: Iterable[tuple[Any, Any]],
+    items: Iterable[tuple[object, object]],
     *,
     limit: int,
     prefer: Iterable[str] = (),
@@ -39,7 +38,7 @@ def summarize_locals(
     """
     cls = cls or Classifier()
     preferred = set(prefer)
-    ranked: list[tuple[int, int, str, Any]] = []
+    ranked: list[tuple[int, int, str, object]] = []
     total = 0
     # The hot loop of a capture (10,000 locals): type-keyed cache, no method calls.
     cache = cls._cache

@@ -14,10 +14,11 @@ from ...safe_read import MAX_STR, NA, json_int, safe_text, try_read, type_module
 from .kinds import Classifier
 
 if TYPE_CHECKING:
+    import numpy as np
     from numpy.typing import NDArray
 
 
-def fill_array(row: dict[str, object], a: NDArray[Any], cls: Classifier, depth: int) -> None:
+def fill_array(row: dict[str, object], a: NDArray[np.generic], cls: Classifier, depth: int) -> None:
     row["_id"] = id(a)
     if cls._ndarray is not None and type(a) is cls._ndarray:
         row["shape"] = try_read(lambda: [json_int(d) for d in a.shape])
@@ -29,6 +30,7 @@ def fill_array(row: dict[str, object], a: NDArray[Any], cls: Classifier, depth: 
         row["text"] = row["type"]
 
 
+# Any: a Python number or numpy's own scalar, whose numpy .item() is called below
 def fill_number(row: dict[str, object], v: Any, cls: Classifier, depth: int) -> None:
     if type(v) not in (bool, int, float, complex):
         # numpy scalar: .item() gives a Python number (numpy's own types only; a subclass

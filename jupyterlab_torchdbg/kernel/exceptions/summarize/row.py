@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from ...safe_read import MAX_ITEMS, NA, type_name
@@ -83,11 +83,13 @@ def fill_dataset(row: dict[str, object], ds: object, cls: Classifier, depth: int
     row["text"] = f"{row['type']}, len {length}"
 
 
-def fill_container(row: dict[str, object], c: Any, cls: Classifier, depth: int) -> None:
+def fill_container(
+    row: dict[str, object], c: Collection[object], cls: Classifier, depth: int
+) -> None:
     row["_id"] = id(c)
     n = len(c)  # exact builtin container: a C length, no user code
     row["len"] = n
-    if type(c) in (list, tuple) and depth == 0 and n:
+    if (type(c) is list or type(c) is tuple) and depth == 0 and n:
         head = c[:MAX_ITEMS]
         kinds = [cls.kind(x) for x in head]
         if any(k == TENSOR for k in kinds):
@@ -95,6 +97,7 @@ def fill_container(row: dict[str, object], c: Any, cls: Classifier, depth: int) 
     row["text"] = f"{row['type']} of {n}"
 
 
+# Any: each filler takes the type its kind names (a tensor, a module, a str, ...)
 _FILLERS: dict[str, Callable[[dict[str, object], Any, Classifier, int], None]] = {
     TENSOR: fill_tensor,
     MODULE: fill_module,

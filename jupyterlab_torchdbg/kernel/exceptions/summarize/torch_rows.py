@@ -228,7 +228,7 @@ def safe_dataset_len(ds: object, data: ModuleType | None, cls: Classifier) -> in
             return _first_dim(ts[0], cls) if type(ts) is tuple and ts else NA
         if type(ds) is data.Subset:
             idx = part(ds, "indices")
-            if type(idx) in (list, range, tuple):
+            if type(idx) is list or type(idx) is range or type(idx) is tuple:
                 return len(idx)
             if cls.kind(idx) == TENSOR:
                 return _first_dim(idx, cls)
