@@ -28,9 +28,12 @@ import threading
 import time
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from ..action_registry import ActionError
+
+if TYPE_CHECKING:
+    from ...protocol.messages import AllocationSite, MemorySnapshotSummary
 
 DEFAULT_MAX_ENTRIES = 100_000
 TOP_SITES = 10
@@ -158,7 +161,7 @@ class HistoryRecorder:
         self.max_entries: int | None = None
         self.since: float | None = None
         #: The summary of the last stopped recording (strings and numbers only).
-        self.last: dict[str, object] | None = None
+        self.last: MemorySnapshotSummary | None = None
         self._queued: Callable[[], None] | None = None
 
     def status(self) -> dict[str, object]:
@@ -219,14 +222,19 @@ class HistoryRecorder:
             path = _write_snapshot(snap, self._cwd)
             history.disable()
             self.state, self.max_entries, self.since = "off", None, None
-            self.last = {
+            sites = top_sites(snap)
+            last: MemorySnapshotSummary = {
                 "time": round(time.time(), 3),
                 "file": os.path.basename(path),
                 "bytes": os.path.getsize(path),
-                **top_sites(snap),
+                "entries": sites["entries"],
+                "oom_events": sites["oom_events"],
+                "live_sites": sites["live_sites"],
+                "top_sites": sites["top_sites"],
             }
+            self.last = last
             del snap
-            return {**self._state(), **self.last}
+            return {**self._state(), **last}
 
     def shutdown(self) -> None:
         """On unload: leave no recording running that the tool started."""
@@ -304,8 +312,17 @@ def _site(frames: object) -> tuple[str, int, str] | None:
     )
 
 
+class Sites(TypedDict):
+    """What a recording's snapshot says (the rest of a ``MemorySnapshotSummary``)."""
+
+    entries: int
+    oom_events: int
+    live_sites: list[AllocationSite]
+    top_sites: list[AllocationSite]
+
+
 # Any: torch.cuda.memory._snapshot()'s nested dicts and lists are untyped; read with .get
-def top_sites(snap: dict[str, Any], n: int = TOP_SITES) -> dict[str, object]:
+def top_sites(snap: dict[str, Any], n: int = TOP_SITES) -> Sites:
     """Top allocation sites by bytes: still live at the stop, and allocated in total."""
     live: dict[tuple[str, int, str], list[int]] = {}
     for seg in snap.get("segments", []) or []:
@@ -336,7 +353,7 @@ def top_sites(snap: dict[str, Any], n: int = TOP_SITES) -> dict[str, object]:
             acc[0] += int(e.get("size", 0) or 0)
             acc[1] += 1
 
-    def rows(d: dict[tuple[str, int, str], list[int]]) -> list[dict[str, object]]:
+    def rows(d: dict[tuple[str, int, str], list[int]]) -> list[AllocationSite]:
         ordered = sorted(d.items(), key=lambda kv: -kv[1][0])[:n]
         return [
             {"file": f, "line": ln, "function": fn, "bytes": b, "count": c}
