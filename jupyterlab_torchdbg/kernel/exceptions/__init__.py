@@ -15,7 +15,7 @@ the memory autopsy links its ``oom`` to the ``exception`` of the same failure th
 
 IPython's own error path is never touched (no ``set_custom_exc``): the traceback, ``%tb``,
 ``%debug``, ``%pdb`` and nbclient behave as without the extension (R15, R16, R18).
-KeyboardInterrupt, SystemExit, BdbQuit and UsageError send nothing (R19). Any failure
+KeyboardInterrupt, SystemExit, BdbQuit and UsageError send nothing (R19). A failure
 inside the tool is counted, never raised into the cell (R11). The capture runs no user
 code without a bound and ends within its time budget (R54); an interrupt that arrives
 while it runs ends it quietly.
@@ -26,7 +26,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from .capture import capture
 from .cells import CellMap
@@ -55,7 +55,7 @@ class ExceptionMonitor:
         self.cells = CellMap(ext.shell)
         self.count = 0
         #: The last ``exception`` message (strings and numbers only: no frames, R23).
-        self.last: dict[str, Any] | None = None
+        self.last: dict[str, object] | None = None
 
     def pre_run_cell(self, info: object = None) -> None:
         try:
@@ -101,7 +101,7 @@ class ExceptionMonitor:
         if not isinstance(cell_id, str) or not cell_id:
             current = self.cells.current
             cell_id = current.cell_id if current is not None else None
-        message: dict[str, Any] = {
+        message: dict[str, object] = {
             "method": "exception",
             "id": f"{self._ext.session_id[:12]}-{self.count}",
             "time": round(time.time(), 3),

@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 import time
 from functools import cache
-from typing import Any
 
 from ..action_args import action_args_schema, bounds, only_keys
 from ..action_registry import ActionError
@@ -45,7 +44,7 @@ def validate_record(args: dict[str, object]) -> dict[str, object]:
     return {"op": "start", "max_entries": n}
 
 
-def validate_filename(name: Any) -> str:
+def validate_filename(name: object) -> str:
     if not isinstance(name, str):
         raise ActionError("filename must be a string")
     if "/" in name or "\\" in name or ".." in name or "\x00" in name:

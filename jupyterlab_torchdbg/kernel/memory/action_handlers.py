@@ -25,13 +25,26 @@ import os
 import sys
 import time
 import traceback
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, TypedDict
 
 from ..action_registry import ActionError
 from ..oom_text import sticky_cuda_error
+from .sources import Number
 
 if TYPE_CHECKING:
     from .monitor import MemoryMonitor
+
+
+class CacheRow(TypedDict):
+    """One device's bytes before and after emptying the cache."""
+
+    device: str
+    allocated_before: int
+    allocated_after: int
+    reserved_before: int
+    reserved_after: int
+
 
 DEBUG_NOTE = (
     "%debug on the last error is no longer possible: its traceback and frames were released."
@@ -42,7 +55,7 @@ class MemoryActions:
     def __init__(self, monitor: MemoryMonitor) -> None:
         self.mon = monitor
 
-    def _cuda(self) -> Any:
+    def _cuda(self) -> ModuleType:
         """torch when CUDA may be touched now; refused otherwise (never initialises it)."""
         if self.mon.corrupted:
             raise ActionError(self.mon.corrupted, "refused")
@@ -57,13 +70,13 @@ class MemoryActions:
             )
         return torch
 
-    def _devices(self) -> dict[int, dict[str, Any]]:
+    def _devices(self) -> dict[int, dict[str, Number | None]]:
         r = self.mon.allocator.read()
         if not r.available:
             return {}
         return {d.index: dict(d.values) for d in r.devices}
 
-    def _empty(self, torch: Any) -> None:
+    def _empty(self, torch: ModuleType) -> None:
         try:
             torch.cuda.empty_cache()
         except Exception as e:
@@ -152,17 +165,21 @@ class MemoryActions:
             "note": DEBUG_NOTE,
         }
 
-    def record_memory(self, args: dict[str, Any]) -> dict[str, object]:
+    def record_memory(self, args: dict[str, object]) -> dict[str, object]:
         rec = self.mon.recorder
-        result = rec.start(args["max_entries"]) if args["op"] == "start" else rec.stop()
+        n = args.get("max_entries")  # an int for op "start" (validate_record)
+        result = rec.start(n) if args["op"] == "start" and isinstance(n, int) else rec.stop()
         self.mon._sent_key = None
         self.mon.publish(immediate=True)
         return result
 
-    def save_checkpoint(self, args: dict[str, Any]) -> dict[str, object]:
+    def save_checkpoint(self, args: dict[str, object]) -> dict[str, object]:
         return dict(
             self.mon.at_safe_point(
-                lambda: self._save(args["filename"], args["overwrite"], args.get("unique", False))
+                # a str and bools (validate_checkpoint): str() and bool() return them as they are
+                lambda: self._save(
+                    str(args["filename"]), bool(args["overwrite"]), bool(args.get("unique", False))
+                )
             )
         )
 
@@ -232,9 +249,9 @@ def _free_name(directory: str, filename: str) -> str:
 
 
 def _before_after(
-    before: dict[int, dict[str, Any]], after: dict[int, dict[str, Any]]
-) -> list[dict[str, Any]]:
-    rows = []
+    before: dict[int, dict[str, Number | None]], after: dict[int, dict[str, Number | None]]
+) -> list[CacheRow]:
+    rows: list[CacheRow] = []
     for i in sorted(set(before) | set(after)):
         b, a = before.get(i, {}), after.get(i, {})
         rows.append(

@@ -20,12 +20,14 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from torch import Tensor
     from torch.nn import Module
     from torch.optim import Optimizer
+
+    from ...protocol.messages import MemoryBreakdown, MemoryBreakdownRow
 
 #: Tensors visited at most per breakdown (a bound for pathological namespaces).
 MAX_TENSORS = 500_000
@@ -38,8 +40,8 @@ CATEGORIES = ("parameters", "gradients", "optimizer_state")
 class Found:
     """Models and optimizers for one breakdown, with the names the user knows them by."""
 
-    models: list[tuple[str, Any]] = field(default_factory=list)
-    optimizers: list[tuple[str, Any]] = field(default_factory=list)
+    models: list[tuple[str, Module]] = field(default_factory=list)
+    optimizers: list[tuple[str, Optimizer]] = field(default_factory=list)
 
 
 def _types() -> tuple[type[Tensor] | None, type[Module] | None, type[Optimizer] | None]:
@@ -54,10 +56,10 @@ def _types() -> tuple[type[Tensor] | None, type[Module] | None, type[Optimizer] 
 
 
 def discover(
-    ns: dict[str, Any] | None,
+    ns: dict[str, object] | None,
     *,
-    watched: Iterable[tuple[Any, Any]] = (),
-    seen_optimizers: Iterable[Any] = (),
+    watched: Iterable[tuple[Module | None, Optimizer | None]] = (),
+    seen_optimizers: Iterable[Optimizer] = (),
 ) -> Found:
     """Top-level models (submodules of another found model dropped) and optimizers.
 
@@ -68,8 +70,8 @@ def discover(
     found = Found()
     if module_t is None:
         return found
-    models: dict[int, tuple[str, Any]] = {}
-    optims: dict[int, tuple[str, Any]] = {}
+    models: dict[int, tuple[str, Module]] = {}
+    optims: dict[int, tuple[str, Optimizer]] = {}
     for k, v in list((ns or {}).items()):
         if not isinstance(k, str) or k.startswith("_"):
             continue
@@ -89,7 +91,7 @@ def discover(
     return found
 
 
-def _top_level(models: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+def _top_level(models: list[tuple[str, Module]]) -> list[tuple[str, Module]]:
     """Drop models that are submodules of another (``enc = model.encoder``)."""
     inner: set[int] = set()
     for _, m in models:
@@ -152,7 +154,7 @@ def compute(
     rss: int | None = None,
     max_tensors: int = MAX_TENSORS,
     own: Callable[[object], bool] | None = None,
-) -> dict[str, Any]:
+) -> MemoryBreakdown:
     """The breakdown per device (a ``MemoryBreakdown`` of the protocol).
 
     ``allocated``: the allocator's allocated bytes per CUDA device ("cuda:0": n);
@@ -188,7 +190,7 @@ def compute(
         return True
 
     if tensor_t is not None:
-        params: list[Any] = []
+        params: list[Tensor] = []
         for _, m in found.models:
             try:
                 params.extend(m.parameters())
@@ -216,11 +218,12 @@ def compute(
     devices = sorted(set(per) | {d for d, v in (allocated or {}).items() if v is not None})
     if "cpu" not in devices:
         devices.insert(0, "cpu")
-    rows = []
+    rows: list[MemoryBreakdownRow] = []
     for dev in sorted(devices, key=_device_key):
         row = per.get(dev, dict.fromkeys(CATEGORIES, 0))
         known = sum(row.values())
         total: int | None
+        source: Literal["allocated", "rss"] | None
         if dev == "cpu":
             total, source = rss, "rss" if rss is not None else None
         else:
@@ -229,7 +232,9 @@ def compute(
         rows.append(
             {
                 "device": dev,
-                **row,
+                "parameters": row["parameters"],
+                "gradients": row["gradients"],
+                "optimizer_state": row["optimizer_state"],
                 "other": None if total is None else max(0, total - known),
                 "total": total,
                 "total_source": source,
@@ -259,7 +264,7 @@ def _grads(params: list[Tensor]) -> Iterator[Tensor]:
             yield g
 
 
-def _states(optimizers: list[tuple[str, Any]], tensor_t: type[Tensor]) -> Iterator[Tensor]:
+def _states(optimizers: list[tuple[str, Optimizer]], tensor_t: type[Tensor]) -> Iterator[Tensor]:
     for _, opt in optimizers:
         try:
             yield from _optimizer_state_tensors(opt, tensor_t)
@@ -272,7 +277,7 @@ def _device_key(dev: str) -> tuple[int, str, int]:
     return (0 if kind == "cpu" else 1, kind, int(idx) if idx.isdigit() else -1)
 
 
-def device_row(breakdown: dict[str, Any] | None, device: str) -> dict[str, object] | None:
+def device_row(breakdown: MemoryBreakdown | None, device: str) -> MemoryBreakdownRow | None:
     if not breakdown:
         return None
     return next((r for r in breakdown.get("devices", []) if r.get("device") == device), None)

@@ -24,7 +24,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...protocol import jsonable
 from ..oom_text import sticky_cuda_error
@@ -38,6 +38,7 @@ from .peaks import IntervalPeaks
 from .poller import Poller
 from .recording import HistoryRecorder
 from .sources import (
+    DeviceInfo,
     DeviceMapping,
     HostSource,
     MemorySource,
@@ -52,6 +53,7 @@ from .step_threads import StepThreads
 if TYPE_CHECKING:
     import torch
 
+    from ...protocol.messages import MemoryBreakdown
     from ..host import Host
 
 SAMPLE_INTERVAL_S = 0.1
@@ -106,8 +108,8 @@ class MemoryMonitor:
         self.nvml_reading: Reading | None = None
         self.rss: int | None = None
         self.rss_reason: str | None = None
-        self.breakdown: dict[str, Any] | None = None
-        self.last_oom: dict[str, Any] | None = None
+        self.breakdown: MemoryBreakdown | None = None
+        self.last_oom: dict[str, object] | None = None
         self.oom_count = 0
         self.recorder = HistoryRecorder(self.cuda_unusable)
         self.peaks, self.activations = IntervalPeaks(), ActivationMeter(self)
@@ -183,7 +185,7 @@ class MemoryMonitor:
         ns = getattr(self.ext.shell, "user_ns", None)
         return bd.discover(ns, watched=watched, seen_optimizers=self.steppers.optimizers())
 
-    def update_breakdown(self) -> dict[str, object]:
+    def update_breakdown(self) -> MemoryBreakdown:
         r = self.alloc_reading
         allocated: dict[str, int | None] = {}
         if r is not None and r.available:
@@ -276,7 +278,7 @@ class MemoryMonitor:
     def capture_oom(
         self,
         exc: BaseException,
-        facts: dict[str, Any],
+        facts: dict[str, object],
         *,
         execution_count: object = None,
         cell_id: object = None,
@@ -336,14 +338,12 @@ class MemoryMonitor:
 
     # --- devices -------------------------------------------------------------------------
 
-    def nvml_devices(self) -> list[dict[str, object]]:
+    def nvml_devices(self) -> list[DeviceInfo]:
         devices = getattr(self.nvml, "devices", None)
         if callable(devices):
             return list(devices())
         r = self.nvml_reading
-        if r is None or not r.available:
-            return []
-        return [{"index": d.index, **d.info} for d in r.devices]
+        return r.identities() if r is not None else []
 
     def mapping(self) -> list[DeviceMapping]:
         r = self.alloc_reading

@@ -27,9 +27,13 @@ import sysconfig
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from ..action_registry import ActionError
+
+if TYPE_CHECKING:
+    from ...protocol.messages import AllocationSite, MemorySnapshotSummary
 
 DEFAULT_MAX_ENTRIES = 100_000
 TOP_SITES = 10
@@ -64,7 +68,7 @@ class AllocatorHistory(Protocol):
 class TorchHistory:
     """The real one: ``torch.cuda.memory``'s private history API (torch ≥ 2.1)."""
 
-    def _torch(self) -> Any:
+    def _torch(self) -> ModuleType:
         torch = sys.modules.get("torch")
         if torch is None:
             raise ActionError("torch is not imported in this kernel", "refused")
@@ -108,7 +112,7 @@ class ReplayHistory:
     of ``snap`` shaped like ``torch.cuda.memory._snapshot()``.
     """
 
-    def __init__(self, snap: dict[str, Any]) -> None:
+    def __init__(self, snap: dict[str, object]) -> None:
         self._snap = snap
         self.enabled: int | None = None
         self.calls: list[str] = []
@@ -157,7 +161,7 @@ class HistoryRecorder:
         self.max_entries: int | None = None
         self.since: float | None = None
         #: The summary of the last stopped recording (strings and numbers only).
-        self.last: dict[str, Any] | None = None
+        self.last: MemorySnapshotSummary | None = None
         self._queued: Callable[[], None] | None = None
 
     def status(self) -> dict[str, object]:
@@ -218,14 +222,19 @@ class HistoryRecorder:
             path = _write_snapshot(snap, self._cwd)
             history.disable()
             self.state, self.max_entries, self.since = "off", None, None
-            self.last = {
+            sites = top_sites(snap)
+            last: MemorySnapshotSummary = {
                 "time": round(time.time(), 3),
                 "file": os.path.basename(path),
                 "bytes": os.path.getsize(path),
-                **top_sites(snap),
+                "entries": sites["entries"],
+                "oom_events": sites["oom_events"],
+                "live_sites": sites["live_sites"],
+                "top_sites": sites["top_sites"],
             }
+            self.last = last
             del snap
-            return {**self._state(), **self.last}
+            return {**self._state(), **last}
 
     def shutdown(self) -> None:
         """On unload: leave no recording running that the tool started."""
@@ -277,7 +286,7 @@ def _unique(path: str) -> str:
     return path
 
 
-def _site(frames: Any) -> dict[str, Any] | None:
+def _site(frames: object) -> tuple[str, int, str] | None:
     """The first frame outside torch and the standard library: where the user allocated."""
     if not isinstance(frames, list) or not frames:
         return None
@@ -296,14 +305,24 @@ def _site(frames: Any) -> dict[str, Any] | None:
         return None
     filename = str(chosen.get("filename", "?"))
     short = "/".join(filename.split("/")[-2:])  # no home directories in payloads (S6)
-    return {
-        "file": short[-SITE_TEXT_CHARS:],
-        "line": max(0, int(chosen.get("line", 0) or 0)),
-        "function": str(chosen.get("name", "?"))[:SITE_TEXT_CHARS],
-    }
+    return (
+        short[-SITE_TEXT_CHARS:],
+        max(0, int(chosen.get("line", 0) or 0)),
+        str(chosen.get("name", "?"))[:SITE_TEXT_CHARS],
+    )
 
 
-def top_sites(snap: dict[str, Any], n: int = TOP_SITES) -> dict[str, object]:
+class Sites(TypedDict):
+    """What a recording's snapshot says (the rest of a ``MemorySnapshotSummary``)."""
+
+    entries: int
+    oom_events: int
+    live_sites: list[AllocationSite]
+    top_sites: list[AllocationSite]
+
+
+# Any: torch.cuda.memory._snapshot()'s nested dicts and lists are untyped; read with .get
+def top_sites(snap: dict[str, Any], n: int = TOP_SITES) -> Sites:
     """Top allocation sites by bytes: still live at the stop, and allocated in total."""
     live: dict[tuple[str, int, str], list[int]] = {}
     for seg in snap.get("segments", []) or []:
@@ -313,8 +332,7 @@ def top_sites(snap: dict[str, Any], n: int = TOP_SITES) -> dict[str, object]:
             s = _site(b.get("frames"))
             if s is None:
                 continue
-            key = (s["file"], s["line"], s["function"])
-            acc = live.setdefault(key, [0, 0])
+            acc = live.setdefault(s, [0, 0])
             acc[0] += int(b.get("size", 0) or 0)
             acc[1] += 1
     total: dict[tuple[str, int, str], list[int]] = {}
@@ -331,12 +349,11 @@ def top_sites(snap: dict[str, Any], n: int = TOP_SITES) -> dict[str, object]:
             s = _site(e.get("frames"))
             if s is None:
                 continue
-            key = (s["file"], s["line"], s["function"])
-            acc = total.setdefault(key, [0, 0])
+            acc = total.setdefault(s, [0, 0])
             acc[0] += int(e.get("size", 0) or 0)
             acc[1] += 1
 
-    def rows(d: dict[tuple[str, int, str], list[int]]) -> list[dict[str, object]]:
+    def rows(d: dict[tuple[str, int, str], list[int]]) -> list[AllocationSite]:
         ordered = sorted(d.items(), key=lambda kv: -kv[1][0])[:n]
         return [
             {"file": f, "line": ln, "function": fn, "bytes": b, "count": c}

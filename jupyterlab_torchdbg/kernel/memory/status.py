@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .peaks import PEAK_NOTE
 from .recording import HistoryRecorder
-from .sources import ALLOCATOR_FIELDS, NVML_FIELDS, DeviceMapping, Reading
+from .sources import ALLOCATOR_FIELDS, NVML_FIELDS, DeviceInfo, DeviceMapping, Reading
 
 if TYPE_CHECKING:
+    from ...protocol.messages import MemoryBreakdown
     from .leak import LeakWatch
 
 
@@ -30,13 +31,13 @@ class MemoryMonitor(Protocol):
     nvml_reading: Reading | None
     rss: int | None
     rss_reason: str | None
-    breakdown: dict[str, Any] | None
-    last_oom: dict[str, Any] | None
+    breakdown: MemoryBreakdown | None
+    last_oom: dict[str, object] | None
     recorder: HistoryRecorder
     leak: LeakWatch
     _wall: Callable[[], float]
 
-    def nvml_devices(self) -> list[dict[str, object]]: ...
+    def nvml_devices(self) -> list[DeviceInfo]: ...
 
     def mapping(self) -> list[DeviceMapping]: ...
 
@@ -100,7 +101,7 @@ def memory_message(mon: MemoryMonitor) -> dict[str, object]:
         static = by_nvml.get(m.nvml_index, {}) if m.nvml_index is not None else {}
         name = (a.info.get("name") if a else None) or static.get("name")
         dev = f"cuda:{m.torch_index}"
-        entry: dict[str, Any] = {
+        entry: dict[str, object] = {
             "device": dev,
             "index": m.torch_index,
             "name": name,

@@ -18,7 +18,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
@@ -29,9 +29,11 @@ _TRAINING: set[int] = set()
 
 class StepThreads:
     def __init__(self) -> None:
-        self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
         #: The thread that last stepped each optimizer.
-        self._owner: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._owner: weakref.WeakKeyDictionary[torch.optim.Optimizer, int] = (
+            weakref.WeakKeyDictionary()
+        )
         #: Threads other than the main one that step optimizers.
         self._threads: set[int] = set()
 
@@ -49,7 +51,7 @@ class StepThreads:
             self._threads.add(tid)
             _TRAINING.add(tid)
 
-    def optimizers(self) -> list[object]:
+    def optimizers(self) -> list[torch.optim.Optimizer]:
         """Every optimizer seen stepping that is still alive."""
         return list(self._optimizers)
 

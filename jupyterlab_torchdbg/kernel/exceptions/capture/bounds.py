@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -43,14 +42,14 @@ class Limits:
 LIMITS = Limits()
 
 
-def _size(msg: dict[str, Any]) -> int:
+def _size(msg: dict[str, object]) -> int:
     return len(json.dumps(msg, ensure_ascii=False, allow_nan=False).encode("utf-8", "replace"))
 
 
-def bound(msg: dict[str, Any], limits: Limits) -> dict[str, object]:
+def bound(msg: dict[str, object], limits: Limits) -> dict[str, object]:
     """Keep the message under ``max_bytes``: drop library locals, then source context,
     then user locals, then frames (R09). Marks ``truncated``."""
-    steps: list[Callable[[dict[str, Any]], None]] = [
+    steps: list[Callable[[dict[str, object]], None]] = [
         lambda m: _drop_locals(m, user=False),
         _drop_source,
         lambda m: _drop_locals(m, user=True),
@@ -64,29 +63,36 @@ def bound(msg: dict[str, Any], limits: Limits) -> dict[str, object]:
     return msg
 
 
-def _drop_locals(msg: dict[str, Any], *, user: bool) -> None:
-    for f in msg.get("frames", []):
+def _frames(msg: dict[str, object]) -> list[dict[str, object]]:
+    """The message's frame rows (dicts: the capture made them)."""
+    frames = msg.get("frames", [])
+    return [f for f in frames if isinstance(f, dict)] if isinstance(frames, list) else []
+
+
+def _drop_locals(msg: dict[str, object], *, user: bool) -> None:
+    for f in _frames(msg):
         if f.get("user") == user and f.get("locals"):
             f["locals"] = []
             f["locals_truncated"] = True
 
 
-def _drop_source(msg: dict[str, Any]) -> None:
-    for f in msg.get("frames", []):
+def _drop_source(msg: dict[str, object]) -> None:
+    for f in _frames(msg):
         f.pop("source", None)
 
 
-def _drop_frames(msg: dict[str, Any]) -> None:
+def _drop_frames(msg: dict[str, object]) -> None:
     focus = msg.get("focus")
-    frames = msg.get("frames", [])
-    if focus is not None and 0 <= focus < len(frames):
+    frames = _frames(msg)
+    if isinstance(focus, int) and 0 <= focus < len(frames):
         msg["frames"] = [frames[focus]]
         msg["focus"] = 0
     else:
         msg["frames"] = frames[-1:]
         msg["focus"] = None
     msg["elided"] = []
-    msg["chain"] = msg.get("chain", [])[:1]
+    chain = msg.get("chain", [])
+    msg["chain"] = chain[:1] if isinstance(chain, list) else chain
     msg.pop("group", None)
     d = msg.get("diagnosis")
     if isinstance(d, dict):

@@ -13,7 +13,7 @@ call to print the traceback, so it returned once already.
 from __future__ import annotations
 
 import types
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ...safe_read import type_module
 from ..cells import CellMap
@@ -21,6 +21,9 @@ from ..summarize import NA, safe_text, type_name
 from ..summarize.budget import Budget
 from .bounds import Limits
 from .origin import display_file, origin_of
+
+if TYPE_CHECKING:
+    from ....protocol import messages as m
 
 _PLAIN = (str, int, float, bool, type(None), bytes)
 _C_SLOTS = (types.WrapperDescriptorType, types.MethodDescriptorType)
@@ -49,7 +52,7 @@ def str_runs_no_user_code(exc: BaseException) -> bool:
 
 def exception_summary(
     exc: BaseException, limit: int, budget: Budget | None = None
-) -> dict[str, Any]:
+) -> m.ExceptionInfo:
     """Type, module and message (cut to ``limit``); a ``__str__`` that raises -> "n/a",
     one that could run user code once ``budget`` has run out -> "n/a" (R54)."""
     mod = type_module(exc)
@@ -64,7 +67,7 @@ def exception_summary(
         broken = False
     except Exception:
         text, cut, broken = NA, False, True
-    out: dict[str, Any] = {
+    out: m.ExceptionInfo = {
         "type": type_name(exc),
         "module": mod,
         "message": text,
@@ -77,7 +80,7 @@ def exception_summary(
 
 def syntax_details(
     exc: BaseException, cells: CellMap | None, limits: Limits
-) -> dict[str, object] | None:
+) -> m.ExceptionInfoSyntax | None:
     if not issubclass(type(exc), SyntaxError):
         return None
 
@@ -89,10 +92,16 @@ def syntax_details(
         except Exception:
             return None
 
-    out: dict[str, Any] = {}
-    for attr in ("lineno", "offset", "end_lineno", "end_offset"):
-        v = read(attr)
-        out[attr] = v if type(v) is int else None
+    def number(name: str) -> int | None:
+        v = read(name)
+        return v if type(v) is int else None
+
+    out: m.ExceptionInfoSyntax = {
+        "lineno": number("lineno"),
+        "offset": number("offset"),
+        "end_lineno": number("end_lineno"),
+        "end_offset": number("end_offset"),
+    }
     text = read("text")
     out["text"] = safe_text(text.rstrip("\n"), limits.line_chars)[0] if type(text) is str else None
     msg = read("msg")

@@ -15,7 +15,6 @@ import os
 import re
 from collections.abc import Container
 from types import CodeType, FrameType, TracebackType
-from typing import Any
 
 from ..cells import CellMap
 from ..summarize import Classifier, safe_text, summarize_locals
@@ -26,7 +25,9 @@ from .origin import display_file, origin_of, relative_to_cwd
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def frame_row(tb: TracebackType, pos: int, cells: CellMap | None, limits: Limits) -> dict[str, Any]:
+def frame_row(
+    tb: TracebackType, pos: int, cells: CellMap | None, limits: Limits
+) -> dict[str, object]:
     f = tb.tb_frame
     code = f.f_code
     filename = code.co_filename
@@ -47,12 +48,12 @@ def location_row(
     pos: int,
     cells: CellMap | None,
     limits: Limits,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """A frame row's place: origin, shown file, cell, source context and line. Also for
     frames known only from a traceback's text (loader_error.py)."""
     run = cells.lookup(filename) if cells is not None else None
     origin = "cell" if run is not None else origin_of(filename, cells)
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "position": pos,
         "origin": origin,
         "user": origin != "library",
@@ -122,12 +123,12 @@ def _names_in(filename: str, span: dict[str, int] | None, lineno: int) -> list[s
 
 
 def add_locals(
-    frame: dict[str, Any],
+    frame: dict[str, object],
     f: FrameType,
     prefer: list[str],
     hidden: Container[str] | None,
     cls: Classifier,
-    live: dict[int, Any],
+    live: dict[int, object],
     limits: Limits,
     budget: Budget | None = None,
 ) -> None:

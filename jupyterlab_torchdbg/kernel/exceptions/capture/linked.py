@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Literal
 
 from ..cells import CellMap
 from ..summarize import safe_text
@@ -18,6 +18,9 @@ from ..summarize.budget import Budget
 from .bounds import Limits
 from .exception import exception_summary
 from .origin import display_file, origin_of
+
+if TYPE_CHECKING:
+    from ....protocol import messages as m
 
 _BaseExceptionGroup: type[BaseException] | None = getattr(builtins, "BaseExceptionGroup", None)
 _FIELD = BaseException.__dict__
@@ -31,7 +34,7 @@ def _tb(exc: object) -> TracebackType | None:
     return tb if type(tb) is TracebackType else None
 
 
-def innermost(tb: TracebackType | None, cells: CellMap | None) -> dict[str, object] | None:
+def innermost(tb: TracebackType | None, cells: CellMap | None) -> m.RelatedExceptionWhere | None:
     last = None
     for _ in range(200_000):
         if tb is None:
@@ -42,7 +45,7 @@ def innermost(tb: TracebackType | None, cells: CellMap | None) -> dict[str, obje
     code = last.tb_frame.f_code
     run = cells.lookup(code.co_filename) if cells is not None else None
     origin = "cell" if run is not None else origin_of(code.co_filename, cells)
-    out = {
+    out: m.RelatedExceptionWhere = {
         "file": display_file(code.co_filename, origin, run),
         "lineno": last.tb_lineno or 0,
         "function": safe_text(code.co_name, 200)[0],
@@ -52,13 +55,27 @@ def innermost(tb: TracebackType | None, cells: CellMap | None) -> dict[str, obje
     return out
 
 
+def _related(s: m.ExceptionInfo) -> m.RelatedException:
+    """A summary's fields as a linked exception's (a summary has no ``syntax``)."""
+    out: m.RelatedException = {
+        "type": s["type"],
+        "module": s["module"],
+        "message": s["message"],
+        "message_truncated": s["message_truncated"],
+    }
+    if "message_unavailable" in s:
+        out["message_unavailable"] = s["message_unavailable"]
+    return out
+
+
 def exception_chain(
     exc: BaseException, cells: CellMap | None, limits: Limits, budget: Budget | None = None
-) -> list[dict[str, Any]]:
+) -> list[m.RelatedException]:
     """``__cause__`` / ``__context__`` links from the raised exception down (cycle-safe)."""
-    out: list[dict[str, Any]] = []
+    out: list[m.RelatedException] = []
     seen = {id(exc)}
     cur: BaseException | None = exc
+    relation: Literal["cause", "context"]
     while cur is not None and len(out) < limits.chain:
         try:
             cause = _FIELD["__cause__"].__get__(cur)
@@ -76,7 +93,7 @@ def exception_chain(
             break
         seen.add(id(nxt))
         summary = exception_summary(nxt, limits.chain_message_chars, budget)
-        item = {"relation": relation, **summary}
+        item: m.RelatedException = {"relation": relation, **_related(summary)}
         where = innermost(_tb(nxt), cells)
         if where is not None:
             item["where"] = where
@@ -87,13 +104,13 @@ def exception_chain(
 
 def group_leaves(
     exc: BaseException, cells: CellMap | None, limits: Limits, budget: Budget | None = None
-) -> list[dict[str, Any]]:
+) -> list[m.RelatedException]:
     """The leaves of an ExceptionGroup (nested groups flattened, bounded), else []."""
     if _BaseExceptionGroup is None or not issubclass(type(exc), _BaseExceptionGroup):
         return []
-    out: list[dict[str, Any]] = []
+    out: list[m.RelatedException] = []
 
-    def visit(group: Any, path: list[int], depth: int) -> None:
+    def visit(group: BaseException, path: list[int], depth: int) -> None:
         # a tuple set by BaseExceptionGroup itself, read through its own descriptor
         subs = _BaseExceptionGroup.__dict__["exceptions"].__get__(group)
         if type(subs) is not tuple:
@@ -105,7 +122,7 @@ def group_leaves(
                 visit(sub, [*path, i], depth + 1)
                 continue
             summary = exception_summary(sub, limits.chain_message_chars, budget)
-            item = {"path": [*path, i], **summary}
+            item: m.RelatedException = {"path": [*path, i], **_related(summary)}
             where = innermost(_tb(sub), cells)
             if where is not None:
                 item["where"] = where

@@ -24,7 +24,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ....ranks.worker.loader_errors import ORIGIN_ATTR, read
 from ..cells import CellMap
@@ -32,6 +32,10 @@ from ..summarize import safe_text
 from .bounds import Limits
 from .frame import location_row
 from .stack import StackEntry
+
+if TYPE_CHECKING:
+    from ....protocol import messages as m
+    from ....protocol.json_types import JsonValue
 
 #: Characters / lines of a wrapped traceback's text parsed at most.
 MAX_TEXT = 200_000
@@ -84,19 +88,19 @@ class LoaderError:
     worker_id: int | None
     pid: int | None
     #: The original exception: type, module, message, message_truncated.
-    original: dict[str, Any]
+    original: m.ExceptionInfo
     #: The worker's frames from the wrapped text (empty in the main process).
     parsed: Parsed | None
     #: What the worker (or the live frames) showed of the sample; None when unknown.
-    origin: dict[str, Any] | None
+    origin: dict[str, object] | None
     why_unknown: str | None = None
-    frame_rows: list[dict[str, Any]] = field(default_factory=list)
+    frame_rows: list[dict[str, object]] = field(default_factory=list)
 
     @property
     def in_worker(self) -> bool:
         return self.parsed is not None
 
-    def to_json(self, frame: int | None) -> dict[str, Any]:
+    def to_json(self, frame: int | None) -> dict[str, object]:
         """The ``unwrapped`` part of the exception message (``frame``: the dataset's
         frame in ``frames``)."""
         o = self.origin or {}
@@ -192,11 +196,16 @@ def _loader_error(
     parsed: Parsed,
     module: str,
     name: str,
-    origin: dict[str, Any] | None,
+    origin: dict[str, object] | None,
     limits: Limits,
 ) -> LoaderError:
     message, cut = safe_text(parsed.message, limits.message_chars)
-    original = {"type": name, "module": module, "message": message, "message_truncated": cut}
+    original: m.ExceptionInfo = {
+        "type": name,
+        "module": module,
+        "message": message,
+        "message_truncated": cut,
+    }
     why = None
     if origin is None:
         why = (
@@ -205,7 +214,8 @@ def _loader_error(
         )
     elif not origin.get("index_known"):
         why = _why_not(origin)
-    pid = origin.pop("pid", None) if origin is not None else None
+    pid = origin.pop("pid", None) if origin is not None else None  # an int or None (_origin)
+    pid = pid if isinstance(pid, int) else None
     if origin is not None:
         origin.pop("worker_id", None)  # the wrapper's own "where" says it
     return LoaderError(where, worker_id, pid, original, parsed, origin, why)
@@ -236,7 +246,7 @@ def _in_main_process(exc: BaseException, limits: Limits) -> LoaderError | None:
     )
 
 
-def _why_not(origin: dict[str, Any]) -> str:
+def _why_not(origin: dict[str, object]) -> str:
     if origin.get("iterable"):
         return "an IterableDataset has no index: its samples come from an iterator"
     if origin.get("batch") is not None:
@@ -247,11 +257,11 @@ def _why_not(origin: dict[str, Any]) -> str:
     return "the dataset's __getitem__ was not on the traceback"
 
 
-def _origin(raw: object) -> dict[str, Any] | None:
+def _origin(raw: object) -> dict[str, object] | None:
     """The worker's note, kept only in the shape it is written in (it crossed a pickle)."""
     if type(raw) is not dict:
         return None
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for key in _ORIGIN_KEYS:
         out[key] = _plain(raw.get(key))
     out["index_known"] = out["index_known"] is True
@@ -268,9 +278,9 @@ def _origin(raw: object) -> dict[str, Any] | None:
     return out
 
 
-def _plain(v: object, depth: int = 0) -> Any:
+def _plain(v: object, depth: int = 0) -> JsonValue:
     """JSON values of the note (ints, bools, short strings, small lists, ``{"type"}``)."""
-    if v is None or type(v) in (bool, int):
+    if v is None or type(v) is bool or type(v) is int:
         return v
     if type(v) is str:
         return safe_text(v, 200)[0]
@@ -347,10 +357,10 @@ def parse_traceback(text: str, limits: Limits) -> Parsed | None:
 
 def frame_rows(
     loader: LoaderError, first_pos: int, cells: CellMap | None, limits: Limits
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     """Rows for the worker's frames (positions from ``first_pos``), marked with the
     process they ran in; no locals (that process's frames are gone)."""
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
     parsed = loader.parsed
     if parsed is None:
         return rows
@@ -365,7 +375,7 @@ def frame_rows(
     return rows
 
 
-def dataset_frame(frames: list[dict[str, Any]], start: int) -> int | None:
+def dataset_frame(frames: list[dict[str, object]], start: int) -> int | None:
     """Index of the frame where the dataset was entered (the first ``__getitem__`` /
     ``__getitems__`` after torch's fetcher), from ``start`` on; else the innermost."""
     for i in range(start, len(frames)):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import gc
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ....protocol import jsonable
 from ..cells import CellMap
@@ -39,12 +39,15 @@ from .linked import exception_chain, group_leaves
 from .loader_error import dataset_frame, frame_rows, unwrap
 from .stack import elide, skip_ipython_prefix, walk
 
+if TYPE_CHECKING:
+    from ....protocol import messages as m
+
 
 @dataclass
 class CaptureState:
     """What one capture holds while it runs; dropped when it returns."""
 
-    live: dict[int, Any] = field(default_factory=dict)
+    live: dict[int, object] = field(default_factory=dict)
     frames_live: list[FrameType] = field(default_factory=list)
     budget: Budget = field(default_factory=Budget)
 
@@ -88,22 +91,22 @@ def _capture(
     cls = Classifier()
     budget = state.budget
     head = exception_summary(exc, limits.message_chars, budget)
-    msg: dict[str, Any] = {"exception": head}
+    msg: dict[str, object] = {"exception": head}
     truncated = bool(head.get("message_truncated"))
 
     syntax = syntax_details(exc, cells, limits)
     if syntax is not None:
-        msg["exception"]["syntax"] = syntax
+        head["syntax"] = syntax  # (head is msg["exception"])
 
     traceback = BaseException.__dict__["__traceback__"].__get__(exc)  # no subclass property
     entries, walked_all = walk(traceback, limits.walk)
     del traceback
     entries = skip_ipython_prefix(entries)
-    kept, elided = elide(entries, limits)
-    truncated = truncated or not walked_all or bool(elided)
+    kept, gaps = elide(entries, limits)
+    truncated = truncated or not walked_all or bool(gaps)
 
     hidden = getattr(shell, "user_ns_hidden", None)
-    frames: list[dict[str, Any]] = []
+    frames: list[dict[str, object]] = []
     mentioned: list[str] = []
     for pos in kept:
         entry = entries[pos]
@@ -118,15 +121,17 @@ def _capture(
         f = state.frames_live[i]
         prefer: list[str] = []
         if frame["user"]:
-            prefer = frame.pop("_names", [])
+            names = frame.pop("_names", [])  # the identifiers frame_row found
+            prefer = names if isinstance(names, list) else []
             if i == focus:
                 mentioned = prefer
         else:
             frame.pop("_names", None)
         add_locals(frame, f, prefer, hidden, cls, state.live, limits, budget)
-    for e in elided:
-        e["after"] = kept.index(e["after_pos"])
-        del e["after_pos"]
+    elided: list[m.ExceptionElidedItem] = [
+        {"count": g["count"], "reason": g["reason"], "after": kept.index(g["after_pos"])}
+        for g in gaps
+    ]
     first_worker = len(frames)
     cut_worker = loader.parsed.cut if loader is not None and loader.parsed is not None else 0
     repeated_worker = (
@@ -190,7 +195,7 @@ def _capture(
     return bound(clean, limits)
 
 
-def _fetch_frame(frames: list[dict[str, Any]]) -> int | None:
+def _fetch_frame(frames: list[dict[str, object]]) -> int | None:
     """The innermost frame of torch's dataset fetcher (the main process's own stack)."""
     for i in range(len(frames) - 1, -1, -1):
         if str(frames[i].get("file", "")).replace("\\", "/").endswith("data/_utils/fetch.py"):
@@ -199,13 +204,13 @@ def _fetch_frame(frames: list[dict[str, Any]]) -> int | None:
 
 
 def _scan_tensors(
-    frames: list[dict[str, Any]], state: CaptureState, cls: Classifier, device: str
+    frames: list[dict[str, object]], state: CaptureState, cls: Classifier, device: str
 ) -> list[dict[str, object]]:
     """Every tensor reachable by a name in a user frame on ``device`` ("cuda", "cpu"), by
     size: the OOM autopsy's "largest live tensors". Metadata only; runs only on OOM."""
     from ..summarize import summarize
 
-    found: dict[int, dict[str, Any]] = {}
+    found: dict[int, dict[str, object]] = {}
     torch = cls.torch
     for i, f in enumerate(state.frames_live):
         if not frames[i]["user"] or torch is None or state.budget.expired():
@@ -226,6 +231,6 @@ def _scan_tensors(
             if str(read_meta(value, torch, ("device",))["device"]).split(":")[0] != device:
                 continue
             found[id(value)] = {"name": name, "frame": i, **summarize(value, cls)}
-    rows = [r for r in found.values() if isinstance(r.get("nbytes"), int)]
-    rows.sort(key=lambda r: -r["nbytes"])
-    return rows[:10]
+    sized = [(n, r) for r in found.values() if isinstance(n := r.get("nbytes"), int)]
+    sized.sort(key=lambda nr: -nr[0])
+    return [r for _, r in sized[:10]]

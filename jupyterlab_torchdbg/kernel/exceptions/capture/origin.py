@@ -13,9 +13,13 @@ import os
 import site
 import sys
 import sysconfig
+from typing import Literal
 
 from ..cells import CellMap, CellRun
 from ..summarize import safe_text
+
+#: Where a frame's code lives (the protocol's ``ExceptionFrame.origin``).
+Origin = Literal["cell", "file", "library"]
 
 _LIB_CACHE: dict[str, bool] = {}
 
@@ -53,7 +57,7 @@ def _is_library(filename: str) -> bool:
     return hit
 
 
-def origin_of(filename: str, cells: CellMap | None) -> str:
+def origin_of(filename: str, cells: CellMap | None) -> Origin:
     if cells is not None and cells.is_cell_file(filename):
         return "cell"
     if filename.startswith("<ipython-input-"):

@@ -14,7 +14,7 @@ import os
 import sys
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Literal, TypedDict
 
 from .bounds import Limits
 
@@ -62,7 +62,15 @@ def skip_ipython_prefix(entries: list[StackEntry]) -> list[StackEntry]:
     return entries[i:] if i else entries
 
 
-def elide(entries: list[StackEntry], limits: Limits) -> tuple[list[int], list[dict[str, Any]]]:
+class Gap(TypedDict):
+    """Frames left out after the kept frame at ``after_pos`` (a position in the stack)."""
+
+    after_pos: int
+    count: int
+    reason: Literal["repeated", "limit"]
+
+
+def elide(entries: list[StackEntry], limits: Limits) -> tuple[list[int], list[Gap]]:
     """Positions of frames to send and the gaps between them.
 
     Runs of an identical frame (same file, line, function: plain recursion) keep their
@@ -83,7 +91,7 @@ def elide(entries: list[StackEntry], limits: Limits) -> tuple[list[int], list[di
     if len(kept) > limits.frames:
         tail = limits.frames - limits.head
         kept = kept[: limits.head] + kept[-tail:]
-    elided: list[dict[str, Any]] = []
+    elided: list[Gap] = []
     for a, b in itertools.pairwise(kept):
         if b - a > 1:
             key = entries[a].key

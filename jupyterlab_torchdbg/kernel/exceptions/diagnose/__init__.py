@@ -51,7 +51,9 @@ def diagnose(ctx: Context) -> Diagnosis:
         for rule in RULES:
             d = _safe(rule, sub)
             if d is not None:
-                d.setdefault("facts", {})["from_related"] = i
+                facts = d.setdefault("facts", {})
+                if isinstance(facts, dict):
+                    facts["from_related"] = i
                 d["confidence"] = "likely"
                 return _finish(d, ctx)
     return _finish(generic(ctx), ctx)

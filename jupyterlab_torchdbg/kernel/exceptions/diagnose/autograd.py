@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from ..summarize.object_parts import named_modules, part
 from .context import (
@@ -48,7 +47,7 @@ def inplace_modification(ctx: Context) -> Diagnosis | None:
     )
     if m is None and "modified by an inplace operation" not in ctx.message:
         return None
-    facts: dict[str, Any] = {}
+    facts: dict[str, object] = {}
     culprits: list[Row] = []
     if m is not None:
         shape = ints_in(m.group(2))

@@ -14,18 +14,18 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..summarize.object_parts import named_modules, named_parameters
 
 if TYPE_CHECKING:
-    from torch.nn import Module
+    pass
 
 #: Modules searched for a dotted name / parameters visited, per user model.
 MAX_WALK = 20_000
 
-Row = dict[str, Any]
-Diagnosis = dict[str, Any]
+Row = dict[str, object]
+Diagnosis = dict[str, object]
 
 LOSS_FUNCS = ("cross_entropy", "nll_loss", "nll_loss2d", "nll_loss_nd")
 LOSS_TYPES = ("CrossEntropyLoss", "NLLLoss")
@@ -36,29 +36,29 @@ class Context:
     exc_type: str
     exc_module: str
     message: str
-    frames: list[dict[str, Any]]
+    frames: list[dict[str, object]]
     focus: int | None
     #: Identifiers of the failing expression in the focus frame, in source order.
     mentioned: list[str] = field(default_factory=list)
-    resolve: Callable[[int], Any] = field(default=lambda _id: None)
+    resolve: Callable[[int], object] = field(default=lambda _id: None)
     #: Largest named tensors on a device type ("cuda"/"cpu") in user frames (OOM only).
     scan_tensors: Callable[[str], list[Row]] = field(default=lambda _dev: [])
     #: (type, message) of chained exceptions and group members, tried when the raised
     #: exception itself is not recognised.
     others: list[tuple[str, str]] = field(default_factory=list)
 
-    def resolve_row(self, row: Row) -> Any:
+    def resolve_row(self, row: Row) -> object:
         """The live object a row summarises; None for a row without an ``_id``."""
         obj_id = row.get("_id")
-        return None if obj_id is None else self.resolve(obj_id)
+        return self.resolve(obj_id) if isinstance(obj_id, int) else None
 
 
-def frame_rows(frame: dict[str, Any]) -> list[Row]:
+def frame_rows(frame: dict[str, object]) -> list[Row]:
     rows = frame.get("locals")
     return rows if isinstance(rows, list) else []
 
 
-def frame_row(frame: dict[str, Any], name: str) -> Row | None:
+def frame_row(frame: dict[str, object], name: str) -> Row | None:
     return next((r for r in frame_rows(frame) if r.get("name") == name), None)
 
 
@@ -90,7 +90,8 @@ def mentioned_rows(ctx: Context, kinds: tuple[str, ...] = ("tensor", "module")) 
     return out
 
 
-def as_culprit(row: Row, frame: int | None, **extra: object) -> Row:
+def as_culprit(row: Row, frame: object, **extra: object) -> Row:
+    """``row`` as a culprit in frame ``frame`` (an index; None: none, a row's own passes)."""
     c = {k: v for k, v in row.items() if k != "items"}
     if frame is not None:
         c["frame"] = frame
@@ -136,7 +137,7 @@ def name_for(ctx: Context, obj_id: object) -> tuple[str, int | None] | None:
     return None
 
 
-def _path_in_module(model: Module | None, obj_id: int) -> str | None:
+def _path_in_module(model: object, obj_id: int) -> str | None:
     if model is None:
         return None
     # From the modules' own dicts: an overridden named_modules() never runs (R54).

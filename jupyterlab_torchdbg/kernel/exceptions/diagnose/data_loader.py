@@ -13,7 +13,7 @@ Only what was read is stated (R47): an index is named only when the fetcher's ow
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .context import Diagnosis
 
@@ -35,7 +35,7 @@ def spell(value: object) -> str:
     return str(value)
 
 
-def _batch(origin: dict[str, Any]) -> str:
+def _batch(origin: dict[str, object]) -> str:
     batch, size = origin.get("batch"), origin.get("batch_size")
     if not isinstance(batch, list) or not batch:
         return ""
@@ -44,12 +44,12 @@ def _batch(origin: dict[str, Any]) -> str:
     return f"[{shown}{', …' if more else ''}]"
 
 
-def _at(frame: dict[str, Any]) -> str:
+def _at(frame: dict[str, object]) -> str:
     return f"{frame.get('file')}:{frame.get('lineno')}"
 
 
 def explain(
-    d: Diagnosis, loader: LoaderError, frames: list[dict[str, Any]], entry: int | None
+    d: Diagnosis, loader: LoaderError, frames: list[dict[str, object]], entry: int | None
 ) -> Diagnosis:
     """``d`` (the rules' diagnosis of the original error) with where and which sample."""
     o = loader.origin or {}
@@ -60,7 +60,7 @@ def explain(
     at_entry = frames[entry] if entry is not None and 0 <= entry < len(frames) else None
     dataset = o.get("dataset") if isinstance(o.get("dataset"), str) else None
 
-    def name(f: dict[str, Any]) -> str:
+    def name(f: dict[str, object]) -> str:
         """The entry frame is the DataLoader's dataset's own method (a Subset's inner
         dataset is called further in)."""
         fn = str(f.get("function"))
@@ -75,7 +75,7 @@ def explain(
     batch = _batch(o)
     if o.get("index_known"):
         sample = f", for sample index {spell(index)}"
-        if batch and (o.get("batch_size") or 0) > 1:
+        if batch and isinstance(size := o.get("batch_size"), int) and size > 1:
             sample += f" (batch {batch})"
     elif batch:
         sample = f", in the batch {batch} (which sample is not known)"
@@ -97,8 +97,11 @@ def explain(
     if loader.in_worker:
         ways.append("iterate once with `num_workers=0`")
     if d.get("category") != "generic":
-        d.setdefault("hints", []).insert(0, f"Raised{place}{where}{sample}.")
-        d.setdefault("facts", {}).update(data_loader=facts)
+        own, known = d.setdefault("hints", []), d.setdefault("facts", {})
+        if isinstance(own, list):  # (the rules make a list and a dict)
+            own.insert(0, f"Raised{place}{where}{sample}.")
+        if isinstance(known, dict):
+            known.update(data_loader=facts)
         return d
     if not loader.in_worker:
         remedy: str | None = (

@@ -108,8 +108,11 @@ def device_mismatch(ctx: Context) -> Diagnosis | None:
         d = odd_device(items)
     else:
         d = _unseen_device(items, devices, msg_devices)
-    d.setdefault("hints", []).append(_HINT)
-    d["facts"] = {"devices": all_devices, **d.get("facts", {})}
+    hints = d.setdefault("hints", [])
+    if isinstance(hints, list):  # (the rules make a list)
+        hints.append(_HINT)
+    facts = d.get("facts", {})
+    d["facts"] = {"devices": all_devices, **(facts if isinstance(facts, dict) else {})}
     return {"category": "device_mismatch", "title": "Device mismatch", **d}
 
 
@@ -134,7 +137,7 @@ def odd_device(items: list[Row]) -> Diagnosis:
         if mods:
             hints.append(
                 f"To run on {accel} instead, move the model there: "
-                f"`{code_path(mods[0]['name'])}.to('{accel}')`."
+                f"`{code_path(str(mods[0]['name']))}.to('{accel}')`."
             )
     head = sentence(odd, rest, odd_v, win, noun="parameters", on="on ")
     opts = {c.get("_optimizer") for c in odd}
@@ -273,7 +276,7 @@ def _odd_parameters(ctx: Context, module: Row, devices: list[str]) -> tuple[list
     if len(by_device) < 2:
         return [], None
     common = majority({d: len(v) for d, v in by_device.items()}, never=("meta",))
-    out = []
+    out: list[Row] = []
     for dev, names in by_device.items():
         if dev == common:
             continue

@@ -29,7 +29,7 @@ def index_out_of_range(ctx: Context) -> Diagnosis | None:
         args = library_args(ctx, loss) if loss is not None else []
         target = next((c for c in args if c.get("arg") == "target"), None)
         logits = next((c for c in args if c.get("arg") == "input"), None)
-        facts = {"label": label, "n_classes": n}
+        facts: dict[str, object] = {"label": label, "n_classes": n}
         if target is not None:
             facts["label_min"] = target.get("min")
             facts["label_max"] = target.get("max")
@@ -45,10 +45,12 @@ def index_out_of_range(ctx: Context) -> Diagnosis | None:
                 "needs `ignore_index=` in the loss)."
             )
         elif n is not None:
+            top = facts.get("label_max")
+            top = top if isinstance(top, int) else label  # the target's max, when read
             remedy = (
                 f"Labels must be in 0…{n - 1}. If they start at 1, use `labels - 1`; "
                 f"otherwise the last layer must output {label + 1} or more classes "
-                f"(e.g. `out_features={max(label, facts.get('label_max') or label) + 1}`)."
+                f"(e.g. `out_features={max(label, top or label) + 1}`)."
             )
         else:
             remedy = "Labels must be in 0…n_classes-1 (n_classes = the logits' dimension 1)."
@@ -65,8 +67,11 @@ def index_out_of_range(ctx: Context) -> Diagnosis | None:
         if emb is None:
             return None
         name, s = layer_label(ctx, emb)
-        n = s.get("num_embeddings") if s else None
-        args = [c for c in library_args(ctx, emb) if c.get("dtype", "").startswith(("int", "uint"))]
+        size = s.get("num_embeddings") if s else None  # an Embedding's int
+        n = size if isinstance(size, int) else None
+        args = [
+            c for c in library_args(ctx, emb) if str(c.get("dtype", "")).startswith(("int", "uint"))
+        ]
         idx = args[0] if args else None
         head = f"An index is out of range for {name}"
         if n is not None:
@@ -89,9 +94,7 @@ def index_out_of_range(ctx: Context) -> Diagnosis | None:
         cands = [
             c
             for c in mentioned_rows(ctx, ("tensor",))
-            if isinstance(c.get("shape"), list)
-            and len(c["shape"]) > dim
-            and c["shape"][dim] == size
+            if isinstance(shape := c.get("shape"), list) and len(shape) > dim and shape[dim] == size
         ]
         return {
             "category": "index_out_of_range",

@@ -259,9 +259,10 @@ def _optimizer_state(
     ``state`` is read only as a ``dict`` (torch's ``defaultdict``), by ``dict`` methods."""
     opt = ctx.resolve_row(row)
     state = part(opt, "state")
-    if not issubclass(type(state), dict) or type(state).__module__ not in (
-        "collections",
-        "builtins",
+    if (
+        not issubclass(type(state), dict)
+        or type(state).__module__ not in ("collections", "builtins")
+        or not isinstance(state, dict)  # (true by now: decided by the type, no user code)
     ):
         return {}
     own = name_for(ctx, row.get("_id"))

@@ -6,8 +6,6 @@ allocate device memory (R23) and after a sticky CUDA error nothing may touch CUD
 
 from __future__ import annotations
 
-from typing import Any
-
 from ...oom_text import parse_oom, sticky_cuda_error
 from ...units import fmt_bytes
 from .context import (
@@ -47,7 +45,9 @@ def out_of_memory(ctx: Context) -> Diagnosis | None:
                 head += f" (of {fmt_bytes(facts['total_bytes'])})"
     if largest:
         top = largest[0]
-        head += f"; largest named tensor: `{top['name']}` ({fmt_bytes(top.get('nbytes'))})"
+        nbytes = top.get("nbytes")  # an int: _scan_tensors keeps only those
+        size = fmt_bytes(nbytes if isinstance(nbytes, int) else None)
+        head += f"; largest named tensor: `{top['name']}` ({size})"
 
     allocated = facts.get("allocated_bytes") or 0
     total = facts.get("total_bytes")
@@ -101,7 +101,7 @@ def device_side_assert(ctx: Context) -> Diagnosis | None:
     kind = sticky_cuda_error(ctx.message)
     if kind is None:
         return None
-    facts: dict[str, Any] = {"kind": kind, "sticky": True}
+    facts: dict[str, object] = {"kind": kind, "sticky": True}
     culprits: list[Row] = []
     hints = [
         "Checks to run on CPU after the restart: class labels in [0, n_classes), "

@@ -4,7 +4,6 @@ channels, loss batch sizes, broadcasting, view/reshape, cat/stack/collate, input
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from .context import (
     LOSS_FUNCS,
@@ -57,6 +56,7 @@ def _dataset_lengths(ctx: Context) -> Diagnosis | None:
     )
     tensors = frame_row(ctx.frames[frame], "tensors") if frame is not None else None
     items = (tensors or {}).get("items") or []
+    items = items if isinstance(items, list) else []
     culprits = []
     lengths: list[object] = []
     for k, item in enumerate(items):
@@ -105,7 +105,7 @@ def _matmul(ctx: Context) -> Diagnosis | None:
     if m is None:
         return None
     r1, c1, r2, c2 = (int(g) for g in m.groups())
-    facts: dict[str, Any] = {"kind": "matmul", "mat1": [r1, c1], "mat2": [r2, c2]}
+    facts: dict[str, object] = {"kind": "matmul", "mat1": [r1, c1], "mat2": [r2, c2]}
     layer = library_frame(
         ctx, self_types=("Linear", "LazyLinear", "NonDynamicallyQuantizableLinear")
     )
@@ -223,7 +223,7 @@ def _broadcast(ctx: Context) -> Diagnosis | None:
     cands = [
         c
         for c in mentioned_rows(ctx, ("tensor",))
-        if isinstance(c.get("shape"), list) and (a in c["shape"] or b in c["shape"])
+        if isinstance(shape := c.get("shape"), list) and (a in shape or b in shape)
     ]
     head = f"Shapes do not broadcast: size {a} vs {b} at dimension {dim}"
     if len(cands) == 2:

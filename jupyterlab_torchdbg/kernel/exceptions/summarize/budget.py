@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 #: Seconds a whole capture may spend reading locals, linked exceptions and live objects
 #: for the diagnosis; past it the rest is marked "not read (time budget)".
@@ -48,7 +47,7 @@ class Budget:
         #: Summaries made in this capture by ``id``: an object seen in several frames (the
         #: user's ``model`` and a library frame's ``self``) is read once. The frames keep
         #: the objects alive while the capture runs, so an id is not reused meanwhile.
-        self.rows: dict[int, dict[str, Any]] = {}
+        self.rows: dict[int, dict[str, object]] = {}
 
     def expired(self) -> bool:
         return self.clock() >= self.deadline

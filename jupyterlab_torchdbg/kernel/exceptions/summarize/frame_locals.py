@@ -9,7 +9,6 @@ it before sending. Summaries never hold a reference to the value.
 from __future__ import annotations
 
 from collections.abc import Container, Iterable
-from typing import Any
 
 from ...safe_read import MAX_NAME, NOT_READ, safe_text, type_name
 from .budget import Budget
@@ -18,16 +17,16 @@ from .row import summarize
 
 
 def summarize_locals(
-    items: Iterable[tuple[Any, Any]],
+    items: Iterable[tuple[object, object]],
     *,
     limit: int,
     prefer: Iterable[str] = (),
     namespace: bool = False,
     hidden: Container[str] | None = None,
     cls: Classifier | None = None,
-    live: dict[int, Any] | None = None,
+    live: dict[int, object] | None = None,
     budget: Budget | None = None,
-) -> tuple[list[dict[str, Any]], int]:
+) -> tuple[list[dict[str, object]], int]:
     """Rows for at most ``limit`` locals, most useful first, and how many were eligible.
 
     ``prefer``: names on the failing line, kept first. ``namespace``: the frame is the
@@ -39,7 +38,7 @@ def summarize_locals(
     """
     cls = cls or Classifier()
     preferred = set(prefer)
-    ranked: list[tuple[int, int, str, Any]] = []
+    ranked: list[tuple[int, int, str, object]] = []
     total = 0
     # The hot loop of a capture (10,000 locals): type-keyed cache, no method calls.
     cache = cls._cache
@@ -67,14 +66,14 @@ def summarize_locals(
         ranked = heapq.nsmallest(limit, ranked)
     else:
         ranked.sort()
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
     for _, _, name, value in ranked:
         tp = type(value)
         known = budget.rows.get(id(value)) if budget is not None else None
         if known is not None:
             row = {"name": safe_text(name, MAX_NAME)[0], **known}
-            if live is not None and "_id" in row:
-                live[row["_id"]] = value
+            if live is not None and isinstance(row_id := row.get("_id"), int):
+                live[row_id] = value
             rows.append(row)
             continue
         if budget is not None and not budget.allows(tp):
@@ -95,8 +94,8 @@ def summarize_locals(
         if budget is not None:
             budget.timed(tp, started)
             budget.rows[id(value)] = summary
-        if live is not None and "_id" in row:
-            live[row["_id"]] = value
+        if live is not None and isinstance(row_id := row.get("_id"), int):
+            live[row_id] = value
         rows.append(row)
     return rows, total
 

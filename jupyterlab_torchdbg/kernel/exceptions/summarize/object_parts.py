@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import types
 from collections.abc import Iterator
-from typing import Any
 
 _TYPE_DICT = type.__dict__["__dict__"]
 _TYPE_MRO = type.__dict__["__mro__"]
 
 
-def instance_dict(obj: object) -> dict[str, Any] | None:
+def instance_dict(obj: object) -> dict[str, object] | None:
     """``obj``'s own ``__dict__`` if it is an exact dict read by the standard descriptor,
     else None. Never runs a property, ``__getattr__`` or ``__getattribute__`` of ``obj``."""
     tp = type(obj)
@@ -29,7 +28,7 @@ def instance_dict(obj: object) -> dict[str, Any] | None:
         if len(_DICT_SLOT) > 10_000:
             _DICT_SLOT.clear()
         _DICT_SLOT[tp] = desc
-    if desc is None:
+    if type(desc) is not types.GetSetDescriptorType:  # None: no standard slot
         return None
     try:
         d = desc.__get__(obj)
@@ -38,12 +37,12 @@ def instance_dict(obj: object) -> dict[str, Any] | None:
     return d if type(d) is dict else None
 
 
-_UNSEEN: Any = object()
+_UNSEEN = object()
 #: Per type: the standard ``__dict__`` slot descriptor its instances use, or None.
-_DICT_SLOT: dict[type, Any] = {}
+_DICT_SLOT: dict[type, types.GetSetDescriptorType | None] = {}
 
 
-def _dict_slot(tp: type) -> Any:
+def _dict_slot(tp: type) -> types.GetSetDescriptorType | None:
     try:
         for klass in _TYPE_MRO.__get__(tp):
             desc = _TYPE_DICT.__get__(klass).get("__dict__")
@@ -56,30 +55,30 @@ def _dict_slot(tp: type) -> Any:
     return None
 
 
-def part(obj: object, name: str) -> Any:
+def part(obj: object, name: str) -> object:
     """One entry of ``obj``'s instance dict (None when absent or unreadable)."""
     d = instance_dict(obj)
     return dict.get(d, name) if d is not None else None
 
 
-def _entries(obj: object, name: str) -> list[tuple[str, Any]]:
+def _entries(obj: object, name: str) -> list[tuple[str, object]]:
     d = part(obj, name)
     if type(d) is not dict:
         return []
     return [(k, v) for k, v in dict.items(d) if type(k) is str and v is not None]
 
 
-def named_modules(model: object, limit: int) -> Iterator[tuple[str, Any]]:
+def named_modules(model: object, limit: int) -> Iterator[tuple[str, object]]:
     """``(path, module)`` as ``model.named_modules()`` yields them (the root as ``""``),
     from the ``_modules`` dicts, each module once, at most ``limit``."""
     for path, m, _ in _walk(model, limit):
         yield path, m
 
 
-def _walk(model: object, limit: int) -> Iterator[tuple[str, Any, dict[str, Any] | None]]:
+def _walk(model: object, limit: int) -> Iterator[tuple[str, object, dict[str, object] | None]]:
     """``(path, module, its instance dict)``, depth first in ``named_modules`` order."""
     seen: set[int] = set()
-    stack: list[tuple[str, Any]] = [("", model)]
+    stack: list[tuple[str, object]] = [("", model)]
     n = 0
     while stack and n < limit:
         path, m = stack.pop()
@@ -97,7 +96,7 @@ def _walk(model: object, limit: int) -> Iterator[tuple[str, Any, dict[str, Any] 
                 stack.append((f"{path}.{name}" if path else name, child))
 
 
-def module_tensors(model: object, limit: int) -> Iterator[tuple[bool, Any]]:
+def module_tensors(model: object, limit: int) -> Iterator[tuple[bool, object]]:
     """``(is_parameter, tensor)`` for every parameter, then buffer, of each module in one
     walk; each object once, at most ``limit`` in all."""
     seen: set[int] = set()
@@ -117,18 +116,18 @@ def module_tensors(model: object, limit: int) -> Iterator[tuple[bool, Any]]:
                 yield is_param, t
 
 
-def named_parameters(model: object, limit: int) -> Iterator[tuple[str, Any]]:
+def named_parameters(model: object, limit: int) -> Iterator[tuple[str, object]]:
     """``(path, parameter)`` as ``model.named_parameters()`` yields them, each once, at
     most ``limit``, from the ``_parameters`` dicts."""
     return _named_entries(model, "_parameters", limit)
 
 
-def named_buffers(model: object, limit: int) -> Iterator[tuple[str, Any]]:
+def named_buffers(model: object, limit: int) -> Iterator[tuple[str, object]]:
     """``(path, buffer)`` from the ``_buffers`` dicts, each once, at most ``limit``."""
     return _named_entries(model, "_buffers", limit)
 
 
-def _named_entries(model: object, attr: str, limit: int) -> Iterator[tuple[str, Any]]:
+def _named_entries(model: object, attr: str, limit: int) -> Iterator[tuple[str, object]]:
     """``(path, tensor)`` of every module's ``attr`` dict, each tensor once, at most
     ``limit``."""
     seen: set[int] = set()

@@ -14,10 +14,11 @@ from ...safe_read import MAX_STR, NA, json_int, safe_text, try_read, type_module
 from .kinds import Classifier
 
 if TYPE_CHECKING:
+    import numpy as np
     from numpy.typing import NDArray
 
 
-def fill_array(row: dict[str, Any], a: NDArray[Any], cls: Classifier, depth: int) -> None:
+def fill_array(row: dict[str, object], a: NDArray[np.generic], cls: Classifier, depth: int) -> None:
     row["_id"] = id(a)
     if cls._ndarray is not None and type(a) is cls._ndarray:
         row["shape"] = try_read(lambda: [json_int(d) for d in a.shape])
@@ -29,7 +30,8 @@ def fill_array(row: dict[str, Any], a: NDArray[Any], cls: Classifier, depth: int
         row["text"] = row["type"]
 
 
-def fill_number(row: dict[str, Any], v: Any, cls: Classifier, depth: int) -> None:
+# Any: a Python number or numpy's own scalar, whose numpy .item() is called below
+def fill_number(row: dict[str, object], v: Any, cls: Classifier, depth: int) -> None:
     if type(v) not in (bool, int, float, complex):
         # numpy scalar: .item() gives a Python number (numpy's own types only; a subclass
         # could override it)
@@ -58,7 +60,7 @@ def fill_number(row: dict[str, Any], v: Any, cls: Classifier, depth: int) -> Non
         row["text"] = row["type"]
 
 
-def fill_string(row: dict[str, Any], s: str, cls: Classifier, depth: int) -> None:
+def fill_string(row: dict[str, object], s: str, cls: Classifier, depth: int) -> None:
     text, cut = safe_text(s, MAX_STR)
     row["value"] = text
     row["len"] = len(s)
@@ -66,14 +68,14 @@ def fill_string(row: dict[str, Any], s: str, cls: Classifier, depth: int) -> Non
     row["text"] = text + ("…" if cut else "")
 
 
-def fill_bytes(row: dict[str, Any], b: bytes | bytearray, cls: Classifier, depth: int) -> None:
+def fill_bytes(row: dict[str, object], b: bytes | bytearray, cls: Classifier, depth: int) -> None:
     row["len"] = len(b)  # exact bytes/bytearray: a C length
     row["text"] = f"{row['type']} of {len(b)} bytes"
 
 
-def fill_none(row: dict[str, Any], v: object, cls: Classifier, depth: int) -> None:
+def fill_none(row: dict[str, object], v: object, cls: Classifier, depth: int) -> None:
     row["text"] = "None"
 
 
-def fill_other(row: dict[str, Any], v: object, cls: Classifier, depth: int) -> None:
+def fill_other(row: dict[str, object], v: object, cls: Classifier, depth: int) -> None:
     row["text"] = row["type"]

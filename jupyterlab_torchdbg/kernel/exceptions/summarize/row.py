@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from ...safe_read import MAX_ITEMS, NA, type_name
@@ -44,14 +44,14 @@ from .plain_rows import (
 from .torch_rows import fill_dataloader, fill_module, fill_optimizer, fill_tensor, safe_dataset_len
 
 
-def summarize(value: object, cls: Classifier | None = None, *, depth: int = 0) -> dict[str, Any]:
+def summarize(value: object, cls: Classifier | None = None, *, depth: int = 0) -> dict[str, object]:
     """One row (without its name) describing ``value`` from metadata only.
 
     Never raises: a summarizer that fails leaves ``{"kind": ..., "type": ..., "text": "n/a"}``.
     """
     cls = cls or Classifier()
     kind = cls.kind(value)
-    row: dict[str, Any] = {"kind": kind, "type": type_name(value)}
+    row: dict[str, object] = {"kind": kind, "type": type_name(value)}
     try:
         with warnings.catch_warnings():
             # e.g. reading .grad of a non-leaf warns; the user should never see our reads.
@@ -71,7 +71,7 @@ def summarize(value: object, cls: Classifier | None = None, *, depth: int = 0) -
 # --- kinds whose rows nest rows (a container's or a TensorDataset's items) ------------
 
 
-def fill_dataset(row: dict[str, Any], ds: object, cls: Classifier, depth: int) -> None:
+def fill_dataset(row: dict[str, object], ds: object, cls: Classifier, depth: int) -> None:
     row["_id"] = id(ds)
     data = sys.modules.get("torch.utils.data")
     length = safe_dataset_len(ds, data, cls)
@@ -83,11 +83,13 @@ def fill_dataset(row: dict[str, Any], ds: object, cls: Classifier, depth: int) -
     row["text"] = f"{row['type']}, len {length}"
 
 
-def fill_container(row: dict[str, Any], c: Any, cls: Classifier, depth: int) -> None:
+def fill_container(
+    row: dict[str, object], c: Collection[object], cls: Classifier, depth: int
+) -> None:
     row["_id"] = id(c)
     n = len(c)  # exact builtin container: a C length, no user code
     row["len"] = n
-    if type(c) in (list, tuple) and depth == 0 and n:
+    if (type(c) is list or type(c) is tuple) and depth == 0 and n:
         head = c[:MAX_ITEMS]
         kinds = [cls.kind(x) for x in head]
         if any(k == TENSOR for k in kinds):
@@ -95,7 +97,8 @@ def fill_container(row: dict[str, Any], c: Any, cls: Classifier, depth: int) -> 
     row["text"] = f"{row['type']} of {n}"
 
 
-_FILLERS: dict[str, Callable[[dict[str, Any], Any, Classifier, int], None]] = {
+# Any: each filler takes the type its kind names (a tensor, a module, a str, ...)
+_FILLERS: dict[str, Callable[[dict[str, object], Any, Classifier, int], None]] = {
     TENSOR: fill_tensor,
     MODULE: fill_module,
     OPTIMIZER: fill_optimizer,

@@ -25,9 +25,12 @@ import functools
 import types
 from collections.abc import Callable, Iterator
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, NoReturn
 
 from ...safe_read import NA, dtype_name, json_int
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 #: The fields ``read_meta`` returns, each a value or "n/a".
 FIELDS = (
@@ -71,7 +74,9 @@ def _refuse_mode_class(torch: ModuleType) -> type | None:
     return _Refuse
 
 
-def _refuse(self: object, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+def _refuse(
+    self: object, func: object, types: object, args: object = (), kwargs: object = None
+) -> NoReturn:
     raise RuntimeError("torchdbg: not dispatched while capturing")
 
 
@@ -93,10 +98,10 @@ def no_user_code(torch: ModuleType, exact: bool) -> Iterator[bool]:
             yield True
 
 
-def read_meta(t: Any, torch: ModuleType, fields: tuple[str, ...] = FIELDS) -> dict[str, Any]:
+def read_meta(t: object, torch: ModuleType, fields: tuple[str, ...] = FIELDS) -> dict[str, object]:
     """The metadata ``fields`` of tensor ``t`` (all of ``FIELDS`` by default), each a
     value or "n/a"."""
-    out: dict[str, Any] = dict.fromkeys(fields, NA)
+    out: dict[str, object] = dict.fromkeys(fields, NA)
     base = getattr(torch._C, "TensorBase", None) or getattr(torch._C, "_TensorBase", None)
     if base is None:
         return out
@@ -120,7 +125,9 @@ def _function_modes_on(torch: ModuleType) -> bool:
         return True
 
 
-def _read_into(out: dict[str, Any], readers: dict[str, Callable[[Any], Any]], t: Any) -> None:
+def _read_into(
+    out: dict[str, object], readers: dict[str, Callable[[object], object]], t: object
+) -> None:
     for field in out:
         read = readers.get(field)
         try:
@@ -130,7 +137,7 @@ def _read_into(out: dict[str, Any], readers: dict[str, Callable[[Any], Any]], t:
 
 
 @functools.cache
-def _readers(base: type) -> dict[str, Callable[[Any], Any]]:
+def _readers(base: type) -> dict[str, Callable[[object], object]]:
     """Readers through ``TensorBase``'s own descriptors (C getters and methods)."""
     d = type.__dict__["__dict__"].__get__(base)
     shape, dtype, device, layout = (d[n].__get__ for n in ("shape", "dtype", "device", "layout"))
@@ -139,16 +146,16 @@ def _readers(base: type) -> dict[str, Callable[[Any], Any]]:
     )
     numel, element_size = d["numel"], d["element_size"]
 
-    def sizes(t: Any) -> list[int | str]:
+    def sizes(t: object) -> list[int | str]:
         size = shape(t)
         if not isinstance(size, tuple):  # torch.Size, a C tuple subclass
             raise TypeError
         return [json_int(n) if type(n) is int else NA for n in tuple.__iter__(size)]
 
-    def flag(get: Callable[[Any], Any]) -> Callable[[Any], bool | str]:
+    def flag(get: Callable[[object], object]) -> Callable[[object], bool | str]:
         return lambda t: v if type(v := get(t)) is bool else NA
 
-    def count(get: Callable[[Any], Any]) -> Callable[[Any], int | str]:
+    def count(get: Callable[[object], object]) -> Callable[[object], int | str]:
         return lambda t: json_int(v) if type(v := get(t)) is int else NA
 
     return {
@@ -167,7 +174,7 @@ def _readers(base: type) -> dict[str, Callable[[Any], Any]]:
     }
 
 
-def local_shard(t: Any, torch: ModuleType) -> Any:
+def local_shard(t: object, torch: ModuleType) -> Tensor | None:
     """A distributed tensor's local shard, when its class keeps one in a ``_local_tensor``
     slot (DTensor) and it is an exact ``torch.Tensor``; else None. Read through the slot's
     own descriptor: no method, property or ``__getattribute__`` of the object runs."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import sys
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...safe_read import (
     MAX_PARAMS,
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from torch.nn import Module
 
 
-def fill_tensor(row: dict[str, Any], t: Tensor, cls: Classifier, depth: int) -> None:
+def fill_tensor(row: dict[str, object], t: Tensor, cls: Classifier, depth: int) -> None:
     torch = cls.torch
     row["_id"] = id(t)
     if torch is None:
@@ -75,7 +75,7 @@ def fill_tensor(row: dict[str, Any], t: Tensor, cls: Classifier, depth: int) -> 
     row["text"] = text
 
 
-def _fill_values(row: dict[str, Any], t: Tensor, torch: ModuleType, numel: int) -> None:
+def _fill_values(row: dict[str, object], t: Tensor, torch: ModuleType, numel: int) -> None:
     """Finite flag (float/complex) or min/max (integers) of a small dense CPU tensor.
 
     These are torch operators: a torch-function mode the user left entered (or a dispatch
@@ -102,7 +102,7 @@ def _shape_text(shape: object) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]" if isinstance(shape, list) else NA
 
 
-def _tensor_text(row: dict[str, Any]) -> str:
+def _tensor_text(row: dict[str, object]) -> str:
     shape_s = _shape_text(row.get("shape"))
     parts = [f"{row.get('dtype', NA)}{shape_s}", str(row.get("device", NA))]
     if row.get("layout") not in ("strided", NA):
@@ -119,7 +119,7 @@ def _tensor_text(row: dict[str, Any]) -> str:
 _PARAM_FIELDS = ("numel", "device", "dtype")
 
 
-def fill_module(row: dict[str, Any], m: Module, cls: Classifier, depth: int) -> None:
+def fill_module(row: dict[str, object], m: Module, cls: Classifier, depth: int) -> None:
     row["_id"] = id(m)
     torch = cls.torch
     count = 0
@@ -189,7 +189,7 @@ def _count_text(n: object) -> str:
     return str(n)
 
 
-def fill_optimizer(row: dict[str, Any], o: object, cls: Classifier, depth: int) -> None:
+def fill_optimizer(row: dict[str, object], o: object, cls: Classifier, depth: int) -> None:
     row["_id"] = id(o)
     od = instance_dict(o) or {}
     groups = od.get("param_groups")
@@ -228,7 +228,7 @@ def safe_dataset_len(ds: object, data: ModuleType | None, cls: Classifier) -> in
             return _first_dim(ts[0], cls) if type(ts) is tuple and ts else NA
         if type(ds) is data.Subset:
             idx = part(ds, "indices")
-            if type(idx) in (list, range, tuple):
+            if type(idx) is list or type(idx) is range or type(idx) is tuple:
                 return len(idx)
             if cls.kind(idx) == TENSOR:
                 return _first_dim(idx, cls)
@@ -237,7 +237,7 @@ def safe_dataset_len(ds: object, data: ModuleType | None, cls: Classifier) -> in
     return NA
 
 
-def fill_dataloader(row: dict[str, Any], dl: object, cls: Classifier, depth: int) -> None:
+def fill_dataloader(row: dict[str, object], dl: object, cls: Classifier, depth: int) -> None:
     row["_id"] = id(dl)
     d = instance_dict(dl) or {}
     bs = d.get("batch_size")

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ...units import fmt_bytes
+
+if TYPE_CHECKING:
+    from .measure import Saved
 
 CGROUP = "/sys/fs/cgroup"
 
@@ -128,7 +131,7 @@ def words(
     return text
 
 
-def report_fields(saved: Any, top_n: int = 12) -> dict[str, Any]:
+def report_fields(saved: Saved, top_n: int = 12) -> dict[str, object]:
     """The ``Activations`` numbers of a finished ``measure.Saved``."""
     total = int(saved.total)
     batch = saved.batch

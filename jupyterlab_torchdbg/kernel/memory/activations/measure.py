@@ -27,13 +27,15 @@ first, then keyword arguments in order).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from ...module_hooks import POST, PRE, HookSet, ModuleHook
 
 if TYPE_CHECKING:
+    from torch import Tensor
     from torch.nn import Module
 
 #: Submodules hooked per root (a deeper model's rest is attributed to their parents).
@@ -54,7 +56,9 @@ class Saved:
     failed: str | None = None
 
 
-def batch_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int | None, str | None]:
+def batch_of(
+    args: tuple[object, ...], kwargs: Mapping[str, object]
+) -> tuple[int | None, str | None]:
     """(first dimension, device) of the first tensor argument, positional then keyword."""
     import torch
 
@@ -65,7 +69,7 @@ def batch_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int | None,
     return None, None
 
 
-def storage_key(t: Any) -> tuple[str, int, int] | None:
+def storage_key(t: Tensor) -> tuple[str, int, int] | None:
     """(device, address, bytes) of ``t``'s storage; None when it has none to count."""
     s = t.untyped_storage()
     ptr = int(s.data_ptr())
@@ -95,7 +99,7 @@ class SavedBytes:
         self._cancelled = False
         self.result: Saved | None = None
         self.finished = False
-        specs: list[tuple[Any, ...]] = []
+        specs: list[tuple[object, ...]] = []
         for name, root in roots:
             specs.append((root, PRE, self._root_pre(name, root), True))
             specs.append((root, POST, self._root_post, True, True))
@@ -118,7 +122,7 @@ class SavedBytes:
     # --- the hooks (the training thread) ---------------------------------------------------
 
     def _root_pre(self, name: str, root: Module) -> Callable[..., None]:
-        def pre(module: Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        def pre(module: Module, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
             import torch
 
             me = threading.get_ident()
@@ -158,7 +162,9 @@ class SavedBytes:
 
         return pre
 
-    def _root_post(self, module: Module, args: Any, kwargs: Any, output: Any) -> None:
+    def _root_post(
+        self, module: Module, args: tuple[object, ...], kwargs: dict[str, object], output: object
+    ) -> None:
         if self._thread != threading.get_ident() or self.finished:
             return
         self._depth -= 1
@@ -167,18 +173,18 @@ class SavedBytes:
         raised = bool(self._stack) or output is None
         self._finish("the measured forward raised an error" if raised else None)
 
-    def _enter(self, name: str) -> Callable[[Module, Any], None]:
-        def enter(module: Module, args: Any) -> None:
+    def _enter(self, name: str) -> Callable[[Module, tuple[object, ...]], None]:
+        def enter(module: Module, args: tuple[object, ...]) -> None:
             if self._pushed and self._thread == threading.get_ident():
                 self._stack.append(name)
 
         return enter
 
-    def _leave(self, module: Module, args: Any, output: Any) -> None:
+    def _leave(self, module: Module, args: tuple[object, ...], output: object) -> None:
         if self._pushed and self._thread == threading.get_ident() and self._stack:
             self._stack.pop()
 
-    def _pack(self, t: Any) -> Any:
+    def _pack(self, t: Tensor) -> Tensor:
         try:
             res = self.result
             if res is not None and self._thread == threading.get_ident():
@@ -236,11 +242,11 @@ class SavedBytes:
             self.finished = True
         self.hooks.close()
 
-    def _scripted(self, module: Any) -> None:
+    def _scripted(self, module: Module) -> None:
         self.cancel()  # torch.jit.script reached a hooked module: stop hooking it
 
 
-def _top_hooks(ag: Any) -> Any:
+def _top_hooks(ag: ModuleType) -> object:
     """The saved-tensor hooks active on this thread (None: none)."""
     try:
         return ag._top_saved_tensors_default_hooks(False)
@@ -248,5 +254,5 @@ def _top_hooks(ag: Any) -> Any:
         return ag._top_saved_tensors_default_hooks()
 
 
-def _unpack(x: Any) -> Any:
+def _unpack(x: Tensor) -> Tensor:
     return x

@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .estimate import report_fields
 from .measure import Saved, SavedBytes
@@ -30,13 +30,14 @@ from .measure import Saved, SavedBytes
 if TYPE_CHECKING:
     from torch.nn import Module
 
+    from ...host import Host
     from ..breakdown import Found
 
 
 class MemoryMonitor(Protocol):
     """What the meter uses of ``monitor.MemoryMonitor`` (no import: it owns the meter)."""
 
-    ext: Any
+    ext: Host
     _sent_key: str | None
 
     @property
@@ -61,7 +62,7 @@ NO_MODEL = (
 class ActivationMeter:
     def __init__(self, monitor: MemoryMonitor) -> None:
         self.mon = monitor
-        self.report: dict[str, Any] | None = None
+        self.report: dict[str, object] | None = None
         self._lock = threading.Lock()
         self._m: SavedBytes | None = None
         #: Re-runs a root's last kept forward call (namespace, roots, hooks ready, seen?):
@@ -154,9 +155,9 @@ class ActivationMeter:
             self._set("done", **report_fields(saved))
         self._publish()
 
-    def _set(self, state: str, **fields: Any) -> None:
+    def _set(self, state: str, **fields: object) -> None:
         run = self.mon.ext.runs.current
-        report: dict[str, Any] = {
+        report: dict[str, object] = {
             "state": state,
             "time": round(self.mon._wall(), 3),
             "device": None,

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 if TYPE_CHECKING:
     from torch import Tensor
     from torch.nn import Module
+
+    from ....protocol.messages import OomTensor
 
 #: Rows in the "largest live tensors" table.
 MAX_TENSOR_ROWS = 15
@@ -35,6 +37,11 @@ MAX_ITEMS = 64
 #: Parameters looked at per model.
 MAX_PARAMS = 20_000
 
+Where = Literal["namespace", "frame"]
+Kind = Literal["variable", "element", "parameter", "gradient"]
+#: (name, where, function, lineno, kind, tensor)
+Candidate: TypeAlias = "tuple[str, Where, str | None, int | None, Kind, Tensor]"
+
 
 def _wants(device_type: str, index: int | None) -> Callable[[Tensor], bool]:
     def ok(t: Tensor) -> bool:
@@ -45,19 +52,19 @@ def _wants(device_type: str, index: int | None) -> Callable[[Tensor], bool]:
 
 
 def _candidates(
-    ns: dict[str, Any] | None,
+    ns: dict[str, object] | None,
     tb: TracebackType | None,
     tensor_t: type[Tensor],
     module_t: type[Module] | None,
     own: Callable[[object], bool] | None = None,
-) -> Iterator[tuple[str, str, str | None, int | None, str, Tensor]]:
+) -> Iterator[Candidate]:
     """(name, where, function, lineno, kind, tensor), namespace first, then the frames
     outermost first (the user's cell before the library internals). ``own``: whose
     ``.grad`` may be read from this thread (R34, see ``breakdown.compute``)."""
 
     def scan(
-        items: list[tuple[Any, Any]], where: str, fn: str | None, line: int | None
-    ) -> Iterator[tuple[str, str, str | None, int | None, str, Tensor]]:
+        items: Sequence[tuple[object, object]], where: Where, fn: str | None, line: int | None
+    ) -> Iterator[Candidate]:
         for name, v in items[:MAX_NAMES]:
             if not isinstance(name, str) or name.startswith("__"):
                 continue
@@ -115,13 +122,13 @@ def _leaf_grad(t: Tensor) -> Tensor | None:
 
 
 def largest_tensors(
-    ns: dict[str, Any] | None,
+    ns: dict[str, object] | None,
     tb: TracebackType | None,
     device_type: str,
     index: int | None = None,
     limit: int = MAX_TENSOR_ROWS,
     own: Callable[[object], bool] | None = None,
-) -> tuple[list[dict[str, Any]], int, int]:
+) -> tuple[list[OomTensor], int, int]:
     """(rows, distinct storages, their bytes) for tensors on the device, largest first.
 
     A storage reached by several names is one row: the first name (namespace before
@@ -133,7 +140,7 @@ def largest_tensors(
     if tensor_t is None:
         return [], 0, 0
     wants = _wants(device_type, index)
-    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    rows: dict[tuple[str, int], OomTensor] = {}
     for name, where, fn, line, kind, t in _candidates(ns, tb, tensor_t, module_t, own):
         try:
             if not wants(t):

@@ -6,9 +6,23 @@ Each remedy says what to change and why, with the numbers that led to it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Literal
 
 from ...units import fmt_bytes
+
+if TYPE_CHECKING:
+    from ....protocol import messages as m
+
+RemedyKind = Literal[
+    "host_memory",
+    "huge_allocation",
+    "fragmentation",
+    "activations",
+    "optimizer_state",
+    "gradients_kept",
+    "reduce_batch",
+    "release_refs",
+]
 
 MEASURED = (
     " The next attempt's forward is measured: the Memory panel then shows which modules "
@@ -22,7 +36,7 @@ def _pct(part: int | None, whole: int | None) -> str:
     return f"{100 * part / whole:.0f}%"
 
 
-def choose_remedies(n: dict[str, Any]) -> list[dict[str, object]]:
+def choose_remedies(n: m.OomNumbers) -> list[m.OomRemedy]:
     """Remedies that fit the numbers, most fitting first.
 
     ``n``: device, requested, total, allocated, reserved, parameters, gradients,
@@ -38,8 +52,8 @@ def choose_remedies(n: dict[str, Any]) -> list[dict[str, object]]:
     grads = n.get("gradients") or 0
     state = n.get("optimizer_state") or 0
     other = n.get("other")
-    first: list[dict[str, Any]] = []
-    ranked: list[tuple[float, dict[str, Any]]] = []
+    first: list[m.OomRemedy] = []
+    ranked: list[tuple[float, m.OomRemedy]] = []
     # the monitor arms an activation measurement after a CUDA OOM (memory/activations)
     measured = "" if dev == "cpu" else MEASURED
 
@@ -165,8 +179,8 @@ def choose_remedies(n: dict[str, Any]) -> list[dict[str, object]]:
 
 
 def _remedy(
-    kind: str, title: str, detail: str, code: str | None, share: float | None
-) -> dict[str, object]:
+    kind: RemedyKind, title: str, detail: str, code: str | None, share: float | None
+) -> m.OomRemedy:
     return {
         "kind": kind,
         "title": title,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from ...oom_text import parse_oom
 from ...safe_read import safe_text
@@ -19,6 +19,9 @@ from .. import breakdown as bd
 from ..sources import ALLOCATOR_FIELDS, MemorySource
 from .live_tensors import largest_tensors
 from .remedies import choose_remedies
+
+if TYPE_CHECKING:
+    from ....protocol import messages as m
 
 #: ``memory_summary()`` text kept.
 SUMMARY_CHARS = 30_000
@@ -43,9 +46,9 @@ def oom_facts(exc: BaseException) -> dict[str, object] | None:
 
 def build(
     exc: BaseException,
-    facts: dict[str, Any],
+    facts: Mapping[str, object],
     *,
-    ns: dict[str, Any] | None,
+    ns: dict[str, object] | None,
     allocator: MemorySource,
     found: bd.Found,
     rss: int | None,
@@ -66,7 +69,7 @@ def build(
         index = 0
         device = dev_key
 
-    allocator_state: dict[str, Any] | None = None
+    allocator_state: dict[str, object] | None = None
     allocator_reason: str | None = None
     if kind == "cuda":
         reading = allocator.read()
@@ -84,17 +87,19 @@ def build(
         allocated = _int(allocator_state.get("allocated"))
         reserved = _int(allocator_state.get("reserved"))
     if allocated is None:
-        allocated = facts.get("allocated_bytes")
+        allocated = _int(facts.get("allocated_bytes"))
     if reserved is None and allocated is not None:
-        unalloc = facts.get("reserved_unallocated_bytes")
+        unalloc = _int(facts.get("reserved_unallocated_bytes"))
         reserved = allocated + unalloc if unalloc is not None else None
 
     b = bd.compute(
         found, allocated={dev_key: allocated} if kind == "cuda" else None, rss=rss, own=own
     )
-    row = bd.device_row(b, dev_key) or {
+    row: m.MemoryBreakdownRow = bd.device_row(b, dev_key) or {
         "device": dev_key,
-        **dict.fromkeys(bd.CATEGORIES, 0),
+        "parameters": 0,
+        "gradients": 0,
+        "optimizer_state": 0,
         "other": allocated,
         "total": allocated,
         "total_source": "allocated" if allocated is not None else None,
@@ -104,10 +109,10 @@ def build(
         tensors, n_tensors, tensor_bytes = largest_tensors(ns, tb, kind, index, own=own)
     finally:
         del tb
-    numbers = {
+    numbers: m.OomNumbers = {
         "device": dev_key,
-        "requested": facts.get("requested_bytes"),
-        "total": facts.get("total_bytes"),
+        "requested": _int(facts.get("requested_bytes")),
+        "total": _int(facts.get("total_bytes")),
         "allocated": allocated,
         "reserved": reserved,
         "parameters": row.get("parameters"),
@@ -131,11 +136,12 @@ def build(
         message = "n/a"  # a broken __str__ (R17)
 
     head = f"Out of memory on {dev_key}"
-    requested = facts.get("requested_bytes")
+    requested = _int(facts.get("requested_bytes"))
     if requested is not None:
         head += f": tried to allocate {fmt_bytes(requested)}"
-        if facts.get("free_bytes") is not None:
-            head += f" with {fmt_bytes(facts['free_bytes'])} free"
+        free = _int(facts.get("free_bytes"))
+        if free is not None:
+            head += f" with {fmt_bytes(free)} free"
     head += f". {remedies[0]['title']}."
     if tensors:
         head += f" Largest live tensor: `{tensors[0]['name']}` ({fmt_bytes(tensors[0]['nbytes'])})."

@@ -14,6 +14,10 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
+
+#: The counter a series follows (the protocol's ``MemoryLeak.counter``).
+Counter = Literal["rss", "allocated", "reserved"]
 
 MiB = 1 << 20
 #: Steps (points) the fit looks back over.
@@ -111,7 +115,7 @@ def steady(f: Fit | None, *, min_points: int = MIN_POINTS, min_growth: float = M
 class Series:
     """One counter's recent ``(step, bytes)`` points: an O(1) append per step."""
 
-    def __init__(self, name: str, counter: str, device: str | None) -> None:
+    def __init__(self, name: str, counter: Counter, device: str | None) -> None:
         self.name, self.counter, self.device = name, counter, device
         self.points: deque[tuple[int, float]] = deque(maxlen=WINDOW)
 

@@ -12,9 +12,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ...action_registry import ActionError
+from .limit import LimitSource
 from .text import SOURCES, size
+
+if TYPE_CHECKING:
+    from ....protocol.messages import MemoryGuard
 
 #: After a trip, usage must rise this much more (x) before the guard trips again.
 REARM = 1.03
@@ -30,12 +35,12 @@ NO_SUBSHELL = (
 class Guard:
     pause_at: float | None = None
     limit: int | None = None
-    source: str | None = None
+    source: LimitSource | None = None
     tripped: str | None = None
     #: Usage (bytes) the guard trips again at, after a trip (None: armed).
     rearm_at: float | None = None
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> MemoryGuard:
         return {
             "pause_at": self.pause_at,
             "limit": self.limit,

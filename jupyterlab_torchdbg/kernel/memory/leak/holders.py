@@ -10,10 +10,13 @@ the limit: its growth stops at the bound (``filling`` says so, and the alert wai
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .scan import Seen
 from .text import CONTAINER_FIX, GRAPH_FIX, HOOK_FIX, holder_text, size
+
+if TYPE_CHECKING:
+    from ....protocol.messages import LeakHolder
 
 MAX_HOLDERS = 10
 #: New tensors per step (or graph nodes per step) below this are not growth.
@@ -66,12 +69,12 @@ def compare(
     steps: int,
     per_step: float | None,
     room: float | None = None,
-) -> list[dict[str, Any]]:
+) -> list[LeakHolder]:
     """Holders growing between two scans ``steps`` steps apart, biggest first (``room``:
     bytes left below the limit, for the bounded caches)."""
     if steps <= 0:
         return []
-    out: list[tuple[float, dict[str, Any]]] = []
+    out: list[tuple[float, LeakHolder]] = []
     for name, now in after.items():
         was = before.get(name)
         if was is None or was.kind != now.kind or _cache(now, room):
@@ -89,14 +92,26 @@ def compare(
             )
             if nbytes:
                 text += f", about {size(nbytes)} at the current rate"
-            h = {"name": name, "kind": "graph", "bytes": nbytes, "count": held}
-            h.update(text=text, fix=GRAPH_FIX)
+            h: LeakHolder = {
+                "name": name,
+                "kind": "graph",
+                "bytes": nbytes,
+                "count": held,
+                "text": text,
+                "fix": GRAPH_FIX,
+            }
             out.append((float(nbytes or 0) + 1e15, h))  # a growing graph first
             continue
         fix = CONTAINER_FIX if now.kind == "container" else HOOK_FIX
         text = holder_text(now.kind, name, now.count, now.bytes, rate, now.graphs)
-        h = {"name": name, "kind": now.kind, "bytes": now.bytes, "count": now.count}
-        h.update(text=text, fix=fix)
+        h = {
+            "name": name,
+            "kind": now.kind,
+            "bytes": now.bytes,
+            "count": now.count,
+            "text": text,
+            "fix": fix,
+        }
         out.append((float(now.bytes or 0), h))
     out.sort(key=lambda p: -p[0])
     return [h for _, h in out[:MAX_HOLDERS]]

@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
+
+#: Where a memory limit comes from (the protocol's ``limit_source``).
+LimitSource = Literal["cgroup", "host", "device"]
 
 ENV = "TORCHDBG_MEMORY_LIMIT"
 #: v1's "no limit" is a page-rounded 2**63-1; anything at or above this is no limit.
@@ -84,7 +88,7 @@ def mem_available(root: str | Path = "/") -> int | None:
     return None
 
 
-def memory_limit(used: int | None, root: str | Path = "/") -> tuple[int | None, str | None]:
+def memory_limit(used: int | None, root: str | Path = "/") -> tuple[int | None, LimitSource | None]:
     """``(limit, source)`` for this process's host memory: ``cgroup`` (or the injected
     ``TORCHDBG_MEMORY_LIMIT``), ``host`` (``used`` + MemAvailable) when that is lower or
     there is no cgroup limit, ``(None, None)`` when nothing is readable. Never raises."""

@@ -15,10 +15,17 @@ import sys
 import time
 import types
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from torch.nn import Module
+
+#: What holds a leak (the protocol's ``LeakHolder.kind``).
+HolderKind = Literal["graph", "container", "hook", "closure"]
 
 #: Autograd nodes walked per graph at most.
 NODE_CAP = 200_000
@@ -38,7 +45,7 @@ class Seen:
     """One holder as numbers: ``count`` tensors (graph: autograd nodes) and their bytes."""
 
     name: str
-    kind: str  # graph | container | hook | closure
+    kind: HolderKind
     count: int
     bytes: int | None
     graphs: bool = False
@@ -49,9 +56,11 @@ class Seen:
 
 
 class Scan:
-    def __init__(self, torch: Any, deadline: float, clock: Callable[[], float]) -> None:
-        self.tensor = torch.Tensor
-        self.module = torch.nn.Module
+    def __init__(
+        self, torch: types.ModuleType, deadline: float, clock: Callable[[], float]
+    ) -> None:
+        self.tensor: type[Tensor] = torch.Tensor
+        self.module: type[Module] = torch.nn.Module
         self.deadline, self.clock = deadline, clock
         self.found: dict[str, Seen] = {}
         self._ticks = 0
@@ -59,7 +68,7 @@ class Scan:
         #: names (``kept`` and ``model.kept``, a closure's cell) is one holder, named once.
         self._ids: set[int] = set()
 
-    def first(self, obj: Any) -> bool:
+    def first(self, obj: object) -> bool:
         """Whether ``obj`` is met for the first time in this scan."""
         if id(obj) in self._ids:
             return False
@@ -73,7 +82,7 @@ class Scan:
 
     # --- tensors -------------------------------------------------------------------------
 
-    def nbytes(self, t: Any, storages: set[int]) -> int:
+    def nbytes(self, t: Tensor, storages: set[int]) -> int:
         try:
             st = t.untyped_storage()
             key = st.data_ptr()
@@ -84,7 +93,7 @@ class Scan:
         except Exception:
             return 0
 
-    def graph(self, name: str, t: Any) -> None:
+    def graph(self, name: str, t: Tensor) -> None:
         fn = getattr(t, "grad_fn", None)
         if fn is None or not self.first(t):
             return
@@ -112,12 +121,12 @@ class Scan:
 
     # --- containers ----------------------------------------------------------------------
 
-    def _items(self, obj: Any) -> Iterator[Any]:
+    def _items(self, obj: Collection[object]) -> Iterator[object]:
         # a copy of at most ITEM_CAP items (islice): a huge container costs no more
         src = list(islice(obj.values() if isinstance(obj, dict) else obj, ITEM_CAP))
         yield from src
 
-    def tensors(self, obj: Any, depth: int, storages: set[int], acc: list[int]) -> None:
+    def tensors(self, obj: object, depth: int, storages: set[int], acc: list[int]) -> None:
         """Tensors in ``obj`` (itself, or a container two levels deep): count, bytes,
         with a graph (``acc``)."""
         self.tick()
@@ -132,7 +141,7 @@ class Scan:
         for v in self._items(obj):
             self.tensors(v, depth - 1, storages, acc)
 
-    def container(self, name: str, obj: Any, kind: str = "container") -> None:
+    def container(self, name: str, obj: object, kind: HolderKind = "container") -> None:
         if not self.first(obj):
             return
         acc = [0, 0, 0]
@@ -144,7 +153,7 @@ class Scan:
 
     # --- the namespace ---------------------------------------------------------------------
 
-    def value(self, name: str, v: Any, depth: int) -> None:
+    def value(self, name: str, v: object, depth: int) -> None:
         self.tick()
         if isinstance(v, (types.ModuleType, type)):
             return
@@ -161,7 +170,7 @@ class Scan:
         elif depth > 0 and not callable(v):
             self.attributes(name, v, depth)
 
-    def attributes(self, name: str, obj: Any, depth: int) -> None:
+    def attributes(self, name: str, obj: object, depth: int) -> None:
         try:
             attrs = vars(obj)
         except TypeError:
@@ -172,10 +181,12 @@ class Scan:
             if isinstance(k, str) and not k.startswith("_"):
                 self.value(f"{name}.{k}", v, depth - 1)
 
-    def function(self, name: str, fn: types.FunctionType, kind: str, label: str = "") -> None:
+    def function(
+        self, name: str, fn: types.FunctionType, kind: HolderKind, label: str = ""
+    ) -> None:
         cells = fn.__closure__ or ()
         names = fn.__code__.co_freevars
-        kept: list[tuple[str, Any]] = []
+        kept: list[tuple[str, object]] = []
         for var, cell in zip(names, cells, strict=False):
             try:
                 kept.append((var, cell.cell_contents))
@@ -188,7 +199,7 @@ class Scan:
                 self.container(f"{label or name} (`{var}`)", v, kind)
         del kept
 
-    def hooks(self, name: str, module: Any) -> None:
+    def hooks(self, name: str, module: Module) -> None:
         try:
             subs = list(islice(module.named_modules(), MODULE_CAP))
         except Exception:
@@ -217,7 +228,7 @@ def _ours(fn: types.FunctionType) -> bool:
 
 
 def scan(
-    ns: dict[str, Any], budget_s: float, clock: Callable[[], float] = time.monotonic
+    ns: dict[str, object], budget_s: float, clock: Callable[[], float] = time.monotonic
 ) -> tuple[dict[str, Seen], bool]:
     """Holders found in ``ns`` within ``budget_s``; ``(found, complete)``."""
     torch = sys.modules.get("torch")

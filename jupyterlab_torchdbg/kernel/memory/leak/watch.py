@@ -18,22 +18,24 @@ import math
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ....protocol import jsonable
 from ...action_args import only_keys, schema_number
 from ...runs import name_of
 from .alert import MemoryAlert
-from .fit import MIN_POINTS, Fit, Series, steady
+from .fit import MIN_POINTS, Counter, Fit, Series, steady
 from .guard import Guard
 from .holders import compare, filling
-from .limit import memory_limit
+from .limit import LimitSource, memory_limit
 from .rss import RssReader
 from .scan import Seen, scan
 from .text import GENERIC_FIX, headline
 
 if TYPE_CHECKING:
+    from ....protocol.messages import LeakHolder, MemoryGuard, MemoryLeak
     from ...host import Host
+    from ..sources import Reading
 
 #: Steps between two fits, and seconds at least (a fit of 200 points costs ~0.1 ms: at
 #: most ~0.3% of a fast loop's time).
@@ -52,14 +54,33 @@ SEARCH_SHARE = 0.01
 CUDA_MIN_POINTS = 12
 #: How long a limit reading is reused.
 LIMIT_TTL_S = 1.0
+#: The holder search's state (the protocol's ``MemoryLeak.search``).
+Search = Literal["pending", "done", "budget", "failed"]
 NOTHING_FOUND = (
     "nothing the notebook's names hold grows with the steps: the memory may be held "
     "inside a library or a C extension, by a local of a running function, or by the allocator"
 )
 
 
+class MemoryMonitor(Protocol):
+    """What the watch uses of ``monitor.MemoryMonitor`` (no import: it owns the watch)."""
+
+    ext: Host
+    alloc_reading: Reading | None
+    rss: int | None
+    _sent_key: str | None
+
+    def publish(self, immediate: bool = False) -> None: ...
+
+
+class Pauser(Protocol):
+    """The training controller's pause (``control.Control``, handed over by the wiring)."""
+
+    def pause_here(self) -> None: ...
+
+
 class LeakWatch:
-    def __init__(self, mon: Any, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, mon: MemoryMonitor, clock: Callable[[], float] = time.monotonic) -> None:
         self.mon = mon
         self.ext: Host = mon.ext
         self._clock = clock
@@ -67,7 +88,8 @@ class LeakWatch:
         #: ``TORCHDBG_LEAK=0`` turns the per-step tracking off (the bench's reference).
         self.off = os.environ.get("TORCHDBG_LEAK") == "0"
         #: Wired by the extension: ``Control`` (its ``pause_here``) and the alert log.
-        self.control: Any = None
+        self.control: Pauser | None = None
+        # Any: the gradient AlertLog, which takes MemoryAlerts duck-typed as its Alerts
         self.alerts: Any = None
         self.rss = RssReader()
         self.run: int | None = None
@@ -77,20 +99,21 @@ class LeakWatch:
         self._alloc_seen: object = None
         self._next_fit, self._next_fit_t = FIT_EVERY, -math.inf
         #: The ``memory.leak`` value (replaced whole: the poller reads it).
-        self.leak: dict[str, Any] | None = None
+        self.leak: MemoryLeak | None = None
         self._leak_series: str | None = None
         self._scans: list[tuple[int, dict[str, Seen]]] = []
         self._next_search: int | None = None
         self._searched_at = -math.inf
         self._search_cost = 0.0
-        self._search: tuple[str, str | None] = ("pending", None)
-        self._holders: list[dict[str, Any]] = []
+        self._search: tuple[Search, str | None] = ("pending", None)
+        self._holders: list[LeakHolder] = []
         self._alerted: set[str] = set()
         self._n_alerts = 0
         self._limit_at = -math.inf
-        self._limit: tuple[int | None, str | None] = (None, None)
+        self._limit: tuple[int | None, LimitSource | None] = (None, None)
 
-    def wire(self, control: Any, alerts: Any) -> None:
+    # Any: see ``alerts`` above
+    def wire(self, control: Pauser | None, alerts: Any) -> None:
         self.control, self.alerts = control, alerts
 
     def close(self) -> None:
@@ -145,7 +168,7 @@ class LeakWatch:
         self._scans, self._next_search, self._holders = [], None, []
         self._search = ("pending", None)
 
-    def _add(self, name: str, counter: str, device: str | None, value: float) -> None:
+    def _add(self, name: str, counter: Counter, device: str | None, value: float) -> None:
         s = self.series.get(name)
         if s is None:
             s = self.series[name] = Series(name, counter, device)
@@ -153,7 +176,7 @@ class LeakWatch:
 
     # --- limits ---------------------------------------------------------------------------
 
-    def host_limit(self, used: int | None) -> tuple[int | None, str | None]:
+    def host_limit(self, used: int | None) -> tuple[int | None, LimitSource | None]:
         now = self._clock()
         if now - self._limit_at > LIMIT_TTL_S:
             self._limit_at, self._limit = now, memory_limit(used)
@@ -169,7 +192,7 @@ class LeakWatch:
                 return int(total) if isinstance(total, int) else None
         return None
 
-    def limit_for(self, s: Series, used: float) -> tuple[int | None, str | None]:
+    def limit_for(self, s: Series, used: float) -> tuple[int | None, LimitSource | None]:
         if s.device is None:
             return self.host_limit(int(used))
         total = self._device_total(s.device)
@@ -199,7 +222,7 @@ class LeakWatch:
             self._next_search = self.step  # now, at this boundary
         self.leak = self._leak(s, f)
 
-    def _leak(self, s: Series, f: Fit) -> dict[str, Any]:
+    def _leak(self, s: Series, f: Fit) -> MemoryLeak:
         limit, source = self.limit_for(s, f.used)
         left = max(0, int((limit - f.used) / f.slope)) if limit else None
         text = headline(
@@ -261,7 +284,7 @@ class LeakWatch:
             return
         (s0, before), (s1, after) = self._scans
         per_step = leak["per_step"] if leak is not None else None
-        room = leak["limit"] - leak["used"] if leak is not None and leak["limit"] else None
+        room = leak["limit"] - (leak["used"] or 0) if leak is not None and leak["limit"] else None
         self._holders = compare(before, after, s1 - s0, per_step, room)
         # only bounded caches filling up (that fit): the alert waits for the next search
         caches = [] if self._holders else filling(before, after, s1 - s0, room)
@@ -287,7 +310,7 @@ class LeakWatch:
         message = self.leak["text"]
         if first is not None:
             message += f". {first['text'][:1].upper()}{first['text'][1:]}"
-        remedy = (first or {}).get("fix") or GENERIC_FIX
+        remedy = (first["fix"] if first is not None else None) or GENERIC_FIX
         self.raise_alert("memory_leak", message, remedy, optimizer, self.leak["per_step"])
 
     def raise_alert(
@@ -320,7 +343,7 @@ class LeakWatch:
 
     def _check_guard(self, rss: int | None, optimizer: object) -> None:
         g = self.guard
-        candidates: list[tuple[float, float, int, str | None, str]] = []
+        candidates: list[tuple[float, float, int, LimitSource | None, str]] = []
         if rss is not None:
             limit, source = self.host_limit(rss)
             if limit:
@@ -350,16 +373,17 @@ class LeakWatch:
             self.mon._sent_key = None
             self.mon.publish(immediate=True)
 
-    def guard_json(self) -> dict[str, object]:
+    def guard_json(self) -> MemoryGuard:
         g = self.guard
         if g.limit is None:
             limit, source = self.host_limit(self.mon.rss)
             return {**g.to_json(), "limit": limit, "limit_source": source}
         return g.to_json()
 
-    def act_set_guard(self, args: dict[str, Any]) -> dict[str, object]:
+    def act_set_guard(self, args: dict[str, object]) -> dict[str, object]:
         """``set_memory_guard {pause_at}`` (any thread); ack ``{guard}``."""
-        self.guard.set(args["pause_at"])
+        pause_at = args["pause_at"]  # a number or None (validate_guard)
+        self.guard.set(pause_at if isinstance(pause_at, (int, float)) else None)
         self.guard.limit, self._limit_at = None, -math.inf  # read the limit afresh
         self.mon._sent_key = None
         self.mon.publish(immediate=True)

@@ -17,13 +17,14 @@ from __future__ import annotations
 from .device_map import DeviceMapping, map_devices
 from .host import HostSource
 from .nvml import NVML_FIELDS, NvmlSource, nvml_reason
-from .reading import DeviceReading, MemorySource, Number, Reading
+from .reading import DeviceInfo, DeviceReading, MemorySource, Number, Reading
 from .recorded import RecordedSource
 from .torch_allocator import ALLOCATOR_FIELDS, TorchAllocatorSource
 
 __all__ = [
     "ALLOCATOR_FIELDS",
     "NVML_FIELDS",
+    "DeviceInfo",
     "DeviceMapping",
     "DeviceReading",
     "HostSource",

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from .reading import DeviceInfo
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ def _norm_uuid(u: str) -> str:
 
 
 def map_devices(
-    nvml_devices: Sequence[dict[str, Any]],
+    nvml_devices: Sequence[DeviceInfo],
     *,
     visible: str | None,
     order: str | None = None,
@@ -46,7 +47,7 @@ def map_devices(
     environment decides as CUDA will: entries are indices or (prefixes of) UUIDs; the
     list ends at the first invalid or repeated entry; unset means every device.
     """
-    by_uuid = {_norm_uuid(d["uuid"]): d for d in nvml_devices if d.get("uuid")}
+    by_uuid = {_norm_uuid(u): d for d in nvml_devices if (u := d.get("uuid"))}
     if torch_uuids is not None:
         out = []
         for i, u in enumerate(torch_uuids):

@@ -13,9 +13,9 @@ import threading
 import time
 from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from .reading import DeviceReading, Number, Reading
+from .reading import DeviceInfo, DeviceReading, Number, Reading
 
 if TYPE_CHECKING:
     from ...capabilities import Nvml
@@ -75,7 +75,7 @@ class NvmlSource:
         self._nvml = nvml
         self._pid = os.getpid() if pid is None else pid
         self._clock = clock
-        self._static: list[dict[str, Any]] | None = None
+        self._static: list[DeviceInfo] | None = None
         self._proc: dict[int, tuple[Number | None, str | None]] = {}
         self._proc_at = -1e18
         self._lock = threading.Lock()
@@ -87,14 +87,14 @@ class NvmlSource:
         ok = self._nvml.init()
         return ok, None if ok else (self._nvml.reason or "NVML unavailable")
 
-    def devices(self) -> list[dict[str, Any]]:
+    def devices(self) -> list[DeviceInfo]:
         """Static identity of every NVML device: index, name, uuid, mig, pci."""
         with self._lock:
             if self._static is None:
                 self._static = self._read_static()
             return self._static
 
-    def _read_static(self) -> list[dict[str, Any]]:
+    def _read_static(self) -> list[DeviceInfo]:
         if not self._nvml.init():
             return []
         lib = self._nvml.module
@@ -104,7 +104,7 @@ class NvmlSource:
             return []
         out = []
         for i in range(count):
-            d: dict[str, Any] = {"index": i, "name": None, "uuid": None, "mig": None}
+            d: DeviceInfo = {"index": i, "name": None, "uuid": None, "mig": None}
             try:
                 h = lib.nvmlDeviceGetHandleByIndex(i)
             except Exception:
@@ -134,7 +134,7 @@ class NvmlSource:
         out: list[DeviceReading] = []
         for s in static:
             i = s["index"]
-            d = DeviceReading(i, info=dict(s))
+            d = DeviceReading(i, info=s.copy())
             try:
                 h = lib.nvmlDeviceGetHandleByIndex(i)
             except Exception as e:

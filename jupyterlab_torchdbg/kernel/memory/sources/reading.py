@@ -8,9 +8,20 @@ readings, so CPU tests drive them with a ``RecordedSource``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 Number = int | float
+
+
+class DeviceInfo(TypedDict, total=False):
+    """A device's identity: NVML's static fields (index, name, uuid, mig) or torch's
+    properties (name, uuid, total bytes)."""
+
+    index: int
+    name: str | None
+    uuid: str | None
+    mig: bool | None
+    total: int | None
 
 
 @dataclass
@@ -21,7 +32,7 @@ class DeviceReading:
     values: dict[str, Number | None] = field(default_factory=dict)
     unavailable: dict[str, str] = field(default_factory=dict)
     #: Identity: name, uuid, mig, ... (strings and booleans).
-    info: dict[str, Any] = field(default_factory=dict)
+    info: DeviceInfo = field(default_factory=lambda: DeviceInfo())
 
 
 @dataclass
@@ -34,6 +45,12 @@ class Reading:
 
     def device(self, index: int) -> DeviceReading | None:
         return next((d for d in self.devices if d.index == index), None)
+
+    def identities(self) -> list[DeviceInfo]:
+        """Each device's identity with its index (none when unavailable)."""
+        if not self.available:
+            return []
+        return [{"index": d.index, **d.info} for d in self.devices]
 
 
 class MemorySource(Protocol):

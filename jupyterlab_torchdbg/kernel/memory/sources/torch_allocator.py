@@ -9,9 +9,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
 
-from .reading import DeviceReading, Reading
+from .reading import DeviceInfo, DeviceReading, Reading
 
 #: Allocator fields, from ``torch.cuda.memory_stats`` (nested form, no flattening cost).
 ALLOCATOR_FIELDS = (
@@ -36,9 +35,9 @@ class TorchAllocatorSource:
 
     def __init__(self, corrupted: Callable[[], str | None] = lambda: None) -> None:
         self._corrupted = corrupted
-        self._info: dict[int, dict[str, Any]] = {}
+        self._info: dict[int, DeviceInfo] = {}
 
-    def state(self) -> tuple[Any, str | None]:
+    def state(self) -> tuple[ModuleType | None, str | None]:
         """(torch, None) when the counters can be read now, else (None, reason)."""
         torch = sys.modules.get("torch")
         if torch is None:
@@ -86,9 +85,9 @@ class TorchAllocatorSource:
             out.append(d)
         return Reading(True, None, out)
 
-    def _device_info(self, torch: ModuleType, i: int) -> dict[str, object]:
+    def _device_info(self, torch: ModuleType, i: int) -> DeviceInfo:
         # Properties are cached by torch once CUDA is initialised; read them once anyway.
-        info = self._info.get(i)
+        info: DeviceInfo | None = self._info.get(i)
         if info is None:
             info = {"name": None, "uuid": None, "total": None}
             try:
@@ -114,9 +113,11 @@ class TorchAllocatorSource:
             return None
 
 
-def _stat(s: dict[str, Any], name: str, which: str) -> int:
+def _stat(s: dict[str, object], name: str, which: str) -> int:
     try:
-        return int(s[name]["all"][which])
+        entry = s[name]
+        pool = entry["all"] if isinstance(entry, dict) else None
+        return int(pool[which]) if isinstance(pool, dict) else 0
     except (KeyError, TypeError, ValueError):
         return 0
 
