@@ -176,14 +176,43 @@ async function generate() {
     }
   });
   // `ActionResults` is referenced by no message: compile it on its own, its
-  // references named as above and declared by the first pass.
+  // references named as above. The result types no message names
+  // (`IClipResult`, ...) are declared here; a type the first pass declared
+  // already (`IReplayResult`, `IGradThresholds`) is only referred to by name.
+  const declared = new Set(
+    [...ts.matchAll(/^export (?:interface|type) (\w+)/gm)].map(m => m[1])
+  );
+  const byName = node => {
+    if (Array.isArray(node)) {
+      return node.map(byName);
+    }
+    if (!node || typeof node !== 'object') {
+      return node;
+    }
+    if (node.$ref && declared.has(nameOf(defs, refKey(node.$ref)))) {
+      const { $ref, ...rest } = node;
+      return { ...rest, tsType: nameOf(defs, refKey($ref)) };
+    }
+    return Object.fromEntries(
+      Object.entries(node).map(([k, v]) => [k, byName(v)])
+    );
+  };
+  const resultDefs = Object.fromEntries(
+    Object.entries(defs)
+      .filter(([key]) => !declared.has(nameOf(defs, key)))
+      .map(([key, def]) => [key, byName(def)])
+  );
   const results = await compile(
-    { $id: 'ActionResults', $defs: defs, ...defs.ActionResults },
+    {
+      $id: 'ActionResults',
+      $defs: resultDefs,
+      ...byName(defs.ActionResults)
+    },
     'IActionResults',
     {
       bannerComment: '',
       cwd: path.join(ROOT, path.dirname(SCHEMA)),
-      declareExternallyReferenced: false,
+      declareExternallyReferenced: true,
       ignoreMinAndMaxItems: true,
       strictIndexSignatures: false,
       unknownAny: true,

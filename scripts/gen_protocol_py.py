@@ -28,9 +28,10 @@ and Python); ``jlpm gen:protocol:check`` and ``tests/test_protocol_types.py`` fa
 this file is stale. Import it under ``TYPE_CHECKING`` only: nothing here runs.
 
 Every open type below (a dict or list of anything) is a schema object left open on
-purpose (``{{"type": "object"}}`` with no properties: an action's ``result``, a diagnosis's
-``facts``, ``NoArgs``) or an array of whatever the user's batch held (a replayed step's
-``index`` / ``batch``).
+purpose (``{{"type": "object"}}`` with no properties: an ``Ack``'s ``result``, typed per
+action by the ``*Result`` types (the schema's ``x-result``), a diagnosis's ``facts``), an
+object that must stay empty (``NoArgs``, ``DismissRecordResult``), or an array of whatever
+the user's batch held (a replayed step's ``index`` / ``batch``).
 """
 
 # ruff: noqa: E501

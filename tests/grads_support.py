@@ -27,10 +27,24 @@ __all__ = ["FakeComm", "FakeCommManager", "FakeEvents", "FakeShell", "Session", 
 
 
 class FakeComm(testing.FakeComm):
-    """Records every message; validates it against the schema like the real client."""
+    """Records every message; validates it against the schema like the real client.
+
+    A message that fails is not sent: the kernel's registry answers a reply it cannot
+    send with a ``failed`` error instead. So that a test which does not look at the reply
+    still fails, each ack whose result its schema rejects is kept in ``invalid_acks``,
+    and ``session`` fails at its end when there is one."""
 
     def __init__(self) -> None:
-        super().__init__(record=True, validate=validate_kernel_message)
+        super().__init__(record=True, validate=self._validate_and_keep)
+        self.invalid_acks: list[str] = []
+
+    def _validate_and_keep(self, data: dict[str, Any]) -> None:
+        try:
+            validate_kernel_message(data)
+        except Exception as e:
+            if data.get("method") == "ack":
+                self.invalid_acks.append(f"{data.get('action')}: {e}")
+            raise
 
     def messages(self, method: str) -> list[dict[str, Any]]:
         return [d for d, _ in self.sent if d.get("method") == method]
@@ -107,5 +121,6 @@ def session(user_ns: dict[str, Any] | None = None, keep_watches: bool = False) -
         with testing.loaded_extension(user_ns, FakeComm()) as loaded:
             assert isinstance(loaded.comm, FakeComm)
             yield Session(loaded.ext, loaded.shell, loaded.comm)
+            assert not loaded.comm.invalid_acks, loaded.comm.invalid_acks
     finally:
         watches.clear_watches()

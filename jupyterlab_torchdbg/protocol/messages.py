@@ -6,9 +6,10 @@ and Python); ``jlpm gen:protocol:check`` and ``tests/test_protocol_types.py`` fa
 this file is stale. Import it under ``TYPE_CHECKING`` only: nothing here runs.
 
 Every open type below (a dict or list of anything) is a schema object left open on
-purpose (``{"type": "object"}`` with no properties: an action's ``result``, a diagnosis's
-``facts``, ``NoArgs``) or an array of whatever the user's batch held (a replayed step's
-``index`` / ``batch``).
+purpose (``{"type": "object"}`` with no properties: an ``Ack``'s ``result``, typed per
+action by the ``*Result`` types (the schema's ``x-result``), a diagnosis's ``facts``), an
+object that must stay empty (``NoArgs``, ``DismissRecordResult``), or an array of whatever
+the user's batch held (a replayed step's ``index`` / ``batch``).
 """
 
 # ruff: noqa: E501
@@ -1050,6 +1051,185 @@ class ExportTensorboardArgs(TypedDict, closed=True):
 class ActionExportTensorboard(TypedDict):
     action: NotRequired[Literal["export_tensorboard"]]
     args: NotRequired[ExportTensorboardArgs]
+
+
+class SnapshotResult(TypedDict, closed=True):
+    series: int
+
+
+class ClearHistoryResult(TypedDict, closed=True):
+    cleared: int
+
+
+class SetStrideResult(TypedDict, closed=True):
+    mode: Literal["auto", "fixed", "off"]
+    stride: int | None
+
+
+class SetThresholdsResult(TypedDict, closed=True):
+    thresholds: GradThresholds
+
+
+class ClearAlertsResult(TypedDict, closed=True):
+    cleared: int
+
+
+class SkipNonfiniteResult(TypedDict, closed=True):
+    on: bool
+
+
+class ClipResult(TypedDict, closed=True):
+    clip: float
+    applies: str
+
+
+class UnclipResult(TypedDict, closed=True):
+    clip: None
+
+
+class PauseResult(TypedDict, closed=True):
+    paused: Literal[True]
+    applies: str
+
+
+class ResumeResult(TypedDict, closed=True):
+    paused: Literal[False]
+
+
+class StepResult(TypedDict, closed=True):
+    step: str
+
+
+class ScaleLrResult(TypedDict, closed=True):
+    optimizer: str
+    pending: Literal[True]
+    applies: str
+    lr_scale: float
+
+
+class ResetLrResult(TypedDict, closed=True):
+    optimizer: str
+    lr_scale: None
+    applies: str
+
+
+class SetLrResult(TypedDict, closed=True):
+    optimizer: str
+    pending: Literal[True]
+    applies: str
+    lr: float
+
+
+class RanksAtStepResult(TypedDict, closed=True):
+    at_step: int
+    ranks: list[int]
+
+
+class RanksResumeResult(TypedDict, closed=True):
+    ranks: list[int]
+
+
+class CacheDeviceResult(TypedDict, closed=True):
+    device: str
+    allocated_before: int
+    allocated_after: int
+    reserved_before: int
+    reserved_after: int
+
+
+class EmptyCacheResult(TypedDict, closed=True):
+    devices: list[CacheDeviceResult]
+    freed_bytes: int
+
+
+class ReleaseRefsResult(TypedDict, closed=True):
+    cleared: list[
+        Literal[
+            "sys.last_traceback",
+            "sys.last_value",
+            "sys.last_type",
+            "sys.last_exc",
+            "InteractiveTB.tb",
+            "last_execution_result",
+            "Out/_/__/___",
+        ]
+    ]
+    collected: int
+    devices: list[CacheDeviceResult]
+    rss_before: Bytes
+    rss_after: Bytes
+    note: str
+
+
+class RecordMemoryResultOn(TypedDict, closed=True):
+    state: Literal["on"]
+    max_entries: int
+    since: float
+    note: NotRequired[str]
+
+
+class RecordMemoryResultArmed(TypedDict, closed=True):
+    state: Literal["armed"]
+    max_entries: int
+    since: None
+    note: str
+
+
+class RecordMemoryResultNothing(TypedDict, closed=True):
+    state: Literal["off"]
+    max_entries: None
+    since: None
+    note: str
+
+
+class RecordMemoryResultSnapshot(TypedDict, closed=True):
+    state: Literal["off"]
+    max_entries: None
+    since: None
+    time: float
+    file: str
+    bytes: int
+    entries: int
+    oom_events: int
+    top_sites: list[AllocationSite]
+    live_sites: list[AllocationSite]
+
+
+RecordMemoryResult: TypeAlias = (
+    RecordMemoryResultOn
+    | RecordMemoryResultArmed
+    | RecordMemoryResultNothing
+    | RecordMemoryResultSnapshot
+)
+
+
+class SaveCheckpointResult(TypedDict, closed=True):
+    file: str
+    bytes: int
+    models: list[str]
+    optimizers: list[str]
+    overwritten: bool
+
+
+class SetMemoryGuardResult(TypedDict, closed=True):
+    guard: MemoryGuard
+
+
+class MeasureActivationsResult(TypedDict, closed=True):
+    state: Literal["armed", "done", "failed"]
+
+
+class OpenRecordResult(TypedDict, closed=True):
+    series: int
+    alerts: int
+
+
+DismissRecordResult: TypeAlias = dict[str, Any]
+
+
+class ExportTensorboardResult(TypedDict, closed=True):
+    path: str
+    scalars: int
 
 
 class UnwrappedError(TypedDict, closed=True):

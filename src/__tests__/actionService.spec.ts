@@ -84,6 +84,128 @@ describe('typed replies', () => {
     expect(resultSchema('clip')({ clip: '1', applies: 'x' })).toBe(false);
     expect(resultSchema('resume')({ paused: false, at: 3 })).toBe(false);
   });
+
+  it('a record_memory stop resolves to its snapshot shape, told apart by its fields', async () => {
+    const { conn, kernel } = await connected();
+    const p = conn.actions.send('record_memory', { op: 'stop' });
+    const site = {
+      file: 'w/train.py',
+      line: 7,
+      function: 'step',
+      bytes: 8192,
+      count: 1
+    };
+    const result: ActionResult<'record_memory'> = {
+      state: 'off',
+      max_entries: null,
+      since: null,
+      time: 1700000000.5,
+      file: 'torchdbg_memory_20261205-170000.pickle',
+      bytes: 240,
+      entries: 2,
+      oom_events: 1,
+      top_sites: [site],
+      live_sites: [site]
+    };
+    expect(resultSchema('record_memory')(result)).toBe(true);
+    kernel.comms[0].deliver({
+      method: 'ack',
+      request_id: lastRequest(kernel).request_id,
+      action: 'record_memory',
+      result
+    });
+    const outcome = await p;
+    expect(outcome.ok).toBe(true);
+    if (!outcome.ok) {
+      return;
+    }
+    const r = outcome.result;
+    // a union of the four shapes: `file` only on the one that wrote a snapshot
+    // @ts-expect-error `file` is not on every shape (a start, an armed stop)
+    expect(r.file).toBeDefined();
+    if (!('file' in r)) {
+      throw new Error('the snapshot shape has a file');
+    }
+    const file: string = r.file;
+    const top: number = r.top_sites[0].bytes;
+    expect([file, top, r.state]).toEqual([
+      'torchdbg_memory_20261205-170000.pickle',
+      8192,
+      'off'
+    ]);
+  });
+
+  it('the memory, record and export results are what the generated types say', () => {
+    const row = {
+      device: 'cuda:0',
+      allocated_before: 2,
+      allocated_after: 1,
+      reserved_before: 8,
+      reserved_after: 4
+    };
+    const empty: ActionResult<'empty_cache'> = {
+      devices: [row],
+      freed_bytes: 4
+    };
+    const released: ActionResult<'release_refs'> = {
+      cleared: ['sys.last_traceback', 'Out/_/__/___'],
+      collected: 3,
+      devices: [],
+      rss_before: 100,
+      rss_after: null,
+      note: '%debug on the last error is no longer possible'
+    };
+    const armed: ActionResult<'record_memory'> = {
+      state: 'armed',
+      max_entries: 100000,
+      since: null,
+      note: 'starts when your code first uses CUDA'
+    };
+    const saved: ActionResult<'save_checkpoint'> = {
+      file: 'c.pt',
+      bytes: 10,
+      models: ['model'],
+      optimizers: ['opt'],
+      overwritten: false
+    };
+    const guard: ActionResult<'set_memory_guard'> = {
+      guard: { pause_at: 0.9, limit: 1024, limit_source: 'host', tripped: null }
+    };
+    const measured: ActionResult<'measure_activations'> = { state: 'failed' };
+    const opened: ActionResult<'open_record'> = { series: 4, alerts: 0 };
+    const dismissed: ActionResult<'dismiss_record'> = {};
+    const exported: ActionResult<'export_tensorboard'> = {
+      path: 'torchdbg-runs/nb-run1-20261205-170000',
+      scalars: 40
+    };
+    const valid: [string, unknown][] = [
+      ['empty_cache', empty],
+      ['release_refs', released],
+      ['record_memory', armed],
+      ['save_checkpoint', saved],
+      ['set_memory_guard', guard],
+      ['measure_activations', measured],
+      ['open_record', opened],
+      ['dismiss_record', dismissed],
+      ['export_tensorboard', exported]
+    ];
+    for (const [action, result] of valid) {
+      expect([action, resultSchema(action)(result)]).toEqual([action, true]);
+    }
+    // @ts-expect-error the file saved is `file` (no `filename`)
+    expect(saved.filename).toBeUndefined();
+    // drift: a missing field, a wrong type, an extra field, a value ruled out
+    expect(resultSchema('save_checkpoint')({ ...saved, file: undefined })).toBe(
+      false
+    );
+    expect(resultSchema('empty_cache')({ devices: [], freed_bytes: '4' })).toBe(
+      false
+    );
+    expect(resultSchema('dismiss_record')({ dismissed: true })).toBe(false);
+    expect(
+      resultSchema('record_memory')({ ...armed, state: 'on', since: null })
+    ).toBe(false);
+  });
 });
 
 describe('the action service', () => {

@@ -39,10 +39,7 @@ export function addMemoryCommands(ctx: ICommandContext): void {
       trans.__('torch.cuda.empty_cache(): reserved before → after'),
     execute: () =>
       memoryAction('empty_cache', {}, r =>
-        trans.__(
-          'CUDA cache emptied (%1 freed).',
-          formatBytes(Number(r.freed_bytes ?? 0))
-        )
+        trans.__('CUDA cache emptied (%1 freed).', formatBytes(r.freed_bytes))
       )
   });
   addGuarded(ctx, CommandIDs.releaseRefs, 'releaseRefs', {
@@ -51,10 +48,7 @@ export function addMemoryCommands(ctx: ICommandContext): void {
       trans.__(
         'Drop what keeps the last error alive, gc, empty the cache (ends %debug)'
       ),
-    execute: () =>
-      memoryAction('release_refs', {}, r =>
-        typeof r.note === 'string' ? r.note : trans.__('References released.')
-      )
+    execute: () => memoryAction('release_refs', {}, r => r.note)
   });
   addGuarded(ctx, CommandIDs.recordMemory, 'recordMemory', {
     label: () =>
@@ -71,9 +65,9 @@ export function addMemoryCommands(ctx: ICommandContext): void {
         'record_memory',
         on ? { op: 'stop' } : { op: 'start' },
         r =>
-          typeof r.file === 'string'
+          'file' in r
             ? trans.__('Memory snapshot written to %1.', r.file)
-            : trans.__('Recording memory history.')
+            : (r.note ?? trans.__('Recording memory history.'))
       );
     }
   });
@@ -83,7 +77,7 @@ export function addMemoryCommands(ctx: ICommandContext): void {
       trans.__('torch.save of their state dicts in the kernel’s folder'),
     execute: () =>
       memoryAction('save_checkpoint', {}, r =>
-        trans.__('Checkpoint saved: %1', String(r.file ?? r.filename ?? ''))
+        trans.__('Checkpoint saved: %1', r.file)
       )
   });
   addGuarded(ctx, CommandIDs.measureActivations, 'measureActivations', {
@@ -96,7 +90,9 @@ export function addMemoryCommands(ctx: ICommandContext): void {
       memoryAction('measure_activations', {}, r =>
         r.state === 'done'
           ? trans.__('Activations measured: see Memory.')
-          : trans.__('Armed: the next forward/backward is measured.')
+          : r.state === 'armed'
+            ? trans.__('Armed: the next forward/backward is measured.')
+            : trans.__('Nothing measured: see Memory for why.')
       )
   });
   addGuarded(ctx, CommandIDs.memoryGuard, 'memoryGuard', {
@@ -111,12 +107,12 @@ export function addMemoryCommands(ctx: ICommandContext): void {
       return memoryAction(
         'set_memory_guard',
         { pause_at: on ? null : GUARD_DEFAULT },
-        () =>
-          on
+        r =>
+          r.guard.pause_at === null
             ? trans.__('The memory guard is off.')
             : trans.__(
                 'Training pauses at %1% of the memory limit.',
-                String(GUARD_DEFAULT * 100)
+                String(Math.round(r.guard.pause_at * 100))
               )
       );
     }
@@ -135,7 +131,7 @@ export function addMemoryCommands(ctx: ICommandContext): void {
         return;
       }
       return memoryAction('export_tensorboard', { run, kernel: null }, r =>
-        trans.__('TensorBoard files written to %1', String(r.path ?? ''))
+        trans.__('TensorBoard files written to %1', r.path)
       );
     }
   });

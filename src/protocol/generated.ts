@@ -2238,166 +2238,395 @@ export interface IActionExportTensorboard {
   [k: string]: unknown;
 }
 /**
+ * `record_memory`: a start (`on`; `armed` until CUDA's first use; `note` when it was already recording), a stop before CUDA was used (`off` with `note`), or a stop that wrote the snapshot (`off` with the `MemorySnapshotSummary` fields).
+ */
+export type RecordMemoryResult =
+  | {
+      state: 'on';
+      max_entries: number;
+      /**
+       * When recording started (epoch seconds).
+       */
+      since: number;
+      /**
+       * A start while already recording: nothing changed.
+       */
+      note?: string;
+    }
+  | {
+      /**
+       * Starts when the user's code first initialises CUDA.
+       */
+      state: 'armed';
+      max_entries: number;
+      since: null;
+      /**
+       * That it starts at CUDA's first use (or, started again: already recording).
+       */
+      note: string;
+    }
+  | {
+      state: 'off';
+      max_entries: null;
+      since: null;
+      /**
+       * The stop of an armed recording: CUDA was never used, nothing was recorded (no file).
+       */
+      note: string;
+    }
+  | {
+      state: 'off';
+      max_entries: null;
+      since: null;
+      time: number;
+      /**
+       * The snapshot pickle's file name, in the kernel's working directory.
+       */
+      file: string;
+      bytes: number;
+      entries: number;
+      oom_events: number;
+      /**
+       * @maxItems 10
+       */
+      top_sites: IAllocationSite[];
+      /**
+       * @maxItems 10
+       */
+      live_sites: IAllocationSite[];
+    };
+/**
+ * `dismiss_record`: nothing (the `record` message is sent again).
+ */
+export type DismissRecordResult = Record<string, never>;
+
+/**
  * Each action's `result` in its `ack`, by action name (the schema's `x-result`).
  */
 export interface IActionResults {
-  snapshot: {
-    /**
-     * How many series the resent snapshot names.
-     */
-    series: number;
-  };
-  clear_history: {
-    /**
-     * How many series were cleared.
-     */
-    cleared: number;
-  };
-  set_stride: {
-    mode: 'auto' | 'fixed' | 'off';
-    /**
-     * The fixed stride; null unless `mode` is fixed.
-     */
-    stride: number | null;
-  };
-  set_thresholds: {
-    thresholds: IGradThresholds;
-  };
-  clear_alerts: {
-    /**
-     * How many alerts were cleared.
-     */
-    cleared: number;
-  };
+  snapshot: ISnapshotResult;
+  clear_history: IClearHistoryResult;
+  set_stride: ISetStrideResult;
+  set_thresholds: ISetThresholdsResult;
+  clear_alerts: IClearAlertsResult;
   replay_step: IReplayResult;
-  skip_nonfinite: {
-    on: boolean;
-  };
-  empty_cache: {
-    [k: string]: unknown;
-  };
-  release_refs: {
-    [k: string]: unknown;
-  };
-  record_memory: {
-    [k: string]: unknown;
-  };
-  save_checkpoint: {
-    [k: string]: unknown;
-  };
-  clip: {
-    clip: number;
-    /**
-     * When it takes effect, in words.
-     */
-    applies: string;
-  };
-  unclip: {
-    clip: null;
-  };
-  pause: {
-    paused: true;
-    /**
-     * When it takes effect, in words.
-     */
-    applies: string;
-  };
-  resume: {
-    paused: false;
-  };
-  step: {
-    /**
-     * What runs, in words.
-     */
-    step: string;
-  };
-  scale_lr: {
-    /**
-     * The key of the optimizer it acts on (a `ControlTarget` key).
-     */
-    optimizer: string;
-    pending: true;
-    /**
-     * When it takes effect, in words.
-     */
-    applies: string;
-    /**
-     * The optimizer's LR scale once the queued changes apply.
-     */
-    lr_scale: number;
-  };
-  reset_lr: {
-    /**
-     * The key of the optimizer it acts on (a `ControlTarget` key).
-     */
-    optimizer: string;
-    lr_scale: null;
-    /**
-     * When it takes effect, in words.
-     */
-    applies: string;
-  };
-  set_lr: {
-    /**
-     * The key of the optimizer it acts on (a `ControlTarget` key).
-     */
-    optimizer: string;
-    pending: true;
-    /**
-     * When it takes effect, in words.
-     */
-    applies: string;
-    lr: number;
-  };
-  ranks_clip: {
-    at_step: number;
-    /**
-     * The ranks that agreed (resume: the ranks released).
-     */
-    ranks: number[];
-  };
-  ranks_unclip: {
-    at_step: number;
-    /**
-     * The ranks that agreed (resume: the ranks released).
-     */
-    ranks: number[];
-  };
-  ranks_pause: {
-    at_step: number;
-    /**
-     * The ranks that agreed (resume: the ranks released).
-     */
-    ranks: number[];
-  };
-  ranks_resume: {
-    /**
-     * The ranks that agreed (resume: the ranks released).
-     */
-    ranks: number[];
-  };
-  ranks_scale_lr: {
-    at_step: number;
-    /**
-     * The ranks that agreed (resume: the ranks released).
-     */
-    ranks: number[];
-  };
-  set_memory_guard: {
-    [k: string]: unknown;
-  };
-  measure_activations: {
-    [k: string]: unknown;
-  };
-  open_record: {
-    [k: string]: unknown;
-  };
-  dismiss_record: {
-    [k: string]: unknown;
-  };
-  export_tensorboard: {
-    [k: string]: unknown;
-  };
+  skip_nonfinite: ISkipNonfiniteResult;
+  empty_cache: IEmptyCacheResult;
+  release_refs: IReleaseRefsResult;
+  record_memory: RecordMemoryResult;
+  save_checkpoint: ISaveCheckpointResult;
+  clip: IClipResult;
+  unclip: IUnclipResult;
+  pause: IPauseResult;
+  resume: IResumeResult;
+  step: IStepResult;
+  scale_lr: IScaleLrResult;
+  reset_lr: IResetLrResult;
+  set_lr: ISetLrResult;
+  ranks_clip: IRanksAtStepResult;
+  ranks_unclip: IRanksAtStepResult;
+  ranks_pause: IRanksAtStepResult;
+  ranks_resume: IRanksResumeResult;
+  ranks_scale_lr: IRanksAtStepResult;
+  set_memory_guard: ISetMemoryGuardResult;
+  measure_activations: IMeasureActivationsResult;
+  open_record: IOpenRecordResult;
+  dismiss_record: DismissRecordResult;
+  export_tensorboard: IExportTensorboardResult;
+}
+/**
+ * `snapshot`: the snapshot was sent again.
+ */
+export interface ISnapshotResult {
+  /**
+   * How many series the resent snapshot names.
+   */
+  series: number;
+}
+/**
+ * `clear_history`: the series' points were dropped.
+ */
+export interface IClearHistoryResult {
+  /**
+   * How many series were cleared.
+   */
+  cleared: number;
+}
+/**
+ * `set_stride`: the gradient sampling stride now in force.
+ */
+export interface ISetStrideResult {
+  mode: 'auto' | 'fixed' | 'off';
+  /**
+   * The fixed stride; null unless `mode` is fixed.
+   */
+  stride: number | null;
+}
+/**
+ * `set_thresholds`: the gradient alarm thresholds now in force.
+ */
+export interface ISetThresholdsResult {
+  thresholds: IGradThresholds;
+}
+/**
+ * `clear_alerts`: the kept alerts were dropped.
+ */
+export interface IClearAlertsResult {
+  /**
+   * How many alerts were cleared.
+   */
+  cleared: number;
+}
+/**
+ * `skip_nonfinite`: whether non-finite steps are now skipped.
+ */
+export interface ISkipNonfiniteResult {
+  on: boolean;
+}
+/**
+ * `empty_cache`: reserved bytes before and after, per device.
+ */
+export interface IEmptyCacheResult {
+  /**
+   * Each device the allocator reports, by index (empty when it cannot be read).
+   */
+  devices: ICacheDeviceResult[];
+  /**
+   * The reserved bytes released, summed over the devices.
+   */
+  freed_bytes: number;
+}
+/**
+ * One CUDA device's allocator figures before and after `empty_cache` or `release_refs`.
+ */
+export interface ICacheDeviceResult {
+  device: string;
+  /**
+   * Bytes allocated to tensors before (0 when not read).
+   */
+  allocated_before: number;
+  /**
+   * Bytes allocated to tensors after (0 when not read).
+   */
+  allocated_after: number;
+  /**
+   * Bytes the caching allocator reserved before (0 when not read).
+   */
+  reserved_before: number;
+  /**
+   * Bytes the caching allocator reserved after (0 when not read).
+   */
+  reserved_after: number;
+}
+/**
+ * `release_refs`: what was released, objects collected, memory before and after.
+ */
+export interface IReleaseRefsResult {
+  /**
+   * What was holding references and was released (what was set only).
+   */
+  cleared: (
+    | 'sys.last_traceback'
+    | 'sys.last_value'
+    | 'sys.last_type'
+    | 'sys.last_exc'
+    | 'InteractiveTB.tb'
+    | 'last_execution_result'
+    | 'Out/_/__/___'
+  )[];
+  /**
+   * Objects `gc.collect()` found unreachable.
+   */
+  collected: number;
+  /**
+   * Before/after per CUDA device; empty when CUDA is not initialised (or not usable).
+   */
+  devices: ICacheDeviceResult[];
+  /**
+   * The kernel's resident memory before (null: unreadable).
+   */
+  rss_before: Bytes;
+  /**
+   * The kernel's resident memory after (null: unreadable).
+   */
+  rss_after: Bytes;
+  /**
+   * That `%debug` on the last error is no longer possible (show it).
+   */
+  note: string;
+}
+/**
+ * `save_checkpoint`: what was written.
+ */
+export interface ISaveCheckpointResult {
+  /**
+   * The file name written, in the kernel's working directory (a default name with its `-N` suffix).
+   */
+  file: string;
+  /**
+   * The file's size.
+   */
+  bytes: number;
+  /**
+   * The names of the models saved.
+   */
+  models: string[];
+  /**
+   * The names of the optimizers saved.
+   */
+  optimizers: string[];
+  /**
+   * An existing file was replaced (`overwrite: true`).
+   */
+  overwritten: boolean;
+}
+/**
+ * `clip`: the gradient-norm clip queued.
+ */
+export interface IClipResult {
+  clip: number;
+  /**
+   * When it takes effect, in words.
+   */
+  applies: string;
+}
+/**
+ * `unclip`: clipping is off.
+ */
+export interface IUnclipResult {
+  clip: null;
+}
+/**
+ * `pause`: training pauses.
+ */
+export interface IPauseResult {
+  paused: true;
+  /**
+   * When it takes effect, in words.
+   */
+  applies: string;
+}
+/**
+ * `resume`: training goes on.
+ */
+export interface IResumeResult {
+  paused: false;
+}
+/**
+ * `step`: one step runs, then training pauses again.
+ */
+export interface IStepResult {
+  /**
+   * What runs, in words.
+   */
+  step: string;
+}
+/**
+ * `scale_lr`: the LR scale queued for one optimizer.
+ */
+export interface IScaleLrResult {
+  /**
+   * The key of the optimizer it acts on (a `ControlTarget` key).
+   */
+  optimizer: string;
+  pending: true;
+  /**
+   * When it takes effect, in words.
+   */
+  applies: string;
+  /**
+   * The optimizer's LR scale once the queued changes apply.
+   */
+  lr_scale: number;
+}
+/**
+ * `reset_lr`: one optimizer's LR scale is reset.
+ */
+export interface IResetLrResult {
+  /**
+   * The key of the optimizer it acts on (a `ControlTarget` key).
+   */
+  optimizer: string;
+  lr_scale: null;
+  /**
+   * When it takes effect, in words.
+   */
+  applies: string;
+}
+/**
+ * `set_lr`: the LR queued for one optimizer.
+ */
+export interface ISetLrResult {
+  /**
+   * The key of the optimizer it acts on (a `ControlTarget` key).
+   */
+  optimizer: string;
+  pending: true;
+  /**
+   * When it takes effect, in words.
+   */
+  applies: string;
+  lr: number;
+}
+/**
+ * `ranks_clip`, `ranks_unclip`, `ranks_pause`, `ranks_scale_lr`: the step at which every rank applies it, and the ranks that agreed.
+ */
+export interface IRanksAtStepResult {
+  at_step: number;
+  /**
+   * The ranks that agreed.
+   */
+  ranks: number[];
+}
+/**
+ * `ranks_resume`: the ranks released.
+ */
+export interface IRanksResumeResult {
+  /**
+   * The ranks released.
+   */
+  ranks: number[];
+}
+/**
+ * `set_memory_guard`: the guard now in force (as in `memory.guard`).
+ */
+export interface ISetMemoryGuardResult {
+  guard: IMemoryGuard;
+}
+/**
+ * `measure_activations`: the measurement's state.
+ */
+export interface IMeasureActivationsResult {
+  /**
+   * The report's state once the action returns: armed (measured at the next forward/backward), done (measured now, by re-running the last forward), failed (nothing to measure: the report's `text` says why). The report comes in `memory.activations`.
+   */
+  state: 'armed' | 'done' | 'failed';
+}
+/**
+ * `open_record`: counts of the recorded run sent (`record_run`).
+ */
+export interface IOpenRecordResult {
+  /**
+   * How many series the `record_run` message sent holds.
+   */
+  series: number;
+  /**
+   * How many alerts it holds.
+   */
+  alerts: number;
+}
+/**
+ * `export_tensorboard`: where the event files were written.
+ */
+export interface IExportTensorboardResult {
+  /**
+   * The new event-file directory, relative to the kernel's working directory (`torchdbg-runs/<notebook>-run<id>-<yyyymmdd-hhmmss>`).
+   */
+  path: string;
+  /**
+   * The number of scalar points written.
+   */
+  scalars: number;
 }
 
 /** The protocol version: the schema's `x-protocol-version`. */

@@ -5,7 +5,7 @@ import { ActionService, outcomeNote } from '../../connection/actions';
 import { TorchDbgConnection } from '../../connection/connection';
 import { availability } from '../../model/availability';
 import { TorchDbgModel } from '../../model/model';
-import { ActionName, IActionArgs } from '../../protocol/messages';
+import { ActionName, ActionResult, IActionArgs } from '../../protocol/messages';
 import { useLiveTick } from '../../charts/live';
 import { useSignalRender } from '../../ui/useSignalRender';
 import { BreakdownBar } from './breakdownBar';
@@ -34,7 +34,7 @@ export function MemoryPanel(props: {
   const act = <K extends ActionName>(
     action: K,
     args: IActionArgs[K],
-    describe: (r: any) => string
+    describe: (r: ActionResult<K>) => string
   ) => {
     setNote('');
     void ActionService.of(conn)
@@ -80,7 +80,7 @@ export function MemoryPanel(props: {
           title={can.emptyCache.why}
           onClick={() =>
             act('empty_cache', {}, r =>
-              trans.__('Cache emptied: %1', JSON.stringify(r))
+              trans.__('Cache emptied: %1 freed.', formatBytes(r.freed_bytes))
             )
           }
         >
@@ -95,13 +95,7 @@ export function MemoryPanel(props: {
               'Drop what keeps the last error alive, gc, empty the cache (ends %debug)'
             )
           }
-          onClick={() =>
-            act('release_refs', {}, r =>
-              typeof r?.note === 'string'
-                ? r.note
-                : trans.__('References released.')
-            )
-          }
+          onClick={() => act('release_refs', {}, r => r.note)}
         >
           {trans.__('Release references')}
         </button>
@@ -114,13 +108,11 @@ export function MemoryPanel(props: {
               'record_memory',
               recording ? { op: 'stop' } : { op: 'start' },
               r =>
-                typeof r?.file === 'string'
+                'file' in r
                   ? trans.__(
                       'Memory snapshot saved: its top allocation sites are below.'
                     )
-                  : typeof r?.note === 'string'
-                    ? r.note
-                    : trans.__('Recording memory history.')
+                  : (r.note ?? trans.__('Recording memory history.'))
             )
           }
         >
@@ -132,10 +124,7 @@ export function MemoryPanel(props: {
           title={can.saveCheckpoint.why || undefined}
           onClick={() =>
             act('save_checkpoint', {}, r =>
-              trans.__(
-                'Checkpoint saved: %1',
-                String(r?.file ?? r?.filename ?? '')
-              )
+              trans.__('Checkpoint saved: %1', r.file)
             )
           }
         >
@@ -152,9 +141,10 @@ export function MemoryPanel(props: {
           }
           onClick={() =>
             act('measure_activations', {}, r =>
-              r?.state === 'done'
-                ? ''
-                : trans.__('Armed: the next forward/backward is measured.')
+              // done or failed: the report below says what was found (or why not)
+              r.state === 'armed'
+                ? trans.__('Armed: the next forward/backward is measured.')
+                : ''
             )
           }
         >

@@ -224,10 +224,7 @@ function RecordRunView(props: {
               .then(outcome =>
                 onNote(
                   outcomeNote(outcome, r =>
-                    trans.__(
-                      'TensorBoard files written to %1',
-                      String(r.path ?? '')
-                    )
+                    trans.__('TensorBoard files written to %1', r.path)
                   )
                 )
               )
