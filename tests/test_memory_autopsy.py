@@ -286,3 +286,22 @@ def test_oom_message_after_failed_cell_links_the_exception_and_replays() -> None
         assert s.ext.errors == {}
     del exc
     assert "jupyterlab_torchdbg.kernel.memory" in sys.modules
+
+
+def test_an_oom_without_a_device_index_is_reported_on_cuda_0() -> None:
+    # torch.cuda.OutOfMemoryError with a text that names no GPU: the device is cuda:0, its
+    # allocator's counters are those of index 0
+    exc = raised(lambda: (_ for _ in ()).throw(torch.cuda.OutOfMemoryError("out of memory")))
+    facts = autopsy.oom_facts(exc)
+    assert facts is not None and facts["device"] == "cuda"
+    body = autopsy.build(
+        exc,
+        facts,
+        ns={},
+        allocator=allocator(allocated=3 * GiB, reserved=4 * GiB),
+        found=bd.Found(),
+        rss=None,
+    )
+    assert body["device"] == "cuda:0" and body["breakdown"]["device"] == "cuda:0"
+    assert body["allocator"]["allocated"] == 3 * GiB
+    assert body["headline"].startswith("Out of memory on cuda:0.")

@@ -61,36 +61,9 @@ def build(
     gradients of (R34); the others' gradients are left out of the breakdown and tensors.
     """
     t0 = time.perf_counter()
-    device = str(facts.get("device") or "cuda")
-    kind, _, idx = device.partition(":")
-    index = int(idx) if idx.isdigit() else None
-    dev_key = device if kind == "cpu" or index is not None else f"{kind}:0"
-    if kind == "cuda" and index is None:
-        index = 0
-        device = dev_key
-
-    allocator_state: dict[str, object] | None = None
-    allocator_reason: str | None = None
-    if kind == "cuda":
-        reading = allocator.read()
-        d = reading.device(index or 0) if reading.available else None
-        if d is not None:
-            allocator_state = {k: d.values.get(k) for k in ALLOCATOR_FIELDS}
-        else:
-            allocator_reason = reading.reason or f"no allocator counters for {device}"
-    else:
-        allocator_reason = "the CPU has no caching allocator"
-
-    allocated: int | None = None
-    reserved: int | None = None
-    if allocator_state is not None:
-        allocated = _int(allocator_state.get("allocated"))
-        reserved = _int(allocator_state.get("reserved"))
-    if allocated is None:
-        allocated = _int(facts.get("allocated_bytes"))
-    if reserved is None and allocated is not None:
-        unalloc = _int(facts.get("reserved_unallocated_bytes"))
-        reserved = allocated + unalloc if unalloc is not None else None
+    kind, index, dev_key = _device(facts)
+    allocator_state, allocator_reason = _allocator(allocator, kind, index, dev_key)
+    allocated, reserved = _allocated_reserved(allocator_state, facts)
 
     b = bd.compute(
         found, allocated={dev_key: allocated} if kind == "cuda" else None, rss=rss, own=own
@@ -109,9 +82,10 @@ def build(
         tensors, n_tensors, tensor_bytes = largest_tensors(ns, tb, kind, index, own=own)
     finally:
         del tb
+    requested = _int(facts.get("requested_bytes"))
     numbers: m.OomNumbers = {
         "device": dev_key,
-        "requested": _int(facts.get("requested_bytes")),
+        "requested": requested,
         "total": _int(facts.get("total_bytes")),
         "allocated": allocated,
         "reserved": reserved,
@@ -125,18 +99,7 @@ def build(
     text: str | None = None
     if kind == "cuda" and summary is not None and allocator_state is not None:
         text = summary(index or 0)
-    cut = text is not None and len(text) > SUMMARY_CHARS
-    try:
-        text_exc = str(exc)
-        if type(text_exc) is not str:
-            raise TypeError
-        # Encodable (lone surrogates, R20) and bounded, even after escaping.
-        message = safe_text(text_exc, MESSAGE_CHARS)[0][:MESSAGE_CHARS]
-    except Exception:
-        message = "n/a"  # a broken __str__ (R17)
-
     head = f"Out of memory on {dev_key}"
-    requested = _int(facts.get("requested_bytes"))
     if requested is not None:
         head += f": tried to allocate {fmt_bytes(requested)}"
         free = _int(facts.get("free_bytes"))
@@ -147,20 +110,11 @@ def build(
         head += f" Largest live tensor: `{tensors[0]['name']}` ({fmt_bytes(tensors[0]['nbytes'])})."
 
     return {
-        "exception": {"type": type(exc).__name__, "message": message},
+        "exception": {"type": type(exc).__name__, "message": _message(exc)},
         "device": dev_key,
         "headline": head,
         "requested_bytes": requested,
-        "message_facts": {
-            k: facts.get(k)
-            for k in (
-                "total_bytes",
-                "free_bytes",
-                "allocated_bytes",
-                "reserved_unallocated_bytes",
-                "process_bytes",
-            )
-        },
+        "message_facts": {k: facts.get(k) for k in MESSAGE_FACTS},
         "allocator": allocator_state,
         "allocator_reason": allocator_reason,
         "numbers": numbers,
@@ -171,10 +125,70 @@ def build(
         "tensors_total": n_tensors,
         "tensors_bytes": tensor_bytes,
         "summary": text[:SUMMARY_CHARS] if text is not None else None,
-        "summary_truncated": cut,
+        "summary_truncated": text is not None and len(text) > SUMMARY_CHARS,
         "remedies": remedies,
         "capture_ms": round((time.perf_counter() - t0) * 1000, 2),
     }
+
+
+#: The byte counts of the error's own text that the message passes on.
+MESSAGE_FACTS = (
+    "total_bytes",
+    "free_bytes",
+    "allocated_bytes",
+    "reserved_unallocated_bytes",
+    "process_bytes",
+)
+
+
+def _device(facts: Mapping[str, object]) -> tuple[str, int | None, str]:
+    """(kind, index, key) of the device the error names: ``cuda`` alone is ``cuda:0``."""
+    device = str(facts.get("device") or "cuda")
+    kind, _, idx = device.partition(":")
+    index = int(idx) if idx.isdigit() else None
+    key = device if kind == "cpu" or index is not None else f"{kind}:0"
+    if kind == "cuda" and index is None:
+        index = 0
+    return kind, index, key
+
+
+def _allocator(
+    allocator: MemorySource, kind: str, index: int | None, dev_key: str
+) -> tuple[dict[str, object] | None, str | None]:
+    """The caching allocator's counters for the device, or None and why not."""
+    if kind != "cuda":
+        return None, "the CPU has no caching allocator"
+    reading = allocator.read()
+    d = reading.device(index or 0) if reading.available else None
+    if d is None:
+        return None, reading.reason or f"no allocator counters for {dev_key}"
+    return {k: d.values.get(k) for k in ALLOCATOR_FIELDS}, None
+
+
+def _allocated_reserved(
+    state: Mapping[str, object] | None, facts: Mapping[str, object]
+) -> tuple[int | None, int | None]:
+    """Allocated and reserved bytes: the allocator's counters, else the error's text."""
+    allocated = _int(state.get("allocated")) if state is not None else None
+    reserved = _int(state.get("reserved")) if state is not None else None
+    if allocated is None:
+        allocated = _int(facts.get("allocated_bytes"))
+    if reserved is None and allocated is not None:
+        unalloc = _int(facts.get("reserved_unallocated_bytes"))
+        reserved = allocated + unalloc if unalloc is not None else None
+    return allocated, reserved
+
+
+def _message(exc: BaseException) -> str:
+    """The error's text, encodable (lone surrogates, R20) and bounded even after
+    escaping; "n/a" when its ``__str__`` fails (R17)."""
+    try:
+        text = str(exc)
+        if type(text) is not str:
+            raise TypeError
+        return safe_text(text, MESSAGE_CHARS)[0][:MESSAGE_CHARS]
+    except Exception:
+        return "n/a"
 
 
 def _int(v: object) -> int | None:
