@@ -22,6 +22,7 @@ message is marked ``truncated``: what was read is sent.
 from __future__ import annotations
 
 import gc
+from collections.abc import Container
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -36,7 +37,7 @@ from .bounds import LIMITS, Limits, bound
 from .exception import exception_summary, syntax_details
 from .frame import add_locals, frame_row
 from .linked import exception_chain, group_leaves
-from .loader_error import dataset_frame, frame_rows, unwrap
+from .loader_error import LoaderError, dataset_frame, frame_rows, unwrap
 from .stack import elide, skip_ipython_prefix, walk
 
 if TYPE_CHECKING:
@@ -105,52 +106,24 @@ def _capture(
     kept, gaps = elide(entries, limits)
     truncated = truncated or not walked_all or bool(gaps)
 
-    hidden = getattr(shell, "user_ns_hidden", None)
     frames: list[dict[str, object]] = []
-    mentioned: list[str] = []
     for pos in kept:
         entry = entries[pos]
-        frame = frame_row(entry.tb, pos, cells, limits)
-        frames.append(frame)
+        frames.append(frame_row(entry.tb, pos, cells, limits))
         state.frames_live.append(entry.tb.tb_frame)
     loader = unwrap(exc, entries, limits)
     worker_rows = frame_rows(loader, len(entries), cells, limits) if loader is not None else []
     shown = frames + worker_rows  # the worker's frames (if any) follow: it raised first
     focus = next((i for i in range(len(shown) - 1, -1, -1) if shown[i]["user"]), None)
-    for i, frame in enumerate(frames):
-        f = state.frames_live[i]
-        prefer: list[str] = []
-        if frame["user"]:
-            names = frame.pop("_names", [])  # the identifiers frame_row found
-            prefer = names if isinstance(names, list) else []
-            if i == focus:
-                mentioned = prefer
-        else:
-            frame.pop("_names", None)
-        add_locals(frame, f, prefer, hidden, cls, state.live, limits, budget)
+    hidden = getattr(shell, "user_ns_hidden", None)
+    mentioned = _add_locals(frames, focus, hidden, cls, state, limits)
     elided: list[m.ExceptionElidedItem] = [
         {"count": g["count"], "reason": g["reason"], "after": kept.index(g["after_pos"])}
         for g in gaps
     ]
     first_worker = len(frames)
-    cut_worker = loader.parsed.cut if loader is not None and loader.parsed is not None else 0
-    repeated_worker = (
-        sum(tf.repeated for tf in loader.parsed.frames)
-        if loader is not None and loader.parsed is not None
-        else 0
-    )
-    if loader is not None and loader.parsed is not None:
-        if loader.parsed.cut:  # the worker's outermost frames beyond the limit
-            elided.append({"after": len(frames) - 1, "count": loader.parsed.cut, "reason": "limit"})
-        for k, tf in enumerate(loader.parsed.frames):
-            if tf.repeated:  # recursion Python's traceback already collapsed
-                elided.append(
-                    {"after": len(frames) + k, "count": tf.repeated, "reason": "repeated"}
-                )
-        frames.extend(worker_rows)
-        truncated = (
-            truncated or bool(loader.parsed.cut) or any(tf.repeated for tf in loader.parsed.frames)
-        )
+    cut_worker, repeated_worker = _add_worker_frames(frames, worker_rows, loader, elided)
+    truncated = truncated or bool(cut_worker or repeated_worker)
     if focus is not None and focus < len(frames) and frames[focus].get("process"):
         mentioned = []  # a frame of another process: no locals to name
 
@@ -193,6 +166,52 @@ def _capture(
     state.frames_live.clear()
     clean = jsonable(strip_private(msg))
     return bound(clean, limits)
+
+
+def _add_locals(
+    frames: list[dict[str, object]],
+    focus: int | None,
+    hidden: Container[str] | None,
+    cls: Classifier,
+    state: CaptureState,
+    limits: Limits,
+) -> list[str]:
+    """Each frame's locals, the identifiers its line names first (user frames); returns
+    those of the focus frame (what the diagnosis may name)."""
+    mentioned: list[str] = []
+    for i, frame in enumerate(frames):
+        prefer: list[str] = []
+        if frame["user"]:
+            names = frame.pop("_names", [])  # the identifiers frame_row found
+            prefer = names if isinstance(names, list) else []
+            if i == focus:
+                mentioned = prefer
+        else:
+            frame.pop("_names", None)
+        add_locals(
+            frame, state.frames_live[i], prefer, hidden, cls, state.live, limits, state.budget
+        )
+    return mentioned
+
+
+def _add_worker_frames(
+    frames: list[dict[str, object]],
+    worker_rows: list[dict[str, object]],
+    loader: LoaderError | None,
+    elided: list[m.ExceptionElidedItem],
+) -> tuple[int, int]:
+    """A DataLoader worker's frames after the main process's, with what its traceback
+    left out as elided items; returns (frames beyond the limit, repeated frames)."""
+    parsed = loader.parsed if loader is not None else None
+    if parsed is None:
+        return 0, 0
+    if parsed.cut:  # the worker's outermost frames beyond the limit
+        elided.append({"after": len(frames) - 1, "count": parsed.cut, "reason": "limit"})
+    for k, tf in enumerate(parsed.frames):
+        if tf.repeated:  # recursion Python's traceback already collapsed
+            elided.append({"after": len(frames) + k, "count": tf.repeated, "reason": "repeated"})
+    frames.extend(worker_rows)
+    return parsed.cut, sum(tf.repeated for tf in parsed.frames)
 
 
 def _fetch_frame(frames: list[dict[str, object]]) -> int | None:
