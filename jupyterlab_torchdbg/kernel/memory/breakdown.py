@@ -166,55 +166,86 @@ def compute(
     """
     t0 = time.perf_counter()
     tensor_t, _, _ = _types()
+    tally = _Tally(max_tensors)
     skipped = 0
-    seen: set[tuple[str, int]] = set()
-    per: dict[str, dict[str, int]] = {}
-    visited = 0
-    truncated = False
+    if tensor_t is not None:
+        categories, skipped = _by_category(found, own, tensor_t)
+        for category, tensors in categories:
+            for t in tensors:
+                if not tally.add(category, t):
+                    break
+        del categories
+    return {
+        "devices": _rows(tally.per, allocated, rss),
+        "models": [k for k, _ in found.models][:50],
+        "optimizers": [k for k, _ in found.optimizers][:50],
+        "tensors": min(tally.visited, max_tensors),
+        "truncated": tally.truncated,
+        "reason": None
+        if found.models or found.optimizers
+        else "no nn.Module or optimizer in the notebook's namespace (or watch() one)",
+        "cost_ms": round((time.perf_counter() - t0) * 1000, 2),
+        "skipped_grads": skipped,
+    }
 
-    def add(category: str, t: Tensor) -> bool:
-        nonlocal visited, truncated
-        visited += 1
-        if visited > max_tensors:
-            truncated = True
+
+class _Tally:
+    """Bytes per device and category, each storage counted once (views and tied weights
+    share one), over at most ``limit`` tensors."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.seen: set[tuple[str, int]] = set()
+        self.per: dict[str, dict[str, int]] = {}
+        self.visited = 0
+        self.truncated = False
+
+    def add(self, category: str, t: Tensor) -> bool:
+        """Count ``t``; False once the limit is reached (the caller stops)."""
+        self.visited += 1
+        if self.visited > self.limit:
+            self.truncated = True
             return False
         st = _storage(t)
         if st is None:
             return True
         dev, ptr, nbytes = st
-        if (dev, ptr) in seen:
+        if (dev, ptr) in self.seen:
             return True
-        seen.add((dev, ptr))
-        row = per.setdefault(dev, dict.fromkeys(CATEGORIES, 0))
-        row[category] += nbytes
+        self.seen.add((dev, ptr))
+        self.per.setdefault(dev, dict.fromkeys(CATEGORIES, 0))[category] += nbytes
         return True
 
-    if tensor_t is not None:
-        params: list[Tensor] = []
-        for _, m in found.models:
-            try:
-                params.extend(m.parameters())
-                params.extend(m.buffers())  # running stats etc.: part of the model's state
-            except Exception:
-                continue
-        for _, opt in found.optimizers:
-            params.extend(_optimizer_params(opt, tensor_t))
-        if own is not None:
-            mine = [p for p in params if own(p)]
-            skipped = len(params) - len(mine)
-        else:
-            mine = params
-        optimizers = [o for o in found.optimizers if own is None or own(o[1])]
-        for category, tensors in (
-            ("parameters", params),
-            ("gradients", _grads(mine)),
-            ("optimizer_state", _states(optimizers, tensor_t)),
-        ):
-            for t in tensors:
-                if not add(category, t):
-                    break
-        del params
 
+def _by_category(
+    found: Found, own: Callable[[object], bool] | None, tensor_t: type[Tensor]
+) -> tuple[list[tuple[str, Iterable[Tensor]]], int]:
+    """The tensors of each category (parameters and buffers, the gradients and optimizer
+    states this thread may read), and how many parameters' gradients were left out."""
+    params: list[Tensor] = []
+    for _, model in found.models:
+        try:
+            params.extend(model.parameters())
+            params.extend(model.buffers())  # running stats etc.: part of the model's state
+        except Exception:
+            continue
+    for _, opt in found.optimizers:
+        params.extend(_optimizer_params(opt, tensor_t))
+    mine = params if own is None else [p for p in params if own(p)]
+    optimizers = [o for o in found.optimizers if own is None or own(o[1])]
+    categories: list[tuple[str, Iterable[Tensor]]] = [
+        ("parameters", params),
+        ("gradients", _grads(mine)),
+        ("optimizer_state", _states(optimizers, tensor_t)),
+    ]
+    return categories, len(params) - len(mine)
+
+
+def _rows(
+    per: dict[str, dict[str, int]], allocated: dict[str, int | None] | None, rss: int | None
+) -> list[MemoryBreakdownRow]:
+    """One row per device (the CPU first): the categories counted, and what the total
+    (the allocator's allocated bytes, the CPU's resident memory) leaves as "other"."""
     devices = sorted(set(per) | {d for d, v in (allocated or {}).items() if v is not None})
     if "cpu" not in devices:
         devices.insert(0, "cpu")
@@ -240,18 +271,7 @@ def compute(
                 "total_source": source,
             }
         )
-    return {
-        "devices": rows,
-        "models": [k for k, _ in found.models][:50],
-        "optimizers": [k for k, _ in found.optimizers][:50],
-        "tensors": min(visited, max_tensors),
-        "truncated": truncated,
-        "reason": None
-        if found.models or found.optimizers
-        else "no nn.Module or optimizer in the notebook's namespace (or watch() one)",
-        "cost_ms": round((time.perf_counter() - t0) * 1000, 2),
-        "skipped_grads": skipped,
-    }
+    return rows
 
 
 def _grads(params: list[Tensor]) -> Iterator[Tensor]:
