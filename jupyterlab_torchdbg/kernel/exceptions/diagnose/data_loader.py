@@ -56,46 +56,21 @@ def explain(
     original = loader.original
     first = (original["message"].strip().splitlines() or [""])[0][:300]
     what = f"`{original['type']}: {first}`" if first else f"`{original['type']}`"
-    raised = frames[-1] if frames else None
     at_entry = frames[entry] if entry is not None and 0 <= entry < len(frames) else None
-    dataset = o.get("dataset") if isinstance(o.get("dataset"), str) else None
-
-    def name(f: dict[str, object]) -> str:
-        """The entry frame is the DataLoader's dataset's own method (a Subset's inner
-        dataset is called further in)."""
-        fn = str(f.get("function"))
-        return f"{dataset}.{fn}" if dataset and f is at_entry else fn
-
-    place = ""
-    if raised is not None:
-        place = f" in `{name(raised)}` ({_at(raised)})"
-        if at_entry is not None and at_entry is not raised:
-            place += f", called from `{name(at_entry)}` ({_at(at_entry)})"
-    index = o.get("index")
-    batch = _batch(o)
-    if o.get("index_known"):
-        sample = f", for sample index {spell(index)}"
-        if batch and isinstance(size := o.get("batch_size"), int) and size > 1:
-            sample += f" (batch {batch})"
-    elif batch:
-        sample = f", in the batch {batch} (which sample is not known)"
-    else:
-        sample = "; which sample is not known"
+    named = o.get("dataset")
+    dataset = named if isinstance(named, str) else None
+    place = _place(frames[-1] if frames else None, at_entry, dataset)
+    sample = _sample(o)
     where = f" in {loader.where}" if loader.in_worker else ""
     facts = {
         "where": loader.where,
         "worker_id": loader.worker_id,
         "index_known": bool(o.get("index_known")),
-        "index": index if o.get("index_known") else None,
+        "index": o.get("index") if o.get("index_known") else None,
         "batch": o.get("batch"),
         "dataset": dataset,
         "original_type": original["type"],
     }
-    ways = []
-    if o.get("index_known") and not isinstance(index, dict):
-        ways.append(f"run `dataset[{spell(index)}]` in a cell (with your dataset's name)")
-    if loader.in_worker:
-        ways.append("iterate once with `num_workers=0`")
     if d.get("category") != "generic":
         own, known = d.setdefault("hints", []), d.setdefault("facts", {})
         if isinstance(own, list):  # (the rules make a list and a dict)
@@ -103,35 +78,79 @@ def explain(
         if isinstance(known, dict):
             known.update(data_loader=facts)
         return d
-    if not loader.in_worker:
-        remedy: str | None = (
-            "The dataset's frames and their locals are in the stack: fix that sample or "
-            "the code that reads it."
-        )
-    elif ways:
-        remedy = (
-            "Reproduce it in the notebook, where it shows its locals and %debug reaches "
-            "it: " + ", or ".join(ways) + ". Then fix that sample or the code that reads it."
-        )
-    else:
-        remedy = None
-    hints = []
-    if loader.why_unknown:
-        hints.append(f"The sample's index is not known: {loader.why_unknown}.")
-    if loader.in_worker:
-        hints.append(
-            f"torch re-raised it here as `{original['type']}: Caught {original['type']} "
-            f"in {loader.where}` with the worker's traceback as text; the frames from "
-            f"{loader.where} have no locals."
-        )
     where_title = "the dataset" if at_entry is not None else "data loading"
     return {
         **d,
         "category": "data_loader",
         "title": f"{original['type']} in {where_title}",
         "headline": f"{what}{place}{where}{sample}.",
-        "remedy": remedy,
-        "hints": hints,
+        "remedy": _remedy(loader, o),
+        "hints": _hints(loader),
         "facts": facts,
         "confidence": "certain",
     }
+
+
+def _place(
+    raised: dict[str, object] | None, at_entry: dict[str, object] | None, dataset: str | None
+) -> str:
+    """ " in `fn` (file:line), called from `Dataset.__getitem__` (file:line)"; the entry
+    frame is named by the DataLoader's dataset (a Subset's inner dataset is called further
+    in)."""
+
+    def name(f: dict[str, object]) -> str:
+        fn = str(f.get("function"))
+        return f"{dataset}.{fn}" if dataset and f is at_entry else fn
+
+    if raised is None:
+        return ""
+    place = f" in `{name(raised)}` ({_at(raised)})"
+    if at_entry is not None and at_entry is not raised:
+        place += f", called from `{name(at_entry)}` ({_at(at_entry)})"
+    return place
+
+
+def _sample(o: dict[str, object]) -> str:
+    """Which sample, as far as the DataLoader's fetch told."""
+    batch = _batch(o)
+    if o.get("index_known"):
+        sample = f", for sample index {spell(o.get('index'))}"
+        if batch and isinstance(size := o.get("batch_size"), int) and size > 1:
+            sample += f" (batch {batch})"
+        return sample
+    if batch:
+        return f", in the batch {batch} (which sample is not known)"
+    return "; which sample is not known"
+
+
+def _remedy(loader: LoaderError, o: dict[str, object]) -> str | None:
+    """How to reach the failing sample with its locals: in the notebook, or in the
+    stack already (no worker)."""
+    if not loader.in_worker:
+        return (
+            "The dataset's frames and their locals are in the stack: fix that sample or "
+            "the code that reads it."
+        )
+    ways = []
+    index = o.get("index")
+    if o.get("index_known") and not isinstance(index, dict):
+        ways.append(f"run `dataset[{spell(index)}]` in a cell (with your dataset's name)")
+    ways.append("iterate once with `num_workers=0`")
+    return (
+        "Reproduce it in the notebook, where it shows its locals and %debug reaches "
+        "it: " + ", or ".join(ways) + ". Then fix that sample or the code that reads it."
+    )
+
+
+def _hints(loader: LoaderError) -> list[str]:
+    """Why the index is not known; that a worker's frames are text without locals."""
+    hints = []
+    if loader.why_unknown:
+        hints.append(f"The sample's index is not known: {loader.why_unknown}.")
+    if loader.in_worker:
+        t = loader.original["type"]
+        hints.append(
+            f"torch re-raised it here as `{t}: Caught {t} in {loader.where}` with the "
+            f"worker's traceback as text; the frames from {loader.where} have no locals."
+        )
+    return hints
