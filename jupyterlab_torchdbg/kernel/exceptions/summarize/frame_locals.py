@@ -37,14 +37,35 @@ def summarize_locals(
     and counts in ``budget.skipped`` (R54).
     """
     cls = cls or Classifier()
-    preferred = set(prefer)
+    hide: Container[str] = hidden if namespace and hidden is not None else ()
+    ranked, total = _ranked(items, set(prefer), namespace, hide, cls)
+    if len(ranked) > limit:
+        import heapq
+
+        # (rank, index) is unique, so tuples never compare the values themselves.
+        ranked = heapq.nsmallest(limit, ranked)
+    else:
+        ranked.sort()
+    rows = [_row(name, value, cls, live, budget) for _, _, name, value in ranked]
+    return rows, total
+
+
+def _ranked(
+    items: Iterable[tuple[object, object]],
+    preferred: set[str],
+    namespace: bool,
+    hide: Container[str],
+    cls: Classifier,
+) -> tuple[list[tuple[int, int, str, object]], int]:
+    """(rank, position, name, value) of every eligible local, and how many there are:
+    the names on the failing line first, then by kind (tensors and modules before
+    numbers and strings)."""
     ranked: list[tuple[int, int, str, object]] = []
     total = 0
     # The hot loop of a capture (10,000 locals): type-keyed cache, no method calls.
     cache = cls._cache
     kind_of = cls.kind
     rank_of = RANK.get
-    hide: Container[str] = hidden if namespace and hidden is not None else ()
     for i, (name, value) in enumerate(items):
         if type(name) is not str:
             continue
@@ -59,45 +80,37 @@ def summarize_locals(
                 continue
         total += 1
         ranked.append((0 if name in preferred else rank_of(kind, 3), i, name, value))
-    if len(ranked) > limit:
-        import heapq
+    return ranked, total
 
-        # (rank, index) is unique, so tuples never compare the values themselves.
-        ranked = heapq.nsmallest(limit, ranked)
+
+def _row(
+    name: str,
+    value: object,
+    cls: Classifier,
+    live: dict[int, object] | None,
+    budget: Budget | None,
+) -> dict[str, object]:
+    """One local's row: read once per object and capture (the budget keeps the rows it
+    read), or "not read" for a type found slow or past the deadline (R54)."""
+    tp = type(value)
+    shown = safe_text(name, MAX_NAME)[0]
+    known = budget.rows.get(id(value)) if budget is not None else None
+    if known is None and budget is not None and not budget.allows(tp):
+        budget.skipped += 1
+        kind = cls._cache.get(tp, OBJECT)
+        return {"name": shown, "kind": kind, "type": type_name(value), "text": NOT_READ}
+    if known is not None:
+        row = {"name": shown, **known}
     else:
-        ranked.sort()
-    rows: list[dict[str, object]] = []
-    for _, _, name, value in ranked:
-        tp = type(value)
-        known = budget.rows.get(id(value)) if budget is not None else None
-        if known is not None:
-            row = {"name": safe_text(name, MAX_NAME)[0], **known}
-            if live is not None and isinstance(row_id := row.get("_id"), int):
-                live[row_id] = value
-            rows.append(row)
-            continue
-        if budget is not None and not budget.allows(tp):
-            budget.skipped += 1
-            kind = cache.get(tp, OBJECT)
-            rows.append(
-                {
-                    "name": safe_text(name, MAX_NAME)[0],
-                    "kind": kind,
-                    "type": type_name(value),
-                    "text": NOT_READ,
-                }
-            )
-            continue
         started = budget.clock() if budget is not None else 0.0
         summary = summarize(value, cls)
-        row = {"name": safe_text(name, MAX_NAME)[0], **summary}
+        row = {"name": shown, **summary}
         if budget is not None:
             budget.timed(tp, started)
             budget.rows[id(value)] = summary
-        if live is not None and isinstance(row_id := row.get("_id"), int):
-            live[row_id] = value
-        rows.append(row)
-    return rows, total
+    if live is not None and isinstance(row_id := row.get("_id"), int):
+        live[row_id] = value
+    return row
 
 
 def strip_private(value: object) -> object:
