@@ -6,6 +6,8 @@ allocate device memory (R23) and after a sticky CUDA error nothing may touch CUD
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...oom_text import parse_oom, sticky_cuda_error
 from ...units import fmt_bytes
 from .context import (
@@ -23,20 +25,43 @@ from .context import (
     user_name_or,
 )
 
+#: What helps with any out-of-memory error on an accelerator (the last one on the CPU too).
+OOM_HINTS = [
+    "Mixed precision halves activation memory: "
+    "`with torch.autocast(device_type='cuda', dtype=torch.bfloat16): ...`",
+    "Activation checkpointing (`torch.utils.checkpoint.checkpoint`) trades compute "
+    "for memory in deep models.",
+    "Free gradients between steps: `optimizer.zero_grad(set_to_none=True)`; run "
+    "evaluation under `torch.no_grad()`.",
+    "The failed cell's frames keep their tensors alive through `sys.last_traceback` "
+    "(for `%debug`): 'Release references' frees them, then empty the cache.",
+]
+
 
 def out_of_memory(ctx: Context) -> Diagnosis | None:
     facts = parse_oom(ctx.message, ctx.exc_type)
     if facts is None:
         return None
     device = facts["device"]
-    requested = facts["requested_bytes"]
-    unalloc = facts["reserved_unallocated_bytes"]
-
     largest = ctx.scan_tensors(device.split(":")[0])[:5]
-    culprits = [as_culprit(r, r.get("frame"), role="large tensor") for r in largest]
+    return {
+        "category": "out_of_memory",
+        "title": "Out of memory",
+        "headline": _oom_headline(device, facts, largest),
+        "culprits": [as_culprit(r, r.get("frame"), role="large tensor") for r in largest],
+        "remedy": _oom_remedy(device, facts),
+        "hints": OOM_HINTS if device != "cpu" else OOM_HINTS[3:],
+        "facts": facts,
+        "links": ["memory"],
+    }
 
+
+# Any: parse_oom's facts (its own type, kernel/oom_text.py)
+def _oom_headline(device: str, facts: dict[str, Any], largest: list[dict[str, object]]) -> str:
+    """Where, how much was asked and free, and the largest tensor the frames name."""
     where = {"cpu": "CPU", "mps": "MPS"}.get(device, f"GPU {device.partition(':')[2] or '?'}")
     head = f"Out of memory on {where}"
+    requested = facts["requested_bytes"]
     if requested is not None:
         head += f": tried to allocate {fmt_bytes(requested)}"
         if facts.get("free_bytes") is not None:
@@ -48,53 +73,40 @@ def out_of_memory(ctx: Context) -> Diagnosis | None:
         nbytes = top.get("nbytes")  # an int: _scan_tensors keeps only those
         size = fmt_bytes(nbytes if isinstance(nbytes, int) else None)
         head += f"; largest named tensor: `{top['name']}` ({size})"
+    return head
 
+
+# Any: parse_oom's facts (its own type, kernel/oom_text.py)
+def _oom_remedy(device: str, facts: dict[str, Any]) -> str:
+    """The one change the error's numbers point to (marks ``facts`` when it is
+    fragmentation)."""
+    requested = facts["requested_bytes"]
+    unalloc = facts["reserved_unallocated_bytes"]
     allocated = facts.get("allocated_bytes") or 0
     total = facts.get("total_bytes")
-    hints = [
-        "Mixed precision halves activation memory: "
-        "`with torch.autocast(device_type='cuda', dtype=torch.bfloat16): ...`",
-        "Activation checkpointing (`torch.utils.checkpoint.checkpoint`) trades compute "
-        "for memory in deep models.",
-        "Free gradients between steps: `optimizer.zero_grad(set_to_none=True)`; run "
-        "evaluation under `torch.no_grad()`.",
-        "The failed cell's frames keep their tensors alive through `sys.last_traceback` "
-        "(for `%debug`): 'Release references' frees them, then empty the cache.",
-    ]
     if (
         unalloc is not None
         and requested is not None
         and (unalloc >= requested or (allocated and unalloc > 0.2 * allocated))
     ):
-        remedy = (
+        facts["fragmentation"] = True
+        return (
             f"{fmt_bytes(unalloc)} is reserved but unallocated (fragmentation): set "
             "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` before CUDA starts "
             "(restart the kernel, set it in the first cell before importing torch)."
         )
-        facts["fragmentation"] = True
-    elif requested is not None and total and requested > total // 2:
-        remedy = (
+    if requested is not None and total and requested > total // 2:
+        return (
             f"One allocation of {fmt_bytes(requested)} is over half the device "
             f"({fmt_bytes(total)}): look for an unexpectedly large tensor (an accidental "
             "broadcast or outer product, a huge batch or sequence) before tuning anything."
         )
-    elif device == "cpu":
-        remedy = (
+    if device == "cpu":
+        return (
             "The process ran out of host memory: reduce the batch or the data held in "
             "memory, or free large variables (`del x`)."
         )
-    else:
-        remedy = "Reduce the batch size (halve it), or accumulate gradients over smaller batches."
-    return {
-        "category": "out_of_memory",
-        "title": "Out of memory",
-        "headline": head,
-        "culprits": culprits,
-        "remedy": remedy,
-        "hints": hints if device != "cpu" else hints[3:],
-        "facts": facts,
-        "links": ["memory"],
-    }
+    return "Reduce the batch size (halve it), or accumulate gradients over smaller batches."
 
 
 def device_side_assert(ctx: Context) -> Diagnosis | None:
