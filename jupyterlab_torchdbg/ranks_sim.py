@@ -25,9 +25,16 @@ import subprocess
 import sys
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .ranks.wire import transport as wire
+
+if TYPE_CHECKING:
+    import zmq
+    from jupyter_client.session import Session
+
+    from .ranks.wire.messages import Layers, Row, Signal
+    from .ranks.worker.agent import Agent
 
 #: The ranks the simulation makes outliers (modulo the world size: 9 and 8 of 64).
 SLOW = 137
@@ -59,8 +66,8 @@ class SimWorker:
         self.step_s = step_s * (SLOW_FACTOR if rank == SLOW % world else 1.0)
         self.norm_scale = NORM_FACTOR if rank == HIGH_NORM % world else 1.0
         self._rng = random.Random(rank)
-        self._rows: deque[dict[str, Any]] = deque()
-        self._layers: dict[str, Any] | None = None
+        self._rows: deque[Row] = deque()
+        self._layers: Layers | None = None
         self._last = time.perf_counter()
         self._next = self._last + self.step_s * self._rng.uniform(0.5, 1.5)
 
@@ -92,16 +99,16 @@ class SimWorker:
                 "norms": [norm / (i + 2) for i in range(len(LAYERS))],
             }
 
-    def take_rows(self, limit: int) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
+    def take_rows(self, limit: int) -> list[Row]:
+        rows: list[Row] = []
         while self._rows and len(rows) < limit:
             rows.append(self._rows.popleft())
         return rows
 
-    def take_signals(self) -> tuple[list[dict[str, Any]], int]:
+    def take_signals(self) -> tuple[list[Signal], int]:
         return [], self.agreed.step
 
-    def take_layers(self) -> dict[str, Any] | None:
+    def take_layers(self) -> Layers | None:
         layers, self._layers = self._layers, None
         return layers
 
@@ -168,7 +175,7 @@ def run(first: int, count: int, world: int, seconds: float, step_s: float = 0.1)
     return sent
 
 
-def _receive(agent: Any, sess: Any, sock: Any) -> None:
+def _receive(agent: Agent, sess: Session, sock: zmq.Socket[bytes]) -> None:
     """The kernel's messages (``config``: the cadence it asks for), read by the agent."""
     import zmq
 

@@ -22,10 +22,10 @@ import json
 import numbers
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .protocol import COMM_TARGET, PROTOCOL_VERSION
 
@@ -68,7 +68,7 @@ class CellResult:
 class FakeShell:
     """The part of an IPython shell the extension uses."""
 
-    user_ns: dict[str, Any] = field(default_factory=dict)
+    user_ns: dict[str, object] = field(default_factory=dict)
     events: FakeEvents = field(default_factory=FakeEvents)
     kernel: object = None
     last_execution_result: object = None
@@ -82,7 +82,7 @@ class FakeCommManager:
     """Holds the comm target the extension registers."""
 
     def __init__(self) -> None:
-        self.targets: dict[str, Any] = {}
+        self.targets: dict[str, Callable[..., object]] = {}
 
     def register_target(self, name: str, fn: Callable[..., object]) -> None:
         self.targets[name] = fn
@@ -108,13 +108,13 @@ class FakeComm:
         self,
         *,
         record: bool = False,
-        validate: Callable[[dict[str, Any]], None] | None = None,
+        validate: Callable[[Mapping[str, object]], None] | None = None,
         comm_id: str | None = None,
     ) -> None:
         self.comm_id = comm_id or uuid.uuid4().hex
         self.record = record
         self._validate = validate
-        self.sent: list[tuple[dict[str, Any], list[bytes]]] = []
+        self.sent: list[tuple[Mapping[str, object], list[bytes]]] = []
         self.messages_sent = 0
         self.series_messages = 0
         self.bytes = 0
@@ -126,11 +126,11 @@ class FakeComm:
         #: ``series`` blocks whose id this comm had no names for (undecodable).
         self.unknown_blocks = 0
         self._seq: int | None = None
-        self._on_msg: Any = None
+        self._on_msg: Callable[[dict[str, object]], object] | None = None
         self._closed = False
 
     def send(
-        self, data: dict[str, Any], buffers: Sequence[bytes | memoryview] | None = None
+        self, data: Mapping[str, object], buffers: Sequence[bytes | memoryview] | None = None
     ) -> None:
         t0 = time.perf_counter()
         if self._validate is not None:
@@ -143,38 +143,63 @@ class FakeComm:
         self.bytes += size
         method = data.get("method")
         if method == "snapshot":
-            self.names = {b["id"]: b["names"] for b in data["blocks"]}
-            self._seq = int(data["seq"])
+            self.names = {message_int(b["id"]): _names(b["names"]) for b in message_blocks(data)}
+            self._seq = message_int(data["seq"])
         elif method == "series":
             self.series_messages += 1
-            seq = int(data["seq"])
+            seq = message_int(data["seq"])
             if self._seq is not None and seq != self._seq + 1:
                 self.gaps += 1
             self._seq = seq
-            for b in data["blocks"]:
+            for b in message_blocks(data):
+                block = message_int(b["id"])
                 if "names" in b:
-                    self.names[b["id"]] = b["names"]
-                names = self.names.get(b["id"])
+                    self.names[block] = _names(b["names"])
+                names = self.names.get(block)
                 if names is None:
                     self.unknown_blocks += 1
                 else:
-                    self.points += b["count"] * len(names)
+                    self.points += message_int(b["count"]) * len(names)
         if self.record:
             self.sent.append((data, [bytes(b) for b in buffers or []]))
         self.send_s += time.perf_counter() - t0
 
-    def on_msg(self, fn: Callable[[dict[str, Any]], object]) -> None:
+    def on_msg(self, fn: Callable[[dict[str, object]], object]) -> None:
         self._on_msg = fn
 
-    def on_close(self, fn: Callable[[dict[str, Any]], object]) -> None:
+    def on_close(self, fn: Callable[[dict[str, object]], object]) -> None:
         pass
 
     def close(self) -> None:
         self._closed = True
 
-    def deliver(self, data: dict[str, Any]) -> None:
+    def deliver(self, data: Mapping[str, object]) -> None:
         """A message from the panel to the kernel side (as ``comm_msg`` content data)."""
+        if self._on_msg is None:
+            raise TypeError("no on_msg handler: the extension has not opened this comm")
         self._on_msg({"content": {"data": data}})
+
+
+def message_blocks(data: Mapping[str, object]) -> list[dict[str, object]]:
+    """A ``snapshot`` / ``series`` message's blocks (objects, else TypeError)."""
+    blocks = data["blocks"]
+    if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks):
+        raise TypeError("blocks: not a list of objects")
+    return blocks
+
+
+def _names(x: object) -> list[str]:
+    """A block's ``names`` (strings, else TypeError)."""
+    if not isinstance(x, list) or not all(isinstance(n, str) for n in x):
+        raise TypeError("names: not a list of strings")
+    return x
+
+
+def message_int(x: object) -> int:
+    """``int(x)`` of a message's number (anything else: TypeError, as ``int`` raises)."""
+    if isinstance(x, (int, float, str)):
+        return int(x)
+    raise TypeError(f"not a number: {type(x).__name__}")
 
 
 def _json_default(o: object) -> int | float:
@@ -200,7 +225,7 @@ class Loaded:
 
 @contextmanager
 def loaded_extension(
-    user_ns: dict[str, Any] | None = None, comm: FakeComm | None = None
+    user_ns: dict[str, object] | None = None, comm: FakeComm | None = None
 ) -> Iterator[Loaded]:
     """Load the extension in-process with one fake panel attached; always unload.
 

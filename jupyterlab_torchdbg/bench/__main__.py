@@ -21,10 +21,11 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..kernel.extension import Extension
+    from .report import BenchResults, ModelResult
     from .variants import Runner
 
 #: (rounds, warm-up rounds, consecutive steps per variant per round)
@@ -75,7 +76,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _cuda_extras(runners: dict[str, Any], steps: int) -> dict[str, object]:
+def _cuda_extras(runners: dict[str, Runner], steps: int) -> dict[str, object]:
     """Host-device syncs added per monitored step (R26), counted by torch's sync debug mode."""
     import torch
 
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     window = args.block or (CUDA_WINDOW if use_cuda else d_block)
     rng = random.Random(args.seed)
     t_start = time.perf_counter()
-    results: dict[str, Any] = {
+    results: BenchResults = {
         "meta": {
             "torch": torch.__version__,
             "python": platform.python_version(),
@@ -171,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                 runners, rounds, warmup, seed=args.seed, window=window, cuda=use_cuda
             )
             ratios = paired_ratios(times)
-            model_out: dict[str, Any] = {
+            model_out: ModelResult = {
                 "description": work.description,
                 "tensors": work.tensors,
                 "params": work.params,

@@ -34,9 +34,9 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import torch
+from typing_extensions import TypedDict
 
 from ..kernel.grads.stride import WARMUP_STEPS
 from ..testing import loaded_extension
@@ -80,9 +80,23 @@ def environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-def run_features(
-    work: Workload, device: torch.device, quick: bool, seed: int = 0
-) -> dict[str, Any]:
+class Features(TypedDict):
+    """The record store / leak tracking section's figures (``run_features``)."""
+
+    model: str
+    segments: int
+    windows_per_segment: int
+    steps_per_window: int
+    primed_steps: int
+    step_ms: dict[str, float]
+    window_ms: dict[str, list[float]]
+    ratios: dict[str, float]
+    ci95: dict[str, list[float]]
+    store_state: dict[str, str | None]
+    tool_errors: dict[str, int]
+
+
+def run_features(work: Workload, device: torch.device, quick: bool, seed: int = 0) -> Features:
     segments, windows, min_window_s = QUICK if quick else FULL
     rng = random.Random(seed)
     times: dict[str, list[float]] = {a: [] for a in ARMS}
@@ -115,7 +129,7 @@ def run_features(
                     store[arm] = getattr(record, "state", None)
                     for site, n in loaded.ext.errors.items():
                         errors[site] = errors.get(site, 0) + n
-    out: dict[str, Any] = {
+    out: Features = {
         "model": work.name,
         "segments": segments,
         "windows_per_segment": windows,
@@ -137,7 +151,7 @@ def run_features(
     return out
 
 
-def summary(f: dict[str, Any]) -> str:
+def summary(f: Features) -> str:
     """The section in one line (the table's footer)."""
 
     def cell(arm: str) -> str:

@@ -14,6 +14,8 @@ import statistics
 import subprocess
 import sys
 
+from typing_extensions import TypedDict
+
 _PROBE = """
 import json, time
 import torch  # the user imported torch before loading
@@ -31,7 +33,17 @@ print(json.dumps({"cold_ms": cold * 1e3, "reload_ms": warm * 1e3}))
 """
 
 
-def run_load(runs: int = 3) -> dict[str, object]:
+class Load(TypedDict, total=False):
+    """``%load_ext``'s cost in fresh processes (``run_load``), or the probe's ``error``."""
+
+    error: str
+    runs: int
+    load_ext_ms_median: float
+    load_ext_ms_each: list[float]
+    reload_ext_ms_median: float
+
+
+def run_load(runs: int = 3) -> Load:
     cold: list[float] = []
     reload: list[float] = []
     for _ in range(runs):
@@ -52,7 +64,7 @@ def run_load(runs: int = 3) -> dict[str, object]:
     }
 
 
-def summary(s: dict[str, object]) -> str:
+def summary(s: Load) -> str:
     if "error" in s:
         return f"%load_ext: could not be measured ({s['error']})"
     return (

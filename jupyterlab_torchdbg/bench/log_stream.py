@@ -29,12 +29,45 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+
+from typing_extensions import TypedDict
 
 from .. import log, testing
 
 PREFIX = "metric/"
+
+
+class LogStreaming(TypedDict):
+    """The log() section's figures (``run_log_streaming``)."""
+
+    series: int
+    steps_per_s_offered: float
+    calls: int
+    paced_calls: int
+    seconds: float
+    log_us_per_call: float
+    log_us_per_call_median: float
+    python_call_us_median: float
+    python_call_us: float
+    dict_calls: int
+    log_dict_us_per_call: float
+    log_dict_us_per_call_median: float
+    tight_calls: int
+    log_us_per_call_tight: float
+    log_us_per_call_tight_median: float
+    flushes: int
+    flushes_per_s: float
+    flush_interval_s: float
+    send_slowdown: float
+    kernel_us_per_flush: float
+    send_fraction: float
+    send_percent_of_wall: float
+    points_recorded: int
+    points_delivered: int
+    sequence_gaps: int
+    undecodable_blocks: int
+    errors: dict[str, int]
 
 
 class _Panel(testing.FakeComm):
@@ -45,13 +78,15 @@ class _Panel(testing.FakeComm):
         super().__init__()
         self.logged_points = 0
 
-    def send(self, data: dict[str, Any], buffers: Any = None) -> None:
+    def send(
+        self, data: Mapping[str, object], buffers: Sequence[bytes | memoryview] | None = None
+    ) -> None:
         super().send(data, buffers)
         if data.get("method") == "series":
-            for b in data["blocks"]:
-                names = self.names.get(b["id"])
+            for b in testing.message_blocks(data):
+                names = self.names.get(testing.message_int(b["id"]))
                 if names and names[0].startswith(PREFIX):
-                    self.logged_points += b["count"] * len(names)
+                    self.logged_points += testing.message_int(b["count"]) * len(names)
 
 
 def _empty(*steps: object, **values: object) -> None:
@@ -102,7 +137,7 @@ def _us(calls: list[float], median: bool = False) -> float:
 
 def run_log_streaming(
     seconds: float, series: int = 400, steps_per_s: float = 250.0, tight_calls: int = 2000
-) -> dict[str, object]:
+) -> LogStreaming:
     names = [f"{PREFIX}{i:03d}" for i in range(series)]
     rows = [{n: math.sin(k / 8 + i) + 1.5 for i, n in enumerate(names)} for k in range(64)]
     comm = _Panel()
@@ -185,7 +220,7 @@ def run_log_streaming(
     }
 
 
-def summary(s: dict[str, Any]) -> str:
+def summary(s: LogStreaming) -> str:
     """The section in one line (the README's wording)."""
     return (
         f"log() of {s['series']} values at {s['steps_per_s_offered']:.0f} calls/s: "

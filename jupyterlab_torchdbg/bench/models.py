@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn as nn
@@ -20,8 +19,8 @@ class Workload:
     name: str
     description: str
     model: nn.Module
-    batch: tuple[Any, Any]
-    loss: Callable[[Any, Any], Any]
+    batch: tuple[torch.Tensor, torch.Tensor]
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
     @property
     def tensors(self) -> int:

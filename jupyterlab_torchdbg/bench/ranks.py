@@ -24,8 +24,15 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+from typing_extensions import TypedDict
+
+if TYPE_CHECKING:
+    from ..protocol.json_types import JsonObject
+    from ..ranks.kernel.endpoint import OnMessage
 
 WORLD = 4
 ROUNDS = 3
@@ -70,6 +77,25 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
     dist.destroy_process_group()
 
 
+class RanksResult(TypedDict):
+    """The ranks section's figures (``run_ranks``)."""
+
+    world: int
+    rounds: int
+    steps_per_rank: int
+    step: str
+    ratio_median: float
+    ratio_range: list[float]
+    step_ms_attached: float
+    step_ms_detached: float
+    messages_per_s_per_rank_max: float | None
+    messages_per_s_per_rank_median: float | None
+    ranks_messages_per_s_to_panel_max: float | None
+    jobs_seen: int
+    refused: int
+    errors: list[str]
+
+
 class _Counter:
     """The hub's broadcast (the panel) and the endpoint's callback, counted."""
 
@@ -78,13 +104,13 @@ class _Counter:
         self.panel: list[float] = []
         self.worker: dict[bytes, list[float]] = {}
 
-    def broadcast(self, msg: dict[str, Any]) -> None:
+    def broadcast(self, msg: Mapping[str, object]) -> None:
         if msg.get("method") == "ranks":
             with self.lock:
                 self.panel.append(time.monotonic())
 
-    def wrap(self, on_message: Any) -> Any:
-        def counted(worker: bytes, msg_type: str, content: dict[str, Any]) -> None:
+    def wrap(self, on_message: OnMessage) -> OnMessage:
+        def counted(worker: bytes, msg_type: str, content: JsonObject) -> None:
             with self.lock:
                 self.worker.setdefault(worker, []).append(time.monotonic())
             on_message(worker, msg_type, content)
@@ -116,7 +142,7 @@ def _rate(stamps: list[float]) -> float | None:
     return (len(stamps) - 1) / (stamps[-1] - stamps[0])
 
 
-def run_ranks(rounds: int = ROUNDS, world: int = WORLD, seed: int = 0) -> dict[str, Any]:
+def run_ranks(rounds: int = ROUNDS, world: int = WORLD, seed: int = 0) -> RanksResult:
     """The ranks section of the bench (see the module docstring)."""
     import torch  # noqa: F401  (spawned workers import it anyway; the parent's patch needs it)
 
@@ -181,7 +207,7 @@ def run_ranks(rounds: int = ROUNDS, world: int = WORLD, seed: int = 0) -> dict[s
     }
 
 
-def table(r: dict[str, Any]) -> str:
+def table(r: RanksResult) -> str:
     def f(x: float | None, spec: str = ".2f") -> str:
         return "n/a" if x is None else format(x, spec)
 

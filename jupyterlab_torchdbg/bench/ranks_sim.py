@@ -19,7 +19,9 @@ import resource
 import subprocess
 import threading
 import time
-from typing import Any
+from collections.abc import Mapping
+
+from typing_extensions import TypedDict
 
 from .. import ranks_sim as sim
 from ..ranks.wire import transport as wire
@@ -59,14 +61,43 @@ def _threads() -> dict[str, float]:
     return out
 
 
+class SimWorld(TypedDict):
+    """One simulated job's figures (``run_one``)."""
+
+    world: int
+    seconds: float
+    measured_s: float
+    simulator_processes: int
+    step_s: float
+    kernel_cpu_fraction: float
+    kernel_cpu_fraction_by_thread: dict[str, float]
+    worker_messages_per_s: float
+    worker_messages_sent: int
+    worker_messages_received: int
+    ranks_messages_per_s_to_panel: float
+    ranks_message_bytes_max: int | None
+    ranks_message_bytes_median: int | None
+    ranks_seen: int
+    ranks_in_last_message: int
+    refused: int
+    errors: list[str]
+
+
+class SimResult(TypedDict):
+    """The simulated-ranks section: each world size's job, by ``str(world)``."""
+
+    seconds: float
+    worlds: dict[str, SimWorld]
+
+
 class _Panel:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.sizes: list[int] = []
         self.stamps: list[float] = []
-        self.last: dict[str, Any] | None = None
+        self.last: Mapping[str, object] | None = None
 
-    def broadcast(self, msg: dict[str, Any]) -> None:
+    def broadcast(self, msg: Mapping[str, object]) -> None:
         size = len(json.dumps(msg, separators=(",", ":")))
         if msg.get("method") == "ranks":
             with self.lock:
@@ -81,7 +112,7 @@ STEP_S = 0.1
 
 def run_one(
     world: int, seconds: float = SECONDS, procs: int = PROCS, step_s: float = STEP_S
-) -> dict[str, Any]:
+) -> SimWorld:
     """One simulated job of ``world`` ranks (see the module docstring)."""
     from ..ranks.kernel.aggregator import RankHub
     from ..ranks.kernel.endpoint import Endpoint
@@ -127,6 +158,7 @@ def run_one(
         endpoint.close()
     wall = wall1 - wall0
     ranks = (last or {}).get("ranks") or []
+    in_last = len(ranks) if isinstance(ranks, list) else 0  # (the panel's: a list)
     return {
         "world": world,
         "seconds": seconds,
@@ -148,17 +180,17 @@ def run_one(
         "ranks_message_bytes_max": max(sizes) if sizes else None,
         "ranks_message_bytes_median": sorted(sizes)[len(sizes) // 2] if sizes else None,
         "ranks_seen": len(hub.jobs[-1].ranks) if hub.jobs else 0,
-        "ranks_in_last_message": len(ranks),
+        "ranks_in_last_message": in_last,
         "refused": endpoint.refused,
         "errors": errors,
     }
 
 
-def run_ranks_sim(worlds: list[int], seconds: float = SECONDS) -> dict[str, Any]:
+def run_ranks_sim(worlds: list[int], seconds: float = SECONDS) -> SimResult:
     return {"seconds": seconds, "worlds": {str(w): run_one(w, seconds) for w in worlds}}
 
 
-def targets(r: dict[str, Any]) -> dict[str, object]:
+def targets(r: SimResult) -> dict[str, object]:
     out: dict[str, object] = {}
     at = r["worlds"].get("256")
     if at is not None:
@@ -166,7 +198,7 @@ def targets(r: dict[str, Any]) -> dict[str, object]:
     return out
 
 
-def table(r: dict[str, Any]) -> str:
+def table(r: SimResult) -> str:
     lines = [
         f"### Simulated ranks: kernel side's CPU, {r['seconds']:.0f} s per world",
         "",

@@ -3,7 +3,70 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
+
+from typing_extensions import NotRequired, TypedDict
+
+if TYPE_CHECKING:
+    from .features import Features
+    from .load import Load
+    from .log_stream import LogStreaming
+    from .streaming import Streaming
+    from .variants import MonitorStats
+
+
+class Meta(TypedDict):
+    """Where and how the benchmark ran (``tool_*`` and ``seconds`` once it has)."""
+
+    torch: str
+    python: str
+    platform: str
+    device: str
+    threads: int
+    quick: bool
+    rounds: int
+    warmup: int
+    steps_per_variant_per_round: int
+    step: str
+    variants: list[str]
+    default_primed_steps: int
+    tool_errors: NotRequired[dict[str, int]]
+    tool_alerts: NotRequired[int]
+    seconds: NotRequired[float]
+
+
+class ModelResult(TypedDict):
+    """One model's figures: each variant's step-time ratio to no monitoring, and more."""
+
+    description: str
+    tensors: int
+    params: int
+    step_ms: float
+    ratios: dict[str, float]
+    ci95: dict[str, list[float]]
+    monitor_cost_vs_total_norm: NotRequired[float]
+    monitor_cost_vs_total_norm_ci95: NotRequired[list[float]]
+    monitor_us: NotRequired[float | None]
+    total_norm_us: NotRequired[float | None]
+    monitor_default: NotRequired[MonitorStats]
+    monitor_periodic_us: NotRequired[float]
+    monitor_periodic_share: NotRequired[float | None]
+    flush_interval_s: NotRequired[float]
+    cuda: NotRequired[dict[str, object]]
+    clip_reused_norms: NotRequired[int | None]
+
+
+class BenchResults(TypedDict):
+    """``python -m jupyterlab_torchdbg.bench``'s results (its ``--json``)."""
+
+    meta: Meta
+    models: dict[str, ModelResult]
+    features: NotRequired[Features]
+    streaming: NotRequired[Streaming]
+    log_streaming: NotRequired[LogStreaming]
+    load: NotRequired[Load]
+    targets: NotRequired[dict[str, object]]
+
 
 ROWS = (
     ("loaded_idle", "extension loaded, idle"),
@@ -17,7 +80,7 @@ ROWS = (
 )
 
 
-def _cell(v: float, ci: list[float] | None) -> str:
+def _cell(v: float | None, ci: list[float] | None) -> str:
     if v is None or not math.isfinite(v):
         return "n/a"
     if ci and all(math.isfinite(c) for c in ci):
@@ -25,7 +88,7 @@ def _cell(v: float, ci: list[float] | None) -> str:
     return f"{v:.3f}"
 
 
-def table(results: dict[str, Any]) -> str:
+def table(results: BenchResults) -> str:
     models = results["models"]
     names = list(models)
     head = "| step-time ratio to no monitoring | " + " | ".join(
@@ -92,14 +155,14 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _implied(d: dict[str, Any]) -> str:
+def _implied(d: MonitorStats) -> str:
     read, step, implied = d.get("read_cost_s"), d.get("step_time_s"), d.get("implied_stride")
     if read is None or not step or implied is None:
         return "n/a"
     return f"{implied} ({read * 1e3:.3f} ÷ ({d['budget']:g} * {step * 1e3:.2f}))"
 
 
-def _sampling(models: dict[str, Any]) -> list[str]:
+def _sampling(models: dict[str, ModelResult]) -> list[str]:
     """Why each model's default stride is what it is (the panel's words), and what the
     periodic work cost apart from it."""
     out = ["", "Default sampling after the warm-up (only the read counts against the stride):"]
@@ -120,9 +183,9 @@ def _us(v: float | None) -> str:
     return "n/a" if v is None or not math.isfinite(v) else f"{v:.0f}"
 
 
-def targets(results: dict[str, Any]) -> dict[str, object]:
+def targets(results: BenchResults) -> dict[str, object]:
     """Each PERFORMANCE.md target this run can check, with its measured value."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for name, m in results["models"].items():
         out[f"{name}.monitor_cost_vs_total_norm<=1.05"] = _met(
             m["monitor_cost_vs_total_norm"], 1.05
@@ -132,9 +195,10 @@ def targets(results: dict[str, Any]) -> dict[str, object]:
             m["ratios"].get("monitor_clip_vs_clip"), 1.05
         )
         d = m.get("monitor_default", {})
-        if d.get("implied_stride") is not None:
+        implied = d.get("implied_stride")
+        if implied is not None:
             # the chosen stride matches what the measured read cost implies (within 2x)
-            ratio = d["stride"] / d["implied_stride"]
+            ratio = d["stride"] / implied
             out[f"{name}.default_stride_within_2x_of_read"] = 0.5 <= ratio <= 2
         if "cuda" in m:
             out[f"{name}.cuda_syncs_added_per_step==0"] = m["cuda"].get("syncs_added_per_step") == 0
@@ -150,14 +214,20 @@ def targets(results: dict[str, Any]) -> dict[str, object]:
         # paced (cold caches, as in training), against CPython's own call of an empty
         # function with the same 400 keywords in the same run; the median and the mean
         # each checked (a preempted call moves the mean of both loops)
-        for stat, suffix in (("median", "_median"), ("mean", "")):
-            ratio = _ratio(ls.get(f"log_us_per_call{suffix}"), ls.get(f"python_call_us{suffix}"))
-            out[f"log.us_per_call_{stat}<=2x_python_call_{stat}"] = _met(ratio, 2)
+        for stat, log_us, dict_us, python_us in (
+            (
+                "median",
+                ls["log_us_per_call_median"],
+                ls["log_dict_us_per_call_median"],
+                ls["python_call_us_median"],
+            ),
+            ("mean", ls["log_us_per_call"], ls["log_dict_us_per_call"], ls["python_call_us"]),
+        ):
+            log_ratio = _ratio(log_us, python_us)
+            out[f"log.us_per_call_{stat}<=2x_python_call_{stat}"] = _met(log_ratio, 2)
             # the dict form, log(step, metrics), against the same keyword call
-            ratio = _ratio(
-                ls.get(f"log_dict_us_per_call{suffix}"), ls.get(f"python_call_us{suffix}")
-            )
-            out[f"log.dict_us_per_call_{stat}<=2x_python_call_{stat}"] = _met(ratio, 2)
+            dict_ratio = _ratio(dict_us, python_us)
+            out[f"log.dict_us_per_call_{stat}<=2x_python_call_{stat}"] = _met(dict_ratio, 2)
         out["log.send_fraction<=0.001"] = _met(ls["send_fraction"], 0.001)
     f = results.get("features")
     if f:
@@ -189,7 +259,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
-def log_summary(s: dict[str, Any]) -> str:
+def log_summary(s: LogStreaming) -> str:
     """The log() section in one line (``log_stream``)."""
     from .log_stream import summary
 

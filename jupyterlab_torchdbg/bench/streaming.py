@@ -22,12 +22,37 @@ import math
 import pstats
 import sys
 import time
-from typing import Any
 
 import torch
+from typing_extensions import TypedDict
 
 from ..kernel.stream import Stream, limits
+from ..kernel.stream.wire import Buffers, Header
 from ..testing import FakeComm
+
+
+class Streaming(TypedDict):
+    """The stream's figures (``run_streaming``)."""
+
+    series: int
+    steps_per_s_offered: float
+    steps_recorded: int
+    seconds: float
+    points_per_s: float
+    messages_per_s: float
+    messages: int
+    min_message_gap_s: float
+    bytes_per_s: float
+    kernel_us_per_flush: float
+    send_fraction: float
+    sequence_gaps: int
+    undecodable_blocks: int
+    points_delivered: int
+    points_recorded: int
+    prefilled_steps: int
+    flush_interval_s: float
+    send_slowdown: float
+    torch_threads: int
 
 
 def run_streaming(
@@ -36,12 +61,12 @@ def run_streaming(
     steps_per_s: float = 1000.0,
     profile: bool = False,
     prefill: int | None = None,
-) -> dict[str, object]:
+) -> Streaming:
     prefill = 2 * limits.HISTORY_CAPACITY if prefill is None else prefill
     panels = [FakeComm()]  # the comms the stream broadcasts to
     prof = cProfile.Profile() if profile else None
 
-    def broadcast(header: dict[str, Any], buffers: list[memoryview]) -> None:
+    def broadcast(header: Header, buffers: Buffers) -> None:
         for c in panels:
             c.send(header, buffers)
 
@@ -55,7 +80,7 @@ def run_streaming(
     stream.flush()
     comm = FakeComm()
 
-    def join(blocks: list[dict[str, Any]], buffers: list[memoryview], seq: int) -> None:
+    def join(blocks: list[Header], buffers: Buffers, seq: int) -> None:
         comm.send({"method": "snapshot", "seq": seq, "blocks": blocks}, buffers)
         panels[:] = [comm]
 

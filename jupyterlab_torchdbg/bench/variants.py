@@ -28,6 +28,7 @@ from contextlib import contextmanager
 
 import torch
 import torch.optim.optimizer as optim_mod
+from typing_extensions import TypedDict
 
 from ..kernel import extension, watches
 from ..kernel.grads.stride import nice_at_least, stride_reason
@@ -73,6 +74,21 @@ def hook_removed() -> Iterator[None]:
         hooks.clear()
         for k, h in sorted(saved + rest, key=lambda kv: kv[0]):
             hooks[k] = h
+
+
+class MonitorStats(TypedDict, total=False):
+    """What the monitor reports for one optimizer (``Runner.stats``; empty: no track)."""
+
+    stride: int
+    every_step_now: bool
+    overhead_estimate: float | None
+    state: str
+    read_cost_s: float | None
+    step_time_s: float | None
+    budget: float
+    implied_stride: int | None
+    param_cost_s: float | None
+    stride_reason: str
 
 
 class Runner:
@@ -140,7 +156,7 @@ class Runner:
         if self.watch is not None:
             self.watch.remove()
 
-    def stats(self) -> dict[str, object]:
+    def stats(self) -> MonitorStats:
         """What the monitor itself reports for this optimizer: the stride, the read cost
         and step time it was chosen from, and the stride those imply (``implied_stride``,
         what ``choose_stride`` gives without hysteresis)."""

@@ -30,7 +30,10 @@ import os
 import re
 import secrets
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .messages import Envelope
 
 #: The wire's version: wire.schema.json's ``x-wire-version`` (a test holds them equal).
 #: 1 was the wire before the envelope (no metadata).
@@ -69,7 +72,7 @@ class Stamp:
         self.sender = secrets.token_hex(8)
         self.seq = 0
 
-    def next(self) -> dict[str, Any]:
+    def next(self) -> Envelope:
         self.seq += 1
         return {"wire": WIRE_VERSION, "job": self.job, "sender": self.sender, "seq": self.seq}
 

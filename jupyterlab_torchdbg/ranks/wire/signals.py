@@ -9,7 +9,10 @@ vanishing alerts); job.py keeps them for the alarms (grad_alarms.py).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ...protocol.json_types import JsonObject
 
 #: The causes a rank's diagnosis names (kernel/grads/diagnose.py), and "unknown".
 CAUSES = ("input", "forward", "weights", "loss", "backward", "overflow", "unknown")
@@ -33,9 +36,11 @@ def _text(x: object, limit: int) -> str | None:
     return x[:limit] if isinstance(x, str) else None
 
 
-def finding_of(raw: object) -> dict[str, Any] | None:
+def finding_of(raw: object) -> JsonObject | None:
     """A row's ``nonfinite`` (the rank's diagnosis of a non-finite step), checked field
-    by field and bounded (R52: what a worker sends is data, never code)."""
+    by field and bounded (R52: what a worker sends is data, never code): a
+    ``messages.Finding``'s fields (typed as JSON while the kernel's rank.py and
+    grad_alarms.py hold these as plain dicts)."""
     if not isinstance(raw, dict):
         return None
     cause = raw.get("cause")
@@ -50,7 +55,7 @@ def finding_of(raw: object) -> dict[str, Any] | None:
     }
 
 
-def signal_of(raw: object) -> dict[str, Any] | None:
+def signal_of(raw: object) -> JsonObject | None:
     """One explosion / vanishing alert of a rank's detector, checked and bounded."""
     if not isinstance(raw, dict) or raw.get("kind") not in SIGNAL_KINDS:
         return None

@@ -38,13 +38,16 @@ import hmac
 import json
 import math
 import secrets
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from .envelope import Guard, Refusal, Stamp, job_for
 
 if TYPE_CHECKING:
     import zmq
     from jupyter_client.session import Session
+
+    from ...protocol.json_types import JsonObject
 
 ENDPOINT_ENV = "TORCHDBG_ENDPOINT"
 KEY_ENV = "TORCHDBG_KEY"
@@ -100,18 +103,18 @@ def finite_or_special(x: float) -> float | str:
 
 
 def signed(
-    sess: Session, msg_type: str, content: dict[str, Any], ident: bytes | None = None
+    sess: Session, msg_type: str, content: Mapping[str, object], ident: bytes | None = None
 ) -> list[bytes]:
     """One message's frames, signed, with the session's next envelope."""
-    msg = sess.msg(msg_type, content, metadata=stamp_of(sess).next())
+    msg = sess.msg(msg_type, dict(content), metadata=dict(stamp_of(sess).next()))
     return list(sess.serialize(msg, ident=ident))
 
 
 def send(
     sess: Session,
-    sock: zmq.Socket[Any],
+    sock: zmq.Socket[bytes],
     msg_type: str,
-    content: dict[str, Any],
+    content: Mapping[str, object],
     ident: bytes | None = None,
 ) -> bool:
     """Sign and send one message without blocking; False if the queue was full."""
@@ -145,7 +148,7 @@ def connect_token(key: str) -> bytes:
 
 
 def read_frames(
-    sock: zmq.Socket[Any], max_frames: int = MAX_FRAMES, max_bytes: int = MAX_MESSAGE_BYTES
+    sock: zmq.Socket[bytes], max_frames: int = MAX_FRAMES, max_bytes: int = MAX_MESSAGE_BYTES
 ) -> list[zmq.Frame] | None:
     """One waiting message's frames (zero-copy), or None if nothing waits. Over the
     limits, the rest of the message is read and dropped frame by frame (none kept) and
@@ -180,8 +183,8 @@ def read_frames(
 
 
 def verify(
-    sess: Session, frames: list[Any], guard: Guard | None = None
-) -> tuple[bytes | None, str, dict[str, Any]]:
+    sess: Session, frames: Sequence[zmq.Frame | bytes], guard: Guard | None = None
+) -> tuple[bytes | None, str, JsonObject]:
     """``(sender identity or None, msg_type, content)`` of a message's frames, cheapest
     checks first (shape, signature length, replay), then the HMAC, and only then JSON;
     with a ``guard`` (the kernel's), then the envelope: wire version, job, counter.
@@ -233,7 +236,7 @@ def _remember(sess: Session, signature: bytes) -> None:
     history.add(signature)
 
 
-def recv(sess: Session, sock: zmq.Socket[Any]) -> tuple[bytes | None, str, dict[str, Any]] | None:
+def recv(sess: Session, sock: zmq.Socket[bytes]) -> tuple[bytes | None, str, JsonObject] | None:
     """One waiting message as ``(sender identity or None, msg_type, content)``; None if
     nothing waits. A message over the limits, not signed with the key (wrong key,
     replay, tampering) or not a Jupyter message raises ``Refused`` (a ValueError: the
@@ -244,13 +247,13 @@ def recv(sess: Session, sock: zmq.Socket[Any]) -> tuple[bytes | None, str, dict[
     return verify(sess, frames)
 
 
-def connect(address: str, key: str) -> tuple[zmq.Context[Any], zmq.Socket[Any]]:
+def connect(address: str, key: str) -> tuple[zmq.Context[zmq.Socket[bytes]], zmq.Socket[bytes]]:
     """A DEALER connected to the kernel's endpoint, presenting the key's connect token:
     (context, socket). Its own context: never the user's (``zmq.Context.instance()``),
     never one inherited across a fork."""
     import zmq
 
-    ctx: zmq.Context[Any] = zmq.Context()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, LINGER_MS)
     if not address.startswith("ipc://"):

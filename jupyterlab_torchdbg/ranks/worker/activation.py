@@ -28,7 +28,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from types import TracebackType
 
 from ...kernel.step_boundary import HOOKS, StepBoundary
 from ...kernel.torch_import import TorchImportWatcher
@@ -158,14 +158,14 @@ def _install_process_hooks() -> None:
     _process_hooks = True
     previous = sys.excepthook
 
-    def excepthook(tp: Any, value: Any, tb: Any) -> None:
+    def excepthook(tp: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
         _uncaught(value, fatal=True)
         previous(tp, value, tb)
 
     sys.excepthook = excepthook
     previous_thread = threading.excepthook
 
-    def thread_excepthook(args: Any) -> None:
+    def thread_excepthook(args: threading.ExceptHookArgs) -> None:
         _uncaught(args.exc_value, fatal=False)
         previous_thread(args)
 

@@ -34,14 +34,21 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from types import FrameType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ...kernel.thread_stacks import stack_lines
 from ..wire import transport as wire
 from ..wire.envelope import WIRE_VERSION
 from . import collectives, identity
 from .agreed import Agreements
+
+if TYPE_CHECKING:
+    import zmq
+    from jupyter_client.session import Session
+
+    from ..wire.messages import Heartbeat, Hello, Identity, Layers, Row, Rows, Signal
 
 TICK_S = 0.02
 ROWS_S = 0.1
@@ -57,7 +64,7 @@ WAIT_DIRS = tuple(
     f"{sep}torch{sep}{d}{sep}" for sep in {"/", os.sep} for d in ("distributed", "autograd")
 ) + tuple(f"{sep}torch{sep}nn{sep}parallel{sep}" for sep in {"/", os.sep})
 
-Outgoing = tuple[str, dict[str, Any], threading.Event | None]
+Outgoing = tuple[str, Mapping[str, object], threading.Event | None]
 
 
 class WorkerState(Protocol):
@@ -71,11 +78,11 @@ class WorkerState(Protocol):
     #: A step row every so many steps (the kernel's config in a large world).
     row_stride: int
 
-    def take_rows(self, limit: int) -> list[dict[str, Any]]: ...
+    def take_rows(self, limit: int) -> list[Row]: ...
 
-    def take_signals(self) -> tuple[list[dict[str, Any]], int]: ...
+    def take_signals(self) -> tuple[list[Signal], int]: ...
 
-    def take_layers(self) -> dict[str, Any] | None: ...
+    def take_layers(self) -> Layers | None: ...
 
     def since_step(self) -> float | None: ...
 
@@ -91,7 +98,7 @@ class Agent:
         self._closed = False
         self.phase = "user"
         self._samples: Counter[str] = Counter()
-        self._identity: dict[str, Any] | None = None
+        self._identity: Identity | None = None
         #: Since when the kernel is unreachable (None: connected, or not yet tried).
         self.lost_since: float | None = None
         self._next: dict[str, float] = {}
@@ -111,11 +118,11 @@ class Agent:
     # --- any thread --------------------------------------------------------------------
 
     def post(
-        self, msg_type: str, content: dict[str, Any], done: threading.Event | None = None
+        self, msg_type: str, content: Mapping[str, object], done: threading.Event | None = None
     ) -> None:
         self._outbox.put((msg_type, content, done))
 
-    def send_now(self, msg_type: str, content: dict[str, Any], timeout: float = 5.0) -> bool:
+    def send_now(self, msg_type: str, content: Mapping[str, object], timeout: float = 5.0) -> bool:
         """Queue a message and wait (bounded) until the thread has sent it."""
         if not self.alive:
             return False
@@ -156,7 +163,7 @@ class Agent:
             except Exception:
                 self.errors["close"] += 1
 
-    def _loop(self, sess: Any, sock: Any) -> None:
+    def _loop(self, sess: Session, sock: zmq.Socket[bytes]) -> None:
         import zmq
 
         poller = zmq.Poller()
@@ -170,7 +177,13 @@ class Agent:
             sock.disable_monitor()
             monitor.close(0)
 
-    def _ticks(self, sess: Any, sock: Any, poller: Any, monitor: Any) -> None:
+    def _ticks(
+        self,
+        sess: Session,
+        sock: zmq.Socket[bytes],
+        poller: zmq.Poller,
+        monitor: zmq.Socket[bytes],
+    ) -> None:
         now = time.monotonic()
         self._next = {"rows": now + ROWS_S, "beat": now + HEARTBEAT_S, "ident": now + IDENTITY_S}
         self._rows_since_beat = False
@@ -191,7 +204,7 @@ class Agent:
             except Exception:
                 self.errors["tick"] += 1
 
-    def _tick(self, sess: Any, sock: Any) -> None:
+    def _tick(self, sess: Session, sock: zmq.Socket[bytes]) -> None:
         self._flush_outbox(sess, sock)
         self._sample()
         now = time.monotonic()
@@ -214,7 +227,9 @@ class Agent:
                 self._send(sess, sock, "heartbeat", self._heartbeat())
             self._rows_since_beat = False
 
-    def _send(self, sess: Any, sock: Any, msg_type: str, content: dict[str, Any]) -> None:
+    def _send(
+        self, sess: Session, sock: zmq.Socket[bytes], msg_type: str, content: Mapping[str, object]
+    ) -> None:
         try:
             if wire.send(sess, sock, msg_type, content):
                 self.sent[msg_type] += 1
@@ -223,14 +238,14 @@ class Agent:
         except Exception:
             self.errors["send"] += 1
 
-    def _hello(self, sess: Any, sock: Any) -> None:
+    def _hello(self, sess: Session, sock: zmq.Socket[bytes]) -> None:
         # (on this thread, not at import: without a built _version.py it reads metadata)
         from ...package_version import __version__
 
         ident = identity.identity()
         self._identity = ident
         torch = sys.modules.get("torch")
-        content = {
+        content: Hello = {
             "identity": ident,
             "job_key": identity.job_key(ident["world_size"]),
             "torch": str(getattr(torch, "__version__", "")),
@@ -240,7 +255,7 @@ class Agent:
         }
         self._send(sess, sock, "hello", content)
 
-    def _flush_outbox(self, sess: Any, sock: Any) -> None:
+    def _flush_outbox(self, sess: Session, sock: zmq.Socket[bytes]) -> None:
         while True:
             try:
                 msg_type, content, done = self._outbox.get_nowait()
@@ -262,7 +277,7 @@ class Agent:
             if done is not None:
                 done.set()
 
-    def _connection_events(self, monitor: Any) -> None:
+    def _connection_events(self, monitor: zmq.Socket[bytes]) -> None:
         import zmq
         from zmq.utils.monitor import recv_monitor_message
 
@@ -276,7 +291,7 @@ class Agent:
             elif event["event"] == zmq.EVENT_DISCONNECTED and self.lost_since is None:
                 self.lost_since = time.monotonic()
 
-    def _receive(self, sess: Any, sock: Any) -> None:
+    def _receive(self, sess: Session, sock: zmq.Socket[bytes]) -> None:
         for _ in range(100):
             try:
                 got = wire.recv(sess, sock)
@@ -305,7 +320,7 @@ class Agent:
                     f"jupyterlab_torchdbg: the kernel refused this rank: {reason}", file=sys.stderr
                 )
 
-    def _cadence(self, config: dict[str, Any]) -> None:
+    def _cadence(self, config: Mapping[str, object]) -> None:
         """A large world: the kernel asks for ``rows`` / heartbeats less often (within
         [ROWS_S, 5 s] and [HEARTBEAT_S, 5 s]: the kernel then waits three of them before
         calling a rank lost) and a step row only every ``row_stride`` steps (a power of
@@ -321,7 +336,7 @@ class Agent:
 
     # --- what it sends -------------------------------------------------------------------
 
-    def _send_rows(self, sess: Any, sock: Any) -> bool:
+    def _send_rows(self, sess: Session, sock: zmq.Socket[bytes]) -> bool:
         rows = self.worker.take_rows(MAX_ROWS)
         if not rows:
             return False
@@ -330,7 +345,7 @@ class Agent:
         samples, self._samples = self._samples, Counter()
         user, wait = samples["user"], samples["torch_wait"]
         own = user / (user + wait) if user + wait else None
-        content = {
+        content: Rows = {
             "rows": rows,
             "layers": self.worker.take_layers(),
             "own": own,
@@ -341,10 +356,10 @@ class Agent:
         self._send(sess, sock, "rows", content)
         return True
 
-    def _heartbeat(self) -> dict[str, Any]:
+    def _heartbeat(self) -> Heartbeat:
         w = self.worker
         since = w.since_step()
-        beat: dict[str, Any] = {
+        beat: Heartbeat = {
             "step": w.agreed.step,
             "since_step_s": since,
             "phase": self.phase,

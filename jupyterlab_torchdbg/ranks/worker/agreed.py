@@ -25,9 +25,16 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    import torch
+
+    from ...kernel.control.clip import Clipper
+    from ..wire.messages import Ack
+    from .reader import Read, Stepped
 
 ACTIONS = ("clip", "unclip", "pause", "scale_lr")
 #: How long a rank at the agreed step waits for commit or cancel.
@@ -35,14 +42,14 @@ DECIDE_S = 5.0
 #: The pause loop's wake-up interval (KeyboardInterrupt gets through between waits).
 HOLD_SLICE_S = 0.1
 
-Send = Callable[[str, dict[str, Any]], None]
+Send = Callable[[str, Mapping[str, object]], None]
 
 
 @dataclass
 class Prepared:
     action_id: str
     action: str
-    args: dict[str, Any]
+    args: dict[str, object]
     at_step: int
     decided: threading.Event = field(default_factory=threading.Event)
     verdict: str | None = None  # "commit" | "cancel"
@@ -67,28 +74,27 @@ class Agreements:
         self._resume = threading.Event()
         #: Actions that failed to apply.
         self.failures = 0
-        self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._optimizers: weakref.WeakSet[Stepped] = weakref.WeakSet()
         #: The rank's steps are the ends of backward passes of a loop without an
         #: optimizer (ranks/worker/manual.py): no learning rate to scale.
         self.manual = False
         #: This step's read (optimizer, step, reader.Read), set by the boundary for the
         #: clip to reuse and dropped when the step's boundary ends.
-        self.read: tuple[Any, int, Any] | None = None
-        self._clipper: Any = None
+        self.read: tuple[Stepped, int, Read] | None = None
+        self._clipper: Clipper | None = None
         #: Steps whose clip was refused (a non-finite total: nothing to clip), and why.
         self.clip_refusals: list[str] = []
 
     # --- the sender thread (messages from the kernel) ----------------------------------
 
-    def prepare(self, content: dict[str, Any]) -> dict[str, Any]:
+    def prepare(self, content: Mapping[str, object]) -> Ack:
         """The ``ack`` for a ``prepare``."""
         action_id = str(content.get("action_id", ""))
         action = content.get("action")
         args = content.get("args") or {}
         at_step = content.get("at_step")
-        reply: dict[str, Any] = {"action_id": action_id, "ok": False, "reason": None}
         with self._lock:
-            reply["step"] = self.step
+            reply: Ack = {"action_id": action_id, "ok": False, "reason": None, "step": self.step}
             if action not in ACTIONS or not isinstance(args, dict):
                 reply["reason"] = f"unknown action {action!r}"
             elif not isinstance(at_step, int) or isinstance(at_step, bool):
@@ -121,7 +127,7 @@ class Agreements:
 
     # --- the training thread (torch's step pre-hook) -----------------------------------
 
-    def begin_step(self, optimizer: Any, primary: bool) -> tuple[int, list[Prepared]]:
+    def begin_step(self, optimizer: Stepped, primary: bool) -> tuple[int, list[Prepared]]:
         """Count a primary step; the prepared actions due at it (removed from pending)."""
         try:
             self._optimizers.add(optimizer)
@@ -136,7 +142,7 @@ class Agreements:
                 self._settling[p.action_id] = p
         return self.step, due
 
-    def settle(self, due: list[Prepared], optimizer: Any) -> None:
+    def settle(self, due: list[Prepared], optimizer: Stepped) -> None:
         """Wait (bounded) for each due action's decision; apply the committed ones."""
         if not due:
             return
@@ -160,13 +166,13 @@ class Agreements:
                 continue
             self._send("applied", {"action_id": p.action_id, "step": self.step})
 
-    def _apply(self, p: Prepared, optimizer: Any) -> None:
+    def _apply(self, p: Prepared, optimizer: Stepped) -> None:
         if p.action == "clip":
-            self.clip = float(p.args.get("max_norm", 1.0))
+            self.clip = _number(p.args.get("max_norm", 1.0))
         elif p.action == "unclip":
             self.clip = None
         elif p.action == "scale_lr":
-            factor = float(p.args.get("factor", 1.0))
+            factor = _number(p.args.get("factor", 1.0))
             for opt in {id(o): o for o in [optimizer, *list(self._optimizers)]}.values():
                 for group in opt.param_groups:
                     if "lr" in group:
@@ -175,7 +181,7 @@ class Agreements:
             self._resume.clear()
             self.paused = True
 
-    def clip_now(self, optimizer: Any, step: int) -> None:
+    def clip_now(self, optimizer: Stepped, step: int) -> None:
         """Clip this optimizer's gradients if clipping is on: the kernel's clip, with the
         total from this step's read when there is one (bit for bit ``clip_grad_norm_``)."""
         max_norm = self.clip
@@ -200,7 +206,9 @@ class Agreements:
                 step_read = StepRead(
                     step, read.params, read.norms, found_inf=kernel_found_inf(optimizer)
                 )
-        self._clipper.clip(optimizer, max_norm, step, step_read)
+        # a ModelSource has an optimizer's param_groups, all the clipper reads (as the
+        # kernel's controller passes it)
+        self._clipper.clip(cast("torch.optim.Optimizer", optimizer), max_norm, step, step_read)
 
     def _refused(self, why: str) -> None:
         self.clip_refusals.append(why)
@@ -215,3 +223,10 @@ class Agreements:
         """While paused: wait here (the training thread) until ``resume``."""
         while self.paused:
             self._resume.wait(HOLD_SLICE_S)
+
+
+def _number(value: object) -> float:
+    """An action's numeric argument as ``float()`` takes it (else TypeError: not applied)."""
+    if isinstance(value, (int, float, str)):
+        return float(value)
+    raise TypeError(f"not a number: {type(value).__name__}")

@@ -30,10 +30,12 @@ import threading
 import time
 import weakref
 from collections import Counter, deque
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from ...kernel.backward_boundary import ModelSource
 from ...kernel.grads.loop_clip import learning_rate
+from ..wire.messages import Row
 from ..wire.transport import finite_or_special
 from . import loader_errors
 from .agent import Agent
@@ -42,6 +44,12 @@ from .manual import ManualModels
 from .rank_signals import RankSignals
 from .reader import Reader, memory
 
+if TYPE_CHECKING:
+    import torch
+
+    from ..wire.messages import Layers, Signal
+    from .reader import Read, Stepped
+
 #: Seconds without a step before a heartbeat carries the stack (the kernel's config).
 DEFAULT_HANG_S = 10.0
 #: Share of the step time a read may cost before the stride doubles.
@@ -49,6 +57,12 @@ READ_BUDGET = 0.02
 MAX_STRIDE = 1024
 #: Rows kept while the agent cannot send (the oldest dropped first).
 MAX_PENDING_ROWS = 2000
+
+
+class _Row(Row, total=False):
+    """A step row while its norms are on their way from the device (never sent so)."""
+
+    _pending: bool
 
 
 class Worker:
@@ -72,11 +86,11 @@ class Worker:
         #: The thread that steps the primary optimizer (its stack is sampled).
         self.train_tid: int | None = None
         self._last_step: float | None = None  # perf_counter at the last primary step
-        self._primary: weakref.ref[Any] | None = None
-        self._rows: deque[dict[str, Any]] = deque(maxlen=MAX_PENDING_ROWS)
-        self._layers: dict[str, Any] | None = None
+        self._primary: weakref.ref[Stepped] | None = None
+        self._rows: deque[_Row] = deque(maxlen=MAX_PENDING_ROWS)
+        self._layers: Layers | None = None
         #: Sampled rows whose norms are still being copied from the device.
-        self._in_flight: deque[tuple[dict[str, Any], Any]] = deque(maxlen=MAX_PENDING_ROWS)
+        self._in_flight: deque[tuple[_Row, Read]] = deque(maxlen=MAX_PENDING_ROWS)
         self.mem_kind = "host"
         #: An uncaught exception ended (or will end) this process.
         self.failed = False
@@ -101,7 +115,9 @@ class Worker:
 
     # --- torch's step hooks (training thread) -------------------------------------------
 
-    def before_step(self, optimizer: Any, args: Any = None, kwargs: Any = None) -> None:
+    def before_step(
+        self, optimizer: torch.optim.Optimizer, args: object = None, kwargs: object = None
+    ) -> None:
         if os.getpid() != self.pid:
             return  # inherited across a fork that made no worker of its own
         again = self.manual.stepped(optimizer) if self.manual.watching else False
@@ -114,7 +130,7 @@ class Worker:
             return
         self._boundary(source)
 
-    def _boundary(self, optimizer: Any, again: bool = False) -> None:
+    def _boundary(self, optimizer: Stepped, again: bool = False) -> None:
         """One step of the rank (an optimizer, or a ``ModelSource``): record, settle the
         agreed actions due, clip, hold while paused. ``again``: the optimizer's first
         step ends the iteration whose backward pass was this step already (manual.py):
@@ -139,14 +155,16 @@ class Worker:
         if primary:
             self.agreed.hold()
 
-    def after_step(self, optimizer: Any, args: Any = None, kwargs: Any = None) -> None:
+    def after_step(
+        self, optimizer: torch.optim.Optimizer, args: object = None, kwargs: object = None
+    ) -> None:
         return None
 
     def forked(self) -> None:
         """A forked child replaced this (the parent's) worker: it is never used again."""
         return None
 
-    def _is_primary(self, optimizer: Any) -> bool:
+    def _is_primary(self, optimizer: Stepped) -> bool:
         current = self._primary() if self._primary is not None else None
         if isinstance(current, ModelSource) and not isinstance(optimizer, ModelSource):
             current = None  # an optimizer took the model over: it is the rank's step now
@@ -159,13 +177,13 @@ class Worker:
             return True
         return current is optimizer
 
-    def _record(self, optimizer: Any, step: int) -> None:
+    def _record(self, optimizer: Stepped, step: int) -> None:
         now = time.perf_counter()
         dt = now - self._last_step if self._last_step is not None else None
         self._last_step = now
         self.train_tid = threading.get_ident()
         self.ensure_agent()
-        row: dict[str, Any] = {
+        row: _Row = {
             "step": step,
             "t": time.time(),
             "dt": dt,
@@ -198,7 +216,7 @@ class Worker:
             cost = time.perf_counter() - t0
             if finding is not None:
                 cost = 0.0  # a diagnosis is paid once: it says nothing of the read's cost
-            row.update(mem=mem, mem_kind=self.mem_kind)
+            row["mem"], row["mem_kind"] = mem, self.mem_kind
             if read.replicas is not None:
                 row["replicas"] = read.replicas  # the norm is of this rank's shards
             if read.pending is None:
@@ -209,7 +227,7 @@ class Worker:
             self._adapt(cost, dt)
         self._rows.append(row)
 
-    def _with_norms(self, row: dict[str, Any], read: Any) -> None:
+    def _with_norms(self, row: _Row, read: Read) -> None:
         row.pop("_pending", None)
         row["norm"] = None if read.norm is None else finite_or_special(read.norm)
         if read.names is not None and read.layers is not None:
@@ -228,7 +246,9 @@ class Worker:
         while self._in_flight:
             row, read = self._in_flight.popleft()
             try:
-                read.resolve(read.pending.wait())
+                pending = read.pending
+                assert pending is not None  # (only rows in flight are here)
+                read.resolve(pending.wait())
                 read.norms, read.params = None, []  # no tensor outlives the read
                 self._with_norms(row, read)
                 self.signals.at_read(row["step"], read, diagnose=False)
@@ -263,14 +283,14 @@ class Worker:
                 self.agent = agent
             return self.agent
 
-    def _post(self, msg_type: str, content: dict[str, Any]) -> None:
+    def _post(self, msg_type: str, content: Mapping[str, object]) -> None:
         agent = self.agent
         if agent is not None:
             agent.post(msg_type, content)
 
-    def take_rows(self, limit: int) -> list[dict[str, Any]]:
+    def take_rows(self, limit: int) -> list[Row]:
         self._land()
-        rows: list[dict[str, Any]] = []
+        rows: list[Row] = []
         try:
             while len(rows) < limit:
                 row = self._rows.popleft()
@@ -282,13 +302,13 @@ class Worker:
             pass
         return rows
 
-    def take_signals(self) -> tuple[list[dict[str, Any]], int]:
+    def take_signals(self) -> tuple[list[Signal], int]:
         """(The agent's thread.) Explosion / vanishing alerts of the reads sampled since
         the last call, and the last step judged."""
         signals = self.signals.judge(self.agreed.clip is not None)
         return signals, self.signals.checked
 
-    def take_layers(self) -> dict[str, Any] | None:
+    def take_layers(self) -> Layers | None:
         layers, self._layers = self._layers, None
         return layers
 
@@ -326,7 +346,7 @@ class Worker:
             self.errors["close"] += 1
 
 
-def _exception_content(exc: BaseException) -> dict[str, Any]:
+def _exception_content(exc: BaseException) -> dict[str, object]:
     """The panel's exception body (kernel/exceptions/capture, no shell), or a minimal
     one if the capture fails."""
     try:

@@ -24,11 +24,29 @@ import json
 import os
 import sys
 import time
+from collections.abc import Mapping
 from types import FrameType
-from typing import Any
+
+from typing_extensions import TypedDict
+
+from ..wire.messages import Collective, CollectiveGroup
 
 #: torch's recorder dumps (the second exists in CUDA builds only).
 DUMPS = ("_dump_fr_trace_json", "_dump_nccl_trace_json")
+
+
+class _Trace(TypedDict):
+    """torch's recorders' dumps, merged (``_dump``)."""
+
+    entries: list[object]
+    pg_config: dict[str, object]
+    pg_status: dict[str, object]
+
+
+class _Entry(CollectiveGroup, total=False):
+    pg_id: str  # the recorder's group id, dropped before the entry is sent
+
+
 #: Seconds a snapshot is reused (a dump of torch's 2000-entry ring costs tens of ms).
 REUSE_S = 2.0
 #: Process groups described in one snapshot (the ones with the newest entries).
@@ -53,7 +71,7 @@ DTYPES = {
 }
 
 
-def _shape(sizes: Any, dtypes: Any) -> str | None:
+def _shape(sizes: object, dtypes: object) -> str | None:
     if not isinstance(sizes, list) or not sizes:
         return None
     parts = []
@@ -66,7 +84,7 @@ def _shape(sizes: Any, dtypes: Any) -> str | None:
     return ", ".join(parts)[:200]
 
 
-def _entry(e: dict[str, Any], names: dict[str, str], now_ns: int) -> dict[str, Any]:
+def _entry(e: Mapping[str, object], names: dict[str, str], now_ns: int) -> _Entry:
     pg = e.get("process_group")
     pg_id = str(pg[0]) if isinstance(pg, list) and pg else "?"
     op = str(e.get("profiling_name", "?"))
@@ -74,29 +92,34 @@ def _entry(e: dict[str, Any], names: dict[str, str], now_ns: int) -> dict[str, A
     since = (now_ns - created) / 1e9 if isinstance(created, int) and created > 0 else None
     return {
         "op": op.split(":", 1)[-1][:64],
-        "seq": int(e.get("collective_seq_id") or 0),
+        "seq": _int(e.get("collective_seq_id") or 0),
         "group": names.get(pg_id, pg_id)[:64],
         "shapes": _shape(e.get("input_sizes"), e.get("input_dtypes")),
         "in": False,
         "since_s": None if since is None else round(max(0.0, since), 3),
+        "ranks": None,
         "pg_id": pg_id,
     }
 
 
-def _groups(trace: dict[str, Any]) -> tuple[dict[str, str], dict[str, list[int]]]:
+def _groups(trace: _Trace) -> tuple[dict[str, str], dict[str, list[int]]]:
     """pg id -> a name ("default" for the world), and name -> its global ranks."""
     names: dict[str, str] = {}
     ranks: dict[str, list[int]] = {}
-    for e in trace.get("entries", []):
+    for e in trace["entries"]:
+        if not isinstance(e, dict):
+            continue
         pg = e.get("process_group")
         if isinstance(pg, list) and len(pg) == 2:
             desc = str(pg[1])
             names[str(pg[0])] = "default" if desc == "default_pg" else desc or str(pg[0])
     config = trace.get("pg_config")
     for pg_name, cfg in config.items() if isinstance(config, dict) else []:
+        if not isinstance(cfg, dict):
+            continue
         try:
             members = json.loads(cfg.get("ranks", "[]"))
-        except (ValueError, AttributeError):
+        except ValueError:
             continue
         name = names.get(str(pg_name), "default" if str(pg_name) in ("", "0") else str(pg_name))
         if isinstance(members, list) and len(members) <= 1024:
@@ -104,11 +127,13 @@ def _groups(trace: dict[str, Any]) -> tuple[dict[str, str], dict[str, list[int]]
     return names, ranks
 
 
-def _status(trace: dict[str, Any]) -> dict[str, tuple[int, int]]:
+def _status(trace: _Trace) -> dict[str, tuple[int, int]]:
     """pg id -> (last collective enqueued, last completed), torch's own counters."""
     out: dict[str, tuple[int, int]] = {}
     status = trace.get("pg_status")
     for pg_id, st in status.items() if isinstance(status, dict) else []:
+        if not isinstance(st, dict):
+            continue
         try:
             out[str(pg_id)] = (
                 int(st["last_enqueued_collective"]),
@@ -119,10 +144,10 @@ def _status(trace: dict[str, Any]) -> dict[str, tuple[int, int]]:
     return out
 
 
-def _dump() -> dict[str, Any]:
+def _dump() -> _Trace:
     """torch's recorders, merged: the generic one (gloo and the others) and, in a CUDA
     build, NCCL's own (``_dump_nccl_trace_json``; not exercised by this CPU test suite)."""
-    merged: dict[str, Any] = {"entries": [], "pg_config": {}, "pg_status": {}}
+    merged: _Trace = {"entries": [], "pg_config": {}, "pg_status": {}}
     try:
         from torch._C import _distributed_c10d as c10d
     except Exception:
@@ -139,13 +164,14 @@ def _dump() -> dict[str, Any]:
             continue
         if isinstance(trace.get("entries"), list):
             merged["entries"].extend(trace["entries"])
-        for key in ("pg_config", "pg_status"):
-            if isinstance(trace.get(key), dict):
-                merged[key].update(trace[key])
+        if isinstance(trace.get("pg_config"), dict):
+            merged["pg_config"].update(trace["pg_config"])
+        if isinstance(trace.get("pg_status"), dict):
+            merged["pg_status"].update(trace["pg_status"])
     return merged
 
 
-def from_recorder() -> dict[str, Any] | None:
+def from_recorder() -> Collective | None:
     """The newest collective of each process group in torch's flight recorder (on by
     default in torch 2.13, gloo included), or None. ``in``: enqueued but not completed
     (torch's per-group status; an entry's own ``retired`` flag lags its completion)."""
@@ -158,7 +184,7 @@ def from_recorder() -> dict[str, Any] | None:
     names, ranks = _groups(trace)
     status = _status(trace)
     now_ns = time.time_ns()
-    newest: dict[str, dict[str, Any]] = {}
+    newest: dict[str, _Entry] = {}
     for raw in reversed(entries):  # the ring is in record order: newest last
         if not isinstance(raw, dict) or raw.get("is_p2p"):
             continue
@@ -172,14 +198,14 @@ def from_recorder() -> dict[str, Any] | None:
         newest[pg_id] = e
         if len(newest) >= MAX_GROUPS or len(newest) >= max(1, len(status)):
             break
-    groups = list(newest.values())
-    for e in groups:
+    for e in newest.values():
         e["ranks"] = ranks.get(e["group"])
         del e["pg_id"]
+    groups: list[CollectiveGroup] = list(newest.values())
     return {"source": "flight_recorder", "groups": groups}
 
 
-def from_sequence(frame: FrameType | None) -> dict[str, Any] | None:
+def from_sequence(frame: FrameType | None) -> Collective | None:
     """Without the recorder: the default group's sequence number (torch's own counter,
     bumped as each collective starts) and the op from the training thread's stack."""
     dist = sys.modules.get("torch.distributed")
@@ -198,7 +224,7 @@ def from_sequence(frame: FrameType | None) -> dict[str, Any] | None:
         f = f.f_back
     del f
     backward = in_backward(frame)
-    entry = {
+    entry: CollectiveGroup = {
         "op": op if op is not None else ("all_reduce" if backward else None),
         "seq": seq,
         "group": "default",
@@ -210,10 +236,10 @@ def from_sequence(frame: FrameType | None) -> dict[str, Any] | None:
     return {"source": "sequence", "groups": [entry]}
 
 
-_last: tuple[float, object, dict[str, Any] | None] = (-REUSE_S, None, None)
+_last: tuple[float, object, Collective | None] = (-REUSE_S, None, None)
 
 
-def snapshot(frame: FrameType | None, key: object = None) -> dict[str, Any] | None:
+def snapshot(frame: FrameType | None, key: object = None) -> Collective | None:
     """What the heartbeat carries: the collectives per group, and whether the training
     thread is in backward (DDP's reducer all-reduces there: no Python frame of c10d).
     Read again at most every ``REUSE_S`` while ``key`` (the rank's step) is the same:
@@ -238,3 +264,10 @@ def in_backward(frame: FrameType | None) -> bool:
         f = f.f_back
     del f
     return found
+
+
+def _int(x: object) -> int:
+    """``int(x)`` of a recorder's number (anything else: TypeError, as ``int`` raises)."""
+    if isinstance(x, (int, float, str)):
+        return int(x)
+    raise TypeError(f"not a number: {type(x).__name__}")

@@ -13,7 +13,10 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..wire.messages import Identity, Launcher
 
 LAUNCHERS = ("spawn", "fork", "torchrun", "attach")
 
@@ -29,7 +32,7 @@ class Origin:
     attached = False
 
 
-def launcher() -> str:
+def launcher() -> Launcher:
     if Origin.attached:
         return "attach"
     if Origin.forked:
@@ -62,7 +65,7 @@ def _dist() -> tuple[int, int] | None:
     return None
 
 
-def identity() -> dict[str, Any]:
+def identity() -> Identity:
     """The ``RankIdentity`` of this process now (cheap: called about once a second)."""
     spawn = Origin.spawn_index
     local = _env_int("LOCAL_RANK")

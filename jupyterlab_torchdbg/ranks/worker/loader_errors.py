@@ -35,8 +35,16 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from types import FrameType, TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, cast
+
+from typing_extensions import NotRequired, TypedDict
+
+if TYPE_CHECKING:
+    import torch
+
+    from ...protocol.json_types import JsonValue
 
 #: The attribute set on torch's ``ExceptionWrapper`` in the worker.
 ORIGIN_ATTR = "_torchdbg_origin"
@@ -48,6 +56,19 @@ MAX_BATCH = 64
 MAX_TEXT = 200
 _FETCH_FILE = os.path.join("torch", "utils", "data", "_utils", "fetch.py")
 _MARK = "_torchdbg_wraps"
+
+
+class SampleOrigin(TypedDict):
+    """What ``read`` finds of the failed sample (a worker adds its id and pid)."""
+
+    index: JsonValue
+    index_known: bool
+    batch: list[JsonValue] | None
+    batch_size: int | None
+    dataset: str | None
+    iterable: bool
+    worker_id: NotRequired[int | None]
+    pid: NotRequired[int]
 
 
 def install() -> bool:
@@ -67,8 +88,8 @@ def install() -> bool:
         return False
 
 
-def _wrapped(original: Any) -> Any:
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+def _wrapped(original: Callable[..., None]) -> Callable[..., None]:
+    def __init__(self: object, *args: object, **kwargs: object) -> None:
         original(self, *args, **kwargs)
         try:
             if not _in_data_worker():
@@ -98,7 +119,7 @@ def _in_data_worker() -> bool:
     return get is not None and get() is not None
 
 
-def read(tb: TracebackType | None) -> dict[str, Any] | None:
+def read(tb: TracebackType | None) -> SampleOrigin | None:
     """What the traceback shows of the sample that failed, or None when no dataset
     fetch is on it: ``{"index", "index_known", "batch", "batch_size", "dataset",
     "iterable"}``. ``index_known`` is True only when the fetcher's call of the dataset
@@ -118,8 +139,8 @@ def read(tb: TracebackType | None) -> dict[str, Any] | None:
     fetch_locals = fetch.f_locals
     fetcher = fetch_locals.get("self")
     iterable = type(fetcher).__name__ == "_IterableDatasetFetcher"
-    batch_raw: Any = fetch_locals.get("possibly_batched_index")
-    out: dict[str, Any] = {
+    batch_raw: object = fetch_locals.get("possibly_batched_index")
+    out: SampleOrigin = {
         "index": None,
         "index_known": False,
         "batch": None,
@@ -130,7 +151,7 @@ def read(tb: TracebackType | None) -> dict[str, Any] | None:
     if iterable:
         return out  # an IterableDataset has no index: its samples come from an iterator
     auto = getattr(fetcher, "auto_collation", None)
-    if auto is True and type(batch_raw) in (list, tuple):
+    if auto is True and type(batch_raw) in (list, tuple) and isinstance(batch_raw, (list, tuple)):
         out["batch_size"] = len(batch_raw)
         out["batch"] = [_plain(v) for v in batch_raw[:MAX_BATCH]]
     nxt = frames[last_fetch + 1] if last_fetch + 1 < len(frames) else None
@@ -161,7 +182,7 @@ def _plain_int(v: object) -> int | None:
     return v if type(v) is int else None
 
 
-def _plain(v: object, depth: int = 0) -> Any:
+def _plain(v: object, depth: int = 0) -> JsonValue:
     """An index as a JSON value: an int, a short string, a small list of those; else
     ``{"type": name}`` (never its repr)."""
     if type(v) is int:
@@ -171,19 +192,18 @@ def _plain(v: object, depth: int = 0) -> Any:
     mod = type(v).__module__
     if mod == "numpy" and hasattr(type(v), "__index__"):
         try:
-            index: Any = type(v).__index__  # type: ignore[attr-defined]
+            index: Callable[[object], int] = type(v).__index__  # type: ignore[attr-defined]
             return _plain(int(index(v)), depth)
         except Exception:
             pass
     if mod == "torch" and type(v).__name__ == "Tensor":
         try:
-            t: Any = v
+            t = cast("torch.Tensor", v)  # (its type's name and module say so)
             if t.device.type == "cpu" and t.dim() == 0 and not t.is_floating_point():
                 return _plain(int(t.item()), depth)
         except Exception:
             pass
-    if depth == 0 and type(v) in (list, tuple):
-        items: Any = v
-        if len(items) <= 16:
-            return [_plain(x, 1) for x in items]
+    if depth == 0 and type(v) in (list, tuple) and isinstance(v, (list, tuple)):
+        if len(v) <= 16:
+            return [_plain(x, 1) for x in v]
     return {"type": _type_name(v) or "?"}

@@ -35,11 +35,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...kernel.backward_boundary import BackwardHooks, ModelSource
 
 if TYPE_CHECKING:
+    import torch
     from torch.utils.hooks import RemovableHandle
 
 
@@ -74,7 +75,7 @@ class ManualModels:
         self._drop_pre_hook()
         self.hooks.detach()
 
-    def _on_forward(self, module: Any, args: Any = None, *rest: Any) -> None:
+    def _on_forward(self, module: torch.nn.Module, args: object = None, *rest: object) -> None:
         """A module is called (the training thread): take it if it has trainable
         parameters. Returns None (the input is left as it is); never raises; nothing
         once dropped."""
@@ -115,7 +116,7 @@ class ManualModels:
         self.counted = True
         return True
 
-    def stepped(self, optimizer: Any) -> bool:
+    def stepped(self, optimizer: torch.optim.Optimizer) -> bool:
         """An optimizer steps (its pre-hook): its parameters leave the backward hooks.
         True when this step ends the iteration whose backward pass was counted already
         (the same step number: not to be counted again)."""

@@ -28,20 +28,20 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from types import ModuleType
 
 from . import activation
 from .identity import Origin
 
 #: torch's own ``_wrap`` (set when the module was patched in this process).
-_original: Callable[..., Any] | None = None
+_original: Callable[..., None] | None = None
 #: torch's own ``ProcessContext.join``.
-_original_join: Callable[..., Any] | None = None
+_original_join: Callable[..., bool] | None = None
 #: Told (pid, exit code, stopped by the launcher) of each rank torch's join reaped.
 exit_listener: Callable[[int, int, bool], None] | None = None
 
 
-def _spawn_module() -> Any:
+def _spawn_module() -> ModuleType | None:
     return sys.modules.get("torch.multiprocessing.spawn")
 
 
@@ -62,7 +62,7 @@ def patch() -> bool:
     if current is None:
         return False
     _original = current
-    mod._wrap = _wrap
+    vars(mod)["_wrap"] = _wrap  # (the module's namespace: ModuleType declares no _wrap)
     return True
 
 
@@ -70,13 +70,13 @@ def unpatch() -> None:
     """Put torch's ``_wrap`` and ``ProcessContext.join`` back if they are still ours."""
     mod = _spawn_module()
     if mod is not None and getattr(mod, "_wrap", None) is _wrap and _original is not None:
-        mod._wrap = _original
+        vars(mod)["_wrap"] = _original
     context = getattr(mod, "ProcessContext", None) if mod is not None else None
     if context is not None and vars(context).get("join") is _join:
         context.join = _original_join
 
 
-def _patch_join(mod: Any) -> None:
+def _patch_join(mod: ModuleType) -> None:
     global _original_join
     context = getattr(mod, "ProcessContext", None)
     current = getattr(context, "join", None) if context is not None else None
@@ -86,7 +86,7 @@ def _patch_join(mod: Any) -> None:
     context.join = _join
 
 
-def _join(self: Any, *args: Any, **kwargs: Any) -> Any:
+def _join(self: object, *args: object, **kwargs: object) -> bool:
     """torch's ``ProcessContext.join``, then the exit codes of what it reaped."""
     join = _original_join
     if join is None:  # (never: patched only once the original is kept)
@@ -101,7 +101,7 @@ def _join(self: Any, *args: Any, **kwargs: Any) -> Any:
         _tell_exits(self, error)
 
 
-def _tell_exits(context: Any, error: BaseException | None) -> None:
+def _tell_exits(context: object, error: BaseException | None) -> None:
     """Each reaped rank's exit code to ``exit_listener``. Never raises."""
     listener = exit_listener
     if listener is None:
@@ -119,7 +119,7 @@ def _tell_exits(context: Any, error: BaseException | None) -> None:
         pass
 
 
-def _torch_wrap() -> Callable[..., Any]:
+def _torch_wrap() -> Callable[..., None]:
     if _original is not None:
         return _original
     mod = _spawn_module()
@@ -133,11 +133,11 @@ def _torch_wrap() -> Callable[..., Any]:
     return found  # type: ignore[no-any-return]
 
 
-def _plain_wrap(fn: Callable[..., Any], i: int, args: Any, *rest: Any) -> None:
+def _plain_wrap(fn: Callable[..., object], i: int, args: tuple[object, ...], *rest: object) -> None:
     fn(i, *args)
 
 
-def _wrap(fn: Callable[..., Any], i: int, *rest: Any, **kwargs: Any) -> None:
+def _wrap(fn: Callable[..., object], i: int, *rest: object, **kwargs: object) -> None:
     """The rank's entry (in the child process)."""
     failed = False
     worker = None
@@ -147,7 +147,7 @@ def _wrap(fn: Callable[..., Any], i: int, *rest: Any, **kwargs: Any) -> None:
     except Exception:
         pass
 
-    def run(*args: Any, **kw: Any) -> Any:
+    def run(*args: object, **kw: object) -> object:
         nonlocal failed
         try:
             return fn(*args, **kw)  # (torchdbg: a rank's exception is sent to the notebook)

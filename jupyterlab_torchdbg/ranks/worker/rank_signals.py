@@ -32,15 +32,18 @@ import threading
 import weakref
 from collections.abc import Callable
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..wire.signals import CAUSES, SIGNAL_KINDS
 from .reader import frame_namespace
 
 if TYPE_CHECKING:
+    import torch
+
     from ...kernel.grads.alarms import Detector
     from ...kernel.grads.bad_step import KeptCall
     from ...kernel.grads.inputs import InputKeeper
+    from ..wire.messages import Finding, Signal
     from .reader import Read
 
 #: Sampled reads waiting for the detector at most (the oldest dropped first).
@@ -52,17 +55,17 @@ WEIGHTS_EVERY_S = 1.0
 MAX_MODULES = 4096
 
 
-def inner_module(module: Any) -> Any:
+def inner_module(module: torch.nn.Module) -> torch.nn.Module:
     """The module a DDP / DataParallel wrapper runs (its forward needs no collective)."""
     cls = type(module).__name__
     if cls in ("DistributedDataParallel", "DataParallel"):
-        inner = getattr(module, "module", None)
+        inner: torch.nn.Module | None = getattr(module, "module", None)
         if inner is not None:
             return inner
     return module
 
 
-def needs_other_ranks(module: Any) -> str | None:
+def needs_other_ranks(module: torch.nn.Module) -> str | None:
     """Why a forward of ``module`` would wait for the other ranks (None: it would not)."""
     for i, m in enumerate(module.modules()):
         if i >= MAX_MODULES:
@@ -88,7 +91,7 @@ class RankSignals:
     def __init__(self, on_error: Callable[[str], None]) -> None:
         self._on_error = on_error
         self.keeper: InputKeeper | None = None
-        self._root: weakref.ref[Any] | None = None
+        self._root: weakref.ref[torch.nn.Module] | None = None
         self._name = "model"
         self._armed = True
         self._calm = 0
@@ -110,7 +113,7 @@ class RankSignals:
 
     # --- the training thread ------------------------------------------------------------
 
-    def watch(self, module: Any, name: str | None, frame: FrameType | None) -> None:
+    def watch(self, module: torch.nn.Module, name: str | None, frame: FrameType | None) -> None:
         """Keep the last forward call of ``module`` (unwrapped) and of the loss modules
         bound in the training frames. Never raises."""
         try:
@@ -132,7 +135,7 @@ class RankSignals:
         except Exception:
             self._on_error("signals:watch")
 
-    def at_read(self, step: int, read: Read, diagnose: bool = True) -> dict[str, Any] | None:
+    def at_read(self, step: int, read: Read, diagnose: bool = True) -> Finding | None:
         """A sampled read (before the optimizer applies this step): keep it for the
         detector; at the first non-finite one, the diagnosis of its cause (the row's
         ``nonfinite``; not with ``diagnose=False``: a read that reached the host after
@@ -173,7 +176,7 @@ class RankSignals:
         self._weights_at = now
         self._weight_reads += 1
 
-    def _non_finite(self, step: int, read: Read) -> dict[str, Any] | None:
+    def _non_finite(self, step: int, read: Read) -> Finding | None:
         from ...kernel.grads.alarms import REARM_SAMPLES
 
         assert read.norm is not None
@@ -188,7 +191,7 @@ class RankSignals:
         self._armed = False
         return self.diagnose(step, read)
 
-    def diagnose(self, step: int, read: Read) -> dict[str, Any]:
+    def diagnose(self, step: int, read: Read) -> Finding:
         """The kernel's at-step diagnosis on this rank's kept batch (kernel/grads/
         diagnose.py), without a collective: what made this step's gradient non-finite
         as far as this rank's own data shows."""
@@ -199,7 +202,7 @@ class RankSignals:
         layers, names = read.layers or [], read.names or []
         bad = [i for i, v in enumerate(layers) if not math.isfinite(v)]
         grad_layer = names[bad[-1]] if bad and bad[-1] < len(names) else None
-        out: dict[str, Any] = {"cause": "unknown", "layer": grad_layer, "message": ""}
+        out: Finding = {"cause": "unknown", "layer": grad_layer, "message": ""}
         keeper = self.keeper
         root = self._root() if self._root is not None else None
         call = keeper.call_of(root) if keeper is not None and root is not None else None
@@ -209,7 +212,7 @@ class RankSignals:
                 "(the model is hooked at its first sampled step)"
             )
             return out
-        roots: list[tuple[str, Any, KeptCall | None]] = [(self._name, root, call)]
+        roots: list[tuple[str, torch.nn.Module, KeptCall | None]] = [(self._name, root, call)]
         losses = keeper.losses()
         # what backward() was called on, read during this step's backward (the kernel's
         # backward_root.py), when it came after this batch's forward call
@@ -264,7 +267,7 @@ class RankSignals:
 
     # --- the agent's thread -------------------------------------------------------------
 
-    def judge(self, clipping: bool) -> list[dict[str, Any]]:
+    def judge(self, clipping: bool) -> list[Signal]:
         """The detector on the reads sampled since it last looked: explosion and
         vanishing alerts as plain dicts (step, layer, message, remedy, value). Host
         floats only. Never raises."""
@@ -297,7 +300,7 @@ class RankSignals:
         except Exception:
             self._on_error("signals:judge")
             return []
-        out = []
+        out: list[Signal] = []
         for a in alerts:
             if a.kind not in SIGNAL_KINDS:
                 continue

@@ -34,9 +34,15 @@ import sys
 import weakref
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 from ...kernel.backward_boundary import ModelSource
+
+if TYPE_CHECKING:
+    import torch
+
+#: What a rank steps: an optimizer, or the model a loop updates by hand (manual.py).
+Stepped: TypeAlias = "torch.optim.Optimizer | ModelSource"
 
 #: Path segments of wrapper modules that are not part of the user's layer names.
 WRAPPER_SEGMENTS = {"module", "_fsdp_wrapped_module", "_orig_mod", "_checkpoint_wrapped_module"}
@@ -55,16 +61,16 @@ class Read:
     norm: float | None
     layers: list[float] | None
     names: list[str] | None
-    module: Any = None
+    module: torch.nn.Module | None = None
     module_name: str | None = None
-    params: list[Any] = field(default_factory=list)
+    params: list[torch.Tensor] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
     #: Sharded gradients (DTensor): the ranks holding each shard (the norms are this
     #: rank's shards'); None when the gradients are whole tensors.
     replicas: int | None = None
     #: Each gradient's norm, aligned with ``params``: one tensor on the gradients'
     #: device (what a clip at this step reuses). Dropped once the step is over.
-    norms: Any = None
+    norms: torch.Tensor | None = None
     #: The row's copy to the host, while it is in flight (an accelerator's gradients):
     #: ``norm``, ``layers`` and ``values`` are None / empty until ``resolve``.
     pending: DeviceRow | None = None
@@ -92,10 +98,10 @@ class DeviceRow:
     pinned memory and its CUDA event (the kernel's way, kernel/stream/host_copy.py).
     Started on the training thread; ``wait`` runs on the agent's thread."""
 
-    def __init__(self, row: Any) -> None:
+    def __init__(self, row: torch.Tensor) -> None:
         import torch
 
-        self.event: Any = None
+        self.event: torch.cuda.Event | None = None
         if row.device.type == "cuda":
             self.host = torch.empty(row.shape, dtype=row.dtype, pin_memory=True)
             self.host.copy_(row, non_blocking=True)
@@ -122,7 +128,7 @@ class _Layout:
     layer_of: dict[int, int]  # id(param) -> index into names
     names: list[str]
     #: The model the names came from (weakly), and its name in the frame it was found in.
-    module: weakref.ref[Any] | None = None
+    module: weakref.ref[torch.nn.Module] | None = None
     module_name: str | None = None
 
 
@@ -130,16 +136,16 @@ class Reader:
     """Reads norms for any optimizer; remembers each optimizer's layer layout."""
 
     def __init__(self) -> None:
-        self._layouts: weakref.WeakKeyDictionary[Any, _Layout] = weakref.WeakKeyDictionary()
+        self._layouts: weakref.WeakKeyDictionary[Stepped, _Layout] = weakref.WeakKeyDictionary()
 
-    def read(self, optimizer: Any, frame: FrameType | None) -> Read:
+    def read(self, optimizer: Stepped, frame: FrameType | None) -> Read:
         import torch
 
         params = [p for g in optimizer.param_groups for p in g["params"]]
         layout = self._layout(optimizer, params, frame)
         which: list[int] = []
         grads: list[torch.Tensor] = []
-        with_grad: list[Any] = []
+        with_grad: list[torch.Tensor] = []
         for p in params:
             g = p.grad
             if g is not None:
@@ -163,7 +169,7 @@ class Reader:
             read.pending = DeviceRow(row)
         return read
 
-    def weights(self, optimizer: Any, frame: FrameType | None) -> list[float] | None:
+    def weights(self, optimizer: Stepped, frame: FrameType | None) -> list[float] | None:
         """The weights' norms, ``[total, layer_1..L]`` in the layout of ``read`` (the
         scale an explosion is judged against, kernel/grads/explosion.py). One host copy;
         called on the first steps and about once a second, not every step."""
@@ -185,7 +191,9 @@ class Reader:
             squares[layout.layer_of.get(id(p), 0)] += v * v
         return [math.sqrt(sum(squares)), *(math.sqrt(x) for x in squares[:MAX_LAYERS])]
 
-    def _layout(self, optimizer: Any, params: list[Any], frame: FrameType | None) -> _Layout:
+    def _layout(
+        self, optimizer: Stepped, params: list[torch.Tensor], frame: FrameType | None
+    ) -> _Layout:
         sig = tuple((id(g["params"]), len(g["params"])) for g in optimizer.param_groups)
         try:
             known = self._layouts.get(optimizer)
@@ -212,7 +220,7 @@ class Reader:
         return layout
 
 
-def local_shards(tensors: list[Any]) -> tuple[list[Any], int | None]:
+def local_shards(tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], int | None]:
     """This rank's shards of ``DTensor`` gradients (``to_local()``: no communication) and
     how many ranks hold each shard (the product of the mesh's replicated dimensions);
     plain tensors as they are, with None."""
@@ -223,7 +231,7 @@ def local_shards(tensors: list[Any]) -> tuple[list[Any], int | None]:
     if not any(isinstance(t, DTensor) for t in tensors):
         return tensors, None
     replicas = 1
-    out: list[Any] = []
+    out: list[torch.Tensor] = []
     for t in tensors:
         if isinstance(t, DTensor):
             try:
@@ -241,9 +249,9 @@ def local_shards(tensors: list[Any]) -> tuple[list[Any], int | None]:
     return out, replicas
 
 
-def frame_namespace(frame: FrameType | None) -> dict[str, Any]:
+def frame_namespace(frame: FrameType | None) -> dict[str, object]:
     """The names bound in the training thread's frames (innermost first wins)."""
-    ns: dict[str, Any] = {}
+    ns: dict[str, object] = {}
     f = frame
     depth = 0
     while f is not None and depth < FRAME_DEPTH:
@@ -260,7 +268,9 @@ def frame_namespace(frame: FrameType | None) -> dict[str, Any]:
     return ns
 
 
-def find_module(params: list[Any], frame: FrameType | None) -> tuple[Any, str | None]:
+def find_module(
+    params: list[torch.Tensor], frame: FrameType | None
+) -> tuple[torch.nn.Module | None, str | None]:
     """The ``nn.Module`` in the stepping thread's frames that holds the most of
     ``params`` (the smallest such on a tie) and the name it is bound to there, or
     (None, None)."""
@@ -269,7 +279,7 @@ def find_module(params: list[Any], frame: FrameType | None) -> tuple[Any, str | 
     wanted = {id(p) for p in params}
     seen: set[int] = set()
     best: tuple[int, int] | None = None
-    found: Any = None
+    found: nn.Module | None = None
     found_name: str | None = None
     for key, value in frame_namespace(frame).items():  # innermost binding first
         if not isinstance(value, nn.Module) or id(value) in seen:
@@ -291,12 +301,14 @@ def clean_name(name: str) -> str:
     return ".".join(parts) or name
 
 
-def _make_layout(sig: tuple[tuple[int, int], ...], params: list[Any], module: Any) -> _Layout:
+def _make_layout(
+    sig: tuple[tuple[int, int], ...], params: list[torch.Tensor], module: torch.nn.Module | None
+) -> _Layout:
     names_of: dict[int, str] = {}
     if module is not None:
         try:
-            for name, p in module.named_parameters():
-                names_of.setdefault(id(p), clean_name(name))
+            for param_name, param in module.named_parameters():
+                names_of.setdefault(id(param), clean_name(param_name))
         except Exception:
             names_of = {}
     layer_index: dict[str, int] = {}
@@ -308,7 +320,7 @@ def _make_layout(sig: tuple[tuple[int, int], ...], params: list[Any], module: An
     return _Layout(sig, layer_of, list(layer_index))
 
 
-def memory(optimizer: Any) -> tuple[int | None, str]:
+def memory(optimizer: Stepped) -> tuple[int | None, str]:
     """(bytes, kind): CUDA memory allocated on the parameters' device, else the
     process's resident set size."""
     try:
