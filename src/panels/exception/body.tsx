@@ -2,11 +2,11 @@ import type { TranslationBundle } from '@jupyterlab/translation';
 import React from 'react';
 
 import { TorchDbgModel } from '../../model/model';
-import { IException } from '../../protocol/messages';
+import { IException, IExceptionFrame } from '../../protocol/messages';
 import { RichText } from '../../ui/richText';
 import { useSignalRender } from '../../ui/useSignalRender';
 import { IExceptionActions } from './actions';
-import { Frames } from './frames';
+import { FrameDetail, Frames } from './frames';
 import { LocalsTable } from './localsTable';
 import type { Superseded } from './model';
 
@@ -62,42 +62,19 @@ function EarlierException(props: {
   );
 }
 
-/** The exception view: diagnosis first, then the stack with each frame's locals. */
-export function ExceptionPanel(props: {
-  model: TorchDbgModel;
-  actions: IExceptionActions;
+/**
+ * What went wrong and what to do: the title, the rank that raised (a worker
+ * process of a torch.distributed job), the headline, the fix, the hints and
+ * the objects involved.
+ */
+function Diagnosis(props: {
+  exc: IException;
   trans: TranslationBundle;
-}): JSX.Element | null {
-  const { model, actions, trans } = props;
-  useSignalRender(model.exception.changed);
-  const exc = model.exception.current;
-  const note = model.exception.note;
-  const setNote = (n: string) => {
-    model.exception.note = n;
-  };
-  if (!exc) {
-    return null;
-  }
-  const superseded = model.exception.superseded;
-  if (superseded) {
-    return (
-      <EarlierException model={model} superseded={superseded} trans={trans} />
-    );
-  }
+}): JSX.Element {
+  const { exc, trans } = props;
   const d = exc.diagnosis;
-  const selected = model.exception.frame;
-  const frame = exc.frames[selected];
-  const run = (p: Promise<unknown>) =>
-    p.then(
-      r => setNote(typeof r === 'string' ? r : ''),
-      e => setNote((e as Error).message)
-    );
   return (
-    <div
-      className="jp-TorchDbg-exception"
-      data-category={d.category}
-      data-exception-id={exc.id}
-    >
+    <>
       <div className="jp-TorchDbg-excTitle">{d.title}</div>
       {exc.rank && (
         <div
@@ -141,48 +118,115 @@ export function ExceptionPanel(props: {
           <LocalsTable locals={d.culprits} trans={trans} />
         </div>
       )}
-      <div className="jp-TorchDbg-controls">
-        <button
-          className="jp-Button jp-mod-styled jp-mod-accept jp-TorchDbg-small"
-          disabled={!frame}
-          onClick={() => frame && run(actions.goToFrame(exc, frame))}
-        >
-          {trans.__('Go to cell')}
-        </button>
-        <button
-          className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
-          disabled={!exc.debuggable}
-          title={
-            exc.debuggable
-              ? trans.__('Open a console on this kernel and run %debug')
-              : exc.rank
-                ? trans.__(
-                    'It was raised in the process of rank %1, not in this kernel: %debug cannot reach it',
-                    String(exc.rank.rank)
-                  )
-                : trans.__(
-                    'A newer error replaced this one (or references were released)'
-                  )
-          }
-          onClick={() => run(actions.debug(exc))}
-        >
-          {trans.__('Debug')}
-        </button>
-        <button
-          className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
-          onClick={() =>
-            run(actions.copyReport(exc).then(() => trans.__('Report copied.')))
-          }
-        >
-          {trans.__('Copy report')}
-        </button>
-        <button
-          className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
-          onClick={() => model.exception.dismiss()}
-        >
-          {trans.__('Dismiss')}
-        </button>
-      </div>
+    </>
+  );
+}
+
+/**
+ * What to do with the exception: go to its cell (the selected frame's line),
+ * %debug in a console on this kernel (not for another process's or a replaced
+ * error), copy the report, dismiss it.
+ */
+function ExceptionButtons(props: {
+  exc: IException;
+  frame: IExceptionFrame | undefined;
+  model: TorchDbgModel;
+  actions: IExceptionActions;
+  run: (p: Promise<unknown>) => void;
+  trans: TranslationBundle;
+}): JSX.Element {
+  const { exc, frame, model, actions, run, trans } = props;
+  return (
+    <div className="jp-TorchDbg-controls">
+      <button
+        className="jp-Button jp-mod-styled jp-mod-accept jp-TorchDbg-small"
+        disabled={!frame}
+        onClick={() => frame && run(actions.goToFrame(exc, frame))}
+      >
+        {trans.__('Go to cell')}
+      </button>
+      <button
+        className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
+        disabled={!exc.debuggable}
+        title={
+          exc.debuggable
+            ? trans.__('Open a console on this kernel and run %debug')
+            : exc.rank
+              ? trans.__(
+                  'It was raised in the process of rank %1, not in this kernel: %debug cannot reach it',
+                  String(exc.rank.rank)
+                )
+              : trans.__(
+                  'A newer error replaced this one (or references were released)'
+                )
+        }
+        onClick={() => run(actions.debug(exc))}
+      >
+        {trans.__('Debug')}
+      </button>
+      <button
+        className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
+        onClick={() =>
+          run(actions.copyReport(exc).then(() => trans.__('Report copied.')))
+        }
+      >
+        {trans.__('Copy report')}
+      </button>
+      <button
+        className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
+        onClick={() => model.exception.dismiss()}
+      >
+        {trans.__('Dismiss')}
+      </button>
+    </div>
+  );
+}
+
+/** The exception view: diagnosis first, then the stack with each frame's locals. */
+export function ExceptionPanel(props: {
+  model: TorchDbgModel;
+  actions: IExceptionActions;
+  trans: TranslationBundle;
+}): JSX.Element | null {
+  const { model, actions, trans } = props;
+  useSignalRender(model.exception.changed);
+  const exc = model.exception.current;
+  const note = model.exception.note;
+  const setNote = (n: string) => {
+    model.exception.note = n;
+  };
+  if (!exc) {
+    return null;
+  }
+  const superseded = model.exception.superseded;
+  if (superseded) {
+    return (
+      <EarlierException model={model} superseded={superseded} trans={trans} />
+    );
+  }
+  const d = exc.diagnosis;
+  const selected = model.exception.frame;
+  const frame = exc.frames[selected];
+  const run = (p: Promise<unknown>) =>
+    p.then(
+      r => setNote(typeof r === 'string' ? r : ''),
+      e => setNote((e as Error).message)
+    );
+  return (
+    <div
+      className="jp-TorchDbg-exception"
+      data-category={d.category}
+      data-exception-id={exc.id}
+    >
+      <Diagnosis exc={exc} trans={trans} />
+      <ExceptionButtons
+        exc={exc}
+        frame={frame}
+        model={model}
+        actions={actions}
+        run={run}
+        trans={trans}
+      />
       {note && <div className="jp-TorchDbg-note">{note}</div>}
       {exc.unwrapped ? (
         <Unwrapped exc={exc} trans={trans} />
@@ -227,44 +271,7 @@ export function ExceptionPanel(props: {
         onSelect={i => (model.exception.frame = i)}
         trans={trans}
       />
-      {frame && (
-        <div className="jp-TorchDbg-frameDetail">
-          <div className="jp-TorchDbg-chartTitle">
-            {trans.__('locals of %1', frame.function)}
-            {frame.locals_truncated &&
-              trans.__(
-                ' (%1 of %2)',
-                String(frame.locals.length),
-                String(frame.locals_total)
-              )}
-          </div>
-          {frame.source && (
-            <pre className="jp-TorchDbg-source">
-              {frame.source.lines.map((line, i) => {
-                const n = frame.source!.first + i;
-                return (
-                  <div
-                    key={n}
-                    className={n === frame.lineno ? 'jp-mod-current' : ''}
-                  >
-                    {`${String(n).padStart(4)}  ${line}`}
-                  </div>
-                );
-              })}
-            </pre>
-          )}
-          {frame.process ? (
-            <div className="jp-TorchDbg-frameProcessNote">
-              {trans.__(
-                'This frame ran in %1: its locals are not available here.',
-                frame.process
-              )}
-            </div>
-          ) : (
-            <LocalsTable locals={frame.locals} trans={trans} />
-          )}
-        </div>
-      )}
+      {frame && <FrameDetail frame={frame} trans={trans} />}
     </div>
   );
 }

@@ -2,6 +2,7 @@ import type { TranslationBundle } from '@jupyterlab/translation';
 import React, { useState } from 'react';
 
 import { IException, IExceptionFrame } from '../../protocol/messages';
+import { LocalsTable } from './localsTable';
 
 function frameLabel(f: IExceptionFrame): string {
   return `${f.file}:${f.lineno} in ${f.function}`;
@@ -74,6 +75,55 @@ export function Frames(props: {
             ? trans.__('hide library frames')
             : trans.__('show %1 library frames', String(hidden))}
         </button>
+      )}
+    </div>
+  );
+}
+
+/**
+ * The selected frame: its source around the line, and its locals (none for a
+ * frame of another process, which came as traceback text).
+ */
+export function FrameDetail(props: {
+  frame: IExceptionFrame;
+  trans: TranslationBundle;
+}): JSX.Element {
+  const { frame, trans } = props;
+  return (
+    <div className="jp-TorchDbg-frameDetail">
+      <div className="jp-TorchDbg-chartTitle">
+        {trans.__('locals of %1', frame.function)}
+        {frame.locals_truncated &&
+          trans.__(
+            ' (%1 of %2)',
+            String(frame.locals.length),
+            String(frame.locals_total)
+          )}
+      </div>
+      {frame.source && (
+        <pre className="jp-TorchDbg-source">
+          {frame.source.lines.map((line, i) => {
+            const n = frame.source!.first + i;
+            return (
+              <div
+                key={n}
+                className={n === frame.lineno ? 'jp-mod-current' : ''}
+              >
+                {`${String(n).padStart(4)}  ${line}`}
+              </div>
+            );
+          })}
+        </pre>
+      )}
+      {frame.process ? (
+        <div className="jp-TorchDbg-frameProcessNote">
+          {trans.__(
+            'This frame ran in %1: its locals are not available here.',
+            frame.process
+          )}
+        </div>
+      ) : (
+        <LocalsTable locals={frame.locals} trans={trans} />
       )}
     </div>
   );
