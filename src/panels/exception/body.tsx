@@ -10,6 +10,21 @@ import { FrameDetail, Frames } from './frames';
 import { LocalsTable } from './localsTable';
 import type { Superseded } from './model';
 
+/** Dismiss: the exception leaves the panel and is not shown again. */
+function DismissButton(props: {
+  model: TorchDbgModel;
+  trans: TranslationBundle;
+}): JSX.Element {
+  return (
+    <button
+      className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
+      onClick={() => props.model.exception.dismiss()}
+    >
+      {props.trans.__('Dismiss')}
+    </button>
+  );
+}
+
 /**
  * An exception that something ran after (a later cell finished without error,
  * or a run started): one line, so it no longer holds the top of the panel
@@ -51,12 +66,7 @@ function EarlierException(props: {
         >
           {trans.__('Show')}
         </button>
-        <button
-          className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
-          onClick={() => model.exception.dismiss()}
-        >
-          {trans.__('Dismiss')}
-        </button>
+        <DismissButton model={model} trans={trans} />
       </div>
     </div>
   );
@@ -172,12 +182,7 @@ function ExceptionButtons(props: {
       >
         {trans.__('Copy report')}
       </button>
-      <button
-        className="jp-Button jp-mod-styled jp-mod-reject jp-TorchDbg-small"
-        onClick={() => model.exception.dismiss()}
-      >
-        {trans.__('Dismiss')}
-      </button>
+      <DismissButton model={model} trans={trans} />
     </div>
   );
 }
