@@ -92,11 +92,14 @@ class SnapshotBlock(TypedDict):
     run: NotRequired[int]
 
 
+RunInfoReason: TypeAlias = Literal["first", "idle", "new_optimizer", "step_backwards"]
+
+
 class RunInfo(TypedDict, closed=True):
     id: int
     start: float
     end: float | None
-    reason: Literal["first", "idle", "new_optimizer", "step_backwards"]
+    reason: RunInfoReason
     cell_id: str | None
     execution_count: int | None
     optimizers: list[str]
@@ -132,25 +135,34 @@ class Ack(TypedDict, closed=True):
     duplicate: NotRequired[bool]
 
 
+ErrorCode: TypeAlias = Literal[
+    "protocol_mismatch",
+    "malformed",
+    "unknown_action",
+    "invalid_args",
+    "refused",
+    "failed",
+]
+
+
 class Error(TypedDict, closed=True):
     method: Literal["error"]
     request_id: RequestId | None
-    code: Literal[
-        "protocol_mismatch",
-        "malformed",
-        "unknown_action",
-        "invalid_args",
-        "refused",
-        "failed",
-    ]
+    code: ErrorCode
     message: str
     duplicate: NotRequired[bool]
+
+
+ExceptionElidedItemReason: TypeAlias = Literal["repeated", "limit"]
 
 
 class ExceptionElidedItem(TypedDict, closed=True):
     after: int
     count: int
-    reason: Literal["repeated", "limit"]
+    reason: ExceptionElidedItemReason
+
+
+ExceptionInfoSyntaxOrigin: TypeAlias = Literal["cell", "file", "library"]
 
 
 class ExceptionInfoSyntax(TypedDict):
@@ -161,7 +173,7 @@ class ExceptionInfoSyntax(TypedDict):
     text: NotRequired[str | None]
     msg: NotRequired[str | None]
     file: NotRequired[str]
-    origin: NotRequired[Literal["cell", "file", "library"]]
+    origin: NotRequired[ExceptionInfoSyntaxOrigin]
     cell_id: NotRequired[str | None]
     execution_count: NotRequired[int | None]
 
@@ -175,6 +187,9 @@ class ExceptionInfo(TypedDict, closed=True):
     syntax: NotRequired[ExceptionInfoSyntax]
 
 
+RelatedExceptionRelation: TypeAlias = Literal["cause", "context"]
+
+
 class RelatedExceptionWhere(TypedDict):
     file: str
     lineno: int
@@ -183,7 +198,7 @@ class RelatedExceptionWhere(TypedDict):
 
 
 class RelatedException(TypedDict):
-    relation: NotRequired[Literal["cause", "context"]]
+    relation: NotRequired[RelatedExceptionRelation]
     path: NotRequired[list[int]]
     type: str
     module: str
@@ -191,6 +206,9 @@ class RelatedException(TypedDict):
     message_truncated: bool
     message_unavailable: NotRequired[bool]
     where: NotRequired[RelatedExceptionWhere]
+
+
+ExceptionFrameOrigin: TypeAlias = Literal["cell", "file", "library"]
 
 
 class ExceptionFrameSource(TypedDict):
@@ -205,25 +223,28 @@ class ExceptionFrameSpan(TypedDict):
     end_col: NotRequired[int]
 
 
+LocalKind: TypeAlias = Literal[
+    "tensor",
+    "module",
+    "optimizer",
+    "dataset",
+    "dataloader",
+    "array",
+    "number",
+    "string",
+    "bytes",
+    "none",
+    "container",
+    "object",
+    "function",
+    "class",
+    "pymodule",
+]
+
+
 class Local(TypedDict):
     name: NotRequired[str]
-    kind: Literal[
-        "tensor",
-        "module",
-        "optimizer",
-        "dataset",
-        "dataloader",
-        "array",
-        "number",
-        "string",
-        "bytes",
-        "none",
-        "container",
-        "object",
-        "function",
-        "class",
-        "pymodule",
-    ]
+    kind: LocalKind
     type: str
     text: str
     shape: NotRequired[list[int | str] | Literal["n/a"]]
@@ -245,6 +266,22 @@ class Local(TypedDict):
     items: NotRequired[list[Local]]
 
 
+DiagnosisCategory: TypeAlias = Literal[
+    "device_mismatch",
+    "shape_mismatch",
+    "dtype_mismatch",
+    "index_out_of_range",
+    "out_of_memory",
+    "inplace_modification",
+    "device_side_assert",
+    "cuda_error",
+    "autograd",
+    "non_finite",
+    "data_loader",
+    "generic",
+]
+
+
 class Culprit(Local):
     frame: NotRequired[int]
     role: NotRequired[str]
@@ -252,28 +289,18 @@ class Culprit(Local):
     named: NotRequired[bool]
 
 
+DiagnosisConfidence: TypeAlias = Literal["certain", "likely"]
+
+
 class Diagnosis(TypedDict, closed=True):
-    category: Literal[
-        "device_mismatch",
-        "shape_mismatch",
-        "dtype_mismatch",
-        "index_out_of_range",
-        "out_of_memory",
-        "inplace_modification",
-        "device_side_assert",
-        "cuda_error",
-        "autograd",
-        "non_finite",
-        "data_loader",
-        "generic",
-    ]
+    category: DiagnosisCategory
     title: str
     headline: str
     culprits: list[Culprit]
     remedy: str | None
     hints: list[str]
     facts: dict[str, Any]
-    confidence: Literal["certain", "likely"]
+    confidence: DiagnosisConfidence
     links: list[Literal["memory", "grads"]]
     where: int | None
 
@@ -329,16 +356,28 @@ class GradStats(TypedDict, closed=True):
     nonfinite: list[int]
 
 
+GradTrackBoundary: TypeAlias = Literal["optimizer_step", "end_of_backward"]
+
+
+GradTrackState: TypeAlias = Literal["waiting", "active", "disabled", "no_grads"]
+
+
+GradTrackMode: TypeAlias = Literal["auto", "fixed", "off"]
+
+
+GradTrackEveryStep: TypeAlias = Literal["warmup", "rising", "clip", "skip"] | None
+
+
 class GradTrack(TypedDict, closed=True):
     name: str
-    boundary: NotRequired[Literal["optimizer_step", "end_of_backward"]]
-    state: Literal["waiting", "active", "disabled", "no_grads"]
+    boundary: NotRequired[GradTrackBoundary]
+    state: GradTrackState
     reason: str | None
     step: int
     sampled: int
-    mode: Literal["auto", "fixed", "off"]
+    mode: GradTrackMode
     stride: int
-    every_step: NotRequired[Literal["warmup", "rising", "clip", "skip"] | None]
+    every_step: NotRequired[GradTrackEveryStep]
     overhead: float | None
     step_time_s: float | None
     sample_cost_s: float | None
@@ -364,6 +403,12 @@ class GradTrack(TypedDict, closed=True):
     run: NotRequired[int]
 
 
+GradsState: TypeAlias = Literal["waiting", "active", "off"]
+
+
+GradsMode: TypeAlias = Literal["auto", "fixed", "off"]
+
+
 class GradsReplayable(TypedDict, closed=True):
     track: str
     step: int
@@ -371,9 +416,9 @@ class GradsReplayable(TypedDict, closed=True):
 
 class Grads(TypedDict, closed=True):
     method: Literal["grads"]
-    state: Literal["waiting", "active", "off"]
+    state: GradsState
     reason: str | None
-    mode: Literal["auto", "fixed", "off"]
+    mode: GradsMode
     stride: int | None
     budget: float
     thresholds: GradThresholds
@@ -382,6 +427,30 @@ class Grads(TypedDict, closed=True):
     skip_nonfinite: NotRequired[bool]
     replayable: NotRequired[GradsReplayable | None]
     alerts_total: NotRequired[int]
+
+
+AlertItemKind: TypeAlias = Literal[
+    "non_finite",
+    "non_finite_forward",
+    "explosion",
+    "vanishing",
+    "amp_skips",
+    "amp_scale_collapse",
+    "non_finite_replay",
+    "non_finite_cause",
+    "non_finite_skipped",
+    "divergence",
+    "memory_leak",
+    "memory_limit",
+]
+
+
+AlertItemCause: TypeAlias = Literal[
+    "input", "forward", "weights", "loss", "backward", "overflow", "unchecked"
+]
+
+
+AlertItemSeverity: TypeAlias = Literal["warning", "error"]
 
 
 class SetStrideArgs(TypedDict, closed=True):
@@ -433,13 +502,18 @@ class NvmlFields(TypedDict, closed=True):
     process_used: NotRequired[Bytes]
 
 
+MemoryDeviceMatchedBy: TypeAlias = (
+    Literal["uuid", "visible_devices", "pci_order", "assumed_order"] | None
+)
+
+
 class MemoryDevice(TypedDict, closed=True):
     device: str
     index: int
     name: str | None
     uuid: str | None
     nvml_index: int | None
-    matched_by: Literal["uuid", "visible_devices", "pci_order", "assumed_order"] | None
+    matched_by: MemoryDeviceMatchedBy
     mig: bool | None
     series: dict[str, str]
     allocator: AllocatorCounters | None
@@ -450,6 +524,9 @@ class MemoryDevice(TypedDict, closed=True):
     peak_note: NotRequired[str]
 
 
+MemoryBreakdownRowTotalSource: TypeAlias = Literal["allocated", "rss"] | None
+
+
 class MemoryBreakdownRow(TypedDict, closed=True):
     device: str
     parameters: int
@@ -457,7 +534,7 @@ class MemoryBreakdownRow(TypedDict, closed=True):
     optimizer_state: int
     other: Bytes
     total: Bytes
-    total_source: Literal["allocated", "rss"] | None
+    total_source: MemoryBreakdownRowTotalSource
 
 
 class MemoryBreakdown(TypedDict, closed=True):
@@ -471,6 +548,9 @@ class MemoryBreakdown(TypedDict, closed=True):
     note: NotRequired[str]
     cost_ms: float
     time: NotRequired[float]
+
+
+MemoryRecordingState: TypeAlias = Literal["off", "armed", "on"]
 
 
 class AllocationSite(TypedDict, closed=True):
@@ -491,6 +571,9 @@ class MemorySnapshotSummary(TypedDict, closed=True):
     live_sites: list[AllocationSite]
 
 
+MemoryState: TypeAlias = Literal["waiting", "no_cuda", "cuda_idle", "active", "corrupted"]
+
+
 class MemoryHost(TypedDict, closed=True):
     rss: Bytes
     reason: str | None
@@ -509,11 +592,17 @@ class MemoryNvml(TypedDict, closed=True):
     reason: str | None
 
 
+OomTensorKind: TypeAlias = Literal["variable", "element", "parameter", "gradient"]
+
+
+OomTensorWhere: TypeAlias = Literal["namespace", "frame"]
+
+
 class OomTensor(TypedDict, closed=True):
     name: str
     also: list[str]
-    kind: Literal["variable", "element", "parameter", "gradient"]
-    where: Literal["namespace", "frame"]
+    kind: OomTensorKind
+    where: OomTensorWhere
     function: str | None
     lineno: int | None
     shape: list[int]
@@ -524,17 +613,20 @@ class OomTensor(TypedDict, closed=True):
     grad_fn: bool
 
 
+OomRemedyKind: TypeAlias = Literal[
+    "host_memory",
+    "huge_allocation",
+    "fragmentation",
+    "activations",
+    "optimizer_state",
+    "gradients_kept",
+    "reduce_batch",
+    "release_refs",
+]
+
+
 class OomRemedy(TypedDict, closed=True):
-    kind: Literal[
-        "host_memory",
-        "huge_allocation",
-        "fragmentation",
-        "activations",
-        "optimizer_state",
-        "gradients_kept",
-        "reduce_batch",
-        "release_refs",
-    ]
+    kind: OomRemedyKind
     title: str
     detail: str
     code: str | None
@@ -643,6 +735,17 @@ class ActionReplayStep(TypedDict):
     args: NotRequired[ReplayStepArgs]
 
 
+ReplayResultWeights: TypeAlias = Literal["pre-step", "current"]
+
+
+ReplayResultUserLoss: TypeAlias = Literal["same", "part", "not_rerun", "unseen"]
+
+
+ReplayResultCause: TypeAlias = Literal[
+    "input", "weights", "forward", "backward", "overflow", "finite"
+]
+
+
 class ReplayResultForwardStackItem(TypedDict):
     file: str
     line: int
@@ -654,11 +757,11 @@ class ReplayResult(TypedDict):
     step: int
     track: str
     root: NotRequired[str]
-    weights: Literal["pre-step", "current"]
+    weights: ReplayResultWeights
     loss_root: str | None
-    user_loss: NotRequired[Literal["same", "part", "not_rerun", "unseen"]]
+    user_loss: NotRequired[ReplayResultUserLoss]
     reproduces: NotRequired[bool | None]
-    cause: Literal["input", "weights", "forward", "backward", "overflow", "finite"]
+    cause: ReplayResultCause
     backward_op: str | None
     anomaly_op: NotRequired[str | None]
     forward_op: NotRequired[str | None]
@@ -744,13 +847,16 @@ class ActionSetLr(TypedDict):
     args: NotRequired[SetLrArgs]
 
 
+RankIdentityLauncher: TypeAlias = Literal["spawn", "fork", "torchrun", "attach"]
+
+
 class RankIdentity(TypedDict, closed=True):
     rank: int
     world_size: int
     local_rank: int | None
     host: str
     pid: int
-    launcher: Literal["spawn", "fork", "torchrun", "attach"]
+    launcher: RankIdentityLauncher
 
 
 class RankLayers(TypedDict, closed=True):
@@ -759,30 +865,32 @@ class RankLayers(TypedDict, closed=True):
     norms: list[FiniteOrSpecial]
 
 
+RankStateState: TypeAlias = Literal[
+    "starting", "running", "waiting", "paused", "stalled", "exited", "failed", "lost"
+]
+
+
+RankStateMemoryKind: TypeAlias = Literal["cuda", "host"]
+
+
+RankStatePhase: TypeAlias = Literal["user", "torch_wait", "paused", "none"]
+
+
 class RankState(TypedDict, closed=True):
     identity: RankIdentity
-    state: Literal[
-        "starting",
-        "running",
-        "waiting",
-        "paused",
-        "stalled",
-        "exited",
-        "failed",
-        "lost",
-    ]
+    state: RankStateState
     step: int
     step_time_s: float | None
     own_time_s: float | None
     grad_norm: FiniteOrSpecial | None
     grad_step: int | None
     memory_bytes: int | None
-    memory_kind: Literal["cuda", "host"]
+    memory_kind: RankStateMemoryKind
     last_seen_s: float
     since_step_s: float | None
     clip: float | None
     lr_scale: float
-    phase: Literal["user", "torch_wait", "paused", "none"]
+    phase: RankStatePhase
     sharded: NotRequired[Literal[True]]
     layers: NotRequired[RankLayers]
 
@@ -796,6 +904,24 @@ class RankPoints(TypedDict, closed=True):
     step_time_s: list[float | None]
     grad_norm: list[FiniteOrSpecial | None]
     memory_bytes: list[int | None]
+
+
+RankAlarmKind: TypeAlias = Literal[
+    "desync",
+    "straggler",
+    "hang",
+    "failed",
+    "lost",
+    "action",
+    "non_finite",
+    "explosion",
+    "vanishing",
+]
+
+
+RankAlarmCause: TypeAlias = Literal[
+    "input", "forward", "weights", "loss", "backward", "overflow", "unknown"
+]
 
 
 Rank: TypeAlias = int
@@ -838,6 +964,12 @@ class RankPending(TypedDict, closed=True):
     request_id: RequestId
 
 
+RankJobState: TypeAlias = Literal["running", "ended"]
+
+
+RankJobTransport: TypeAlias = Literal["ipc", "tcp"]
+
+
 class RankJobSharded(TypedDict, closed=True):
     replicas: int
     global_norm: FiniteOrSpecial | None
@@ -848,15 +980,18 @@ class RankJob(TypedDict, closed=True):
     id: int
     started: float
     world_size: int
-    state: Literal["running", "ended"]
-    transport: Literal["ipc", "tcp"]
+    state: RankJobState
+    transport: RankJobTransport
     paused_at: int | None
     pending: RankPending | None
     sharded: NotRequired[RankJobSharded]
 
 
+RanksEndpointTransport: TypeAlias = Literal["ipc", "tcp", "off"]
+
+
 class RanksEndpoint(TypedDict, closed=True):
-    transport: Literal["ipc", "tcp", "off"]
+    transport: RanksEndpointTransport
     refused: int
 
 
@@ -893,18 +1028,30 @@ class ActionRanksScaleLr(TypedDict):
     args: NotRequired[RanksScaleLrArgs]
 
 
+LeakHolderKind: TypeAlias = Literal["graph", "container", "hook", "closure"]
+
+
 class LeakHolder(TypedDict, closed=True):
     name: str
-    kind: Literal["graph", "container", "hook", "closure"]
+    kind: LeakHolderKind
     bytes: Bytes
     count: int | None
     text: str
     fix: str | None
 
 
+MemoryLeakCounter: TypeAlias = Literal["rss", "allocated", "reserved"]
+
+
+MemoryLeakLimitSource: TypeAlias = Literal["cgroup", "host", "device"] | None
+
+
+MemoryLeakSearch: TypeAlias = Literal["pending", "done", "budget", "failed"]
+
+
 class MemoryLeak(TypedDict, closed=True):
     series: str
-    counter: Literal["rss", "allocated", "reserved"]
+    counter: MemoryLeakCounter
     device: str | None
     per_step: float
     per_step_err: float
@@ -913,18 +1060,21 @@ class MemoryLeak(TypedDict, closed=True):
     step: int | None
     used: Bytes
     limit: Bytes
-    limit_source: Literal["cgroup", "host", "device"] | None
+    limit_source: MemoryLeakLimitSource
     steps_left: int | None
     holders: list[LeakHolder]
-    search: Literal["pending", "done", "budget", "failed"]
+    search: MemoryLeakSearch
     search_note: str | None
     text: str
+
+
+MemoryGuardLimitSource: TypeAlias = Literal["cgroup", "host", "device"] | None
 
 
 class MemoryGuard(TypedDict, closed=True):
     pause_at: float | None
     limit: Bytes
-    limit_source: Literal["cgroup", "host", "device"] | None
+    limit_source: MemoryGuardLimitSource
     tripped: str | None
 
 
@@ -934,8 +1084,14 @@ class ActivationModule(TypedDict, closed=True):
     tensors: int
 
 
+ActivationsState: TypeAlias = Literal["armed", "done", "failed"]
+
+
+ActivationsLimitSource: TypeAlias = Literal["cgroup", "host", "device"] | None
+
+
 class Activations(TypedDict, closed=True):
-    state: Literal["armed", "done", "failed"]
+    state: ActivationsState
     time: float
     device: str | None
     run: int | None
@@ -945,7 +1101,7 @@ class Activations(TypedDict, closed=True):
     per_sample: Bytes
     modules: list[ActivationModule]
     free: Bytes
-    limit_source: Literal["cgroup", "host", "device"] | None
+    limit_source: ActivationsLimitSource
     fits: int | None
     text: str
 
@@ -961,8 +1117,11 @@ class RecordRun(TypedDict, closed=True):
     optimizers: list[str]
 
 
+RecordEndKind: TypeAlias = Literal["running", "shutdown", "exit", "signal", "oom_kill", "unknown"]
+
+
 class RecordEnd(TypedDict, closed=True):
-    kind: Literal["running", "shutdown", "exit", "signal", "oom_kill", "unknown"]
+    kind: RecordEndKind
     code: int | None
     oom_kills: int | None
     text: str
@@ -996,10 +1155,13 @@ class RecordKernel(TypedDict, closed=True):
     dismissed: bool
 
 
+RecordStore: TypeAlias = Literal["on", "off", "unavailable"]
+
+
 class Record(TypedDict, closed=True):
     method: Literal["record"]
     notebook: str | None
-    store: Literal["on", "off", "unavailable"]
+    store: RecordStore
     kernels: list[RecordKernel]
     note: str | None
 
@@ -1061,8 +1223,11 @@ class ClearHistoryResult(TypedDict, closed=True):
     cleared: int
 
 
+SetStrideResultMode: TypeAlias = Literal["auto", "fixed", "off"]
+
+
 class SetStrideResult(TypedDict, closed=True):
-    mode: Literal["auto", "fixed", "off"]
+    mode: SetStrideResultMode
     stride: int | None
 
 
@@ -1215,8 +1380,11 @@ class SetMemoryGuardResult(TypedDict, closed=True):
     guard: MemoryGuard
 
 
+MeasureActivationsResultState: TypeAlias = Literal["armed", "done", "failed"]
+
+
 class MeasureActivationsResult(TypedDict, closed=True):
-    state: Literal["armed", "done", "failed"]
+    state: MeasureActivationsResultState
 
 
 class OpenRecordResult(TypedDict, closed=True):
@@ -1248,7 +1416,7 @@ class UnwrappedError(TypedDict, closed=True):
 
 class ExceptionFrame(TypedDict):
     position: int
-    origin: Literal["cell", "file", "library"]
+    origin: ExceptionFrameOrigin
     user: bool
     function: str
     file: str
@@ -1506,25 +1674,10 @@ Action: TypeAlias = (
 class AlertItem(TypedDict, closed=True):
     id: str
     source: str
-    kind: Literal[
-        "non_finite",
-        "non_finite_forward",
-        "explosion",
-        "vanishing",
-        "amp_skips",
-        "amp_scale_collapse",
-        "non_finite_replay",
-        "non_finite_cause",
-        "non_finite_skipped",
-        "divergence",
-        "memory_leak",
-        "memory_limit",
-    ]
-    cause: NotRequired[
-        Literal["input", "forward", "weights", "loss", "backward", "overflow", "unchecked"]
-    ]
+    kind: AlertItemKind
+    cause: NotRequired[AlertItemCause]
     replay: NotRequired[ReplayResult]
-    severity: Literal["warning", "error"]
+    severity: AlertItemSeverity
     step: int
     layer: str | None
     message: str
@@ -1542,7 +1695,7 @@ class Alert(TypedDict, closed=True):
 
 
 class MemoryRecording(TypedDict, closed=True):
-    state: Literal["off", "armed", "on"]
+    state: MemoryRecordingState
     max_entries: int | None
     since: float | None
     last: NotRequired[MemorySnapshotSummary | None]
@@ -1551,7 +1704,7 @@ class MemoryRecording(TypedDict, closed=True):
 class Memory(TypedDict, closed=True):
     method: Literal["memory"]
     time: float
-    state: Literal["waiting", "no_cuda", "cuda_idle", "active", "corrupted"]
+    state: MemoryState
     reason: str | None
     devices: list[MemoryDevice]
     host: MemoryHost
@@ -1574,25 +1727,13 @@ class ControlTarget(TypedDict, closed=True):
 
 class RankAlarm(TypedDict, closed=True):
     id: str
-    kind: Literal[
-        "desync",
-        "straggler",
-        "hang",
-        "failed",
-        "lost",
-        "action",
-        "non_finite",
-        "explosion",
-        "vanishing",
-    ]
+    kind: RankAlarmKind
     rank: int
     step: int | None
     time: float
     message: str
     layer: NotRequired[str | None]
-    cause: NotRequired[
-        Literal["input", "forward", "weights", "loss", "backward", "overflow", "unknown"]
-    ]
+    cause: NotRequired[RankAlarmCause]
     ranks: NotRequired[list[Rank]]
     remedy: NotRequired[str | None]
     stack: list[StackItem]

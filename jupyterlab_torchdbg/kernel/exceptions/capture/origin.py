@@ -13,13 +13,15 @@ import os
 import site
 import sys
 import sysconfig
-from typing import Literal
+from typing import TYPE_CHECKING
 
 from ..cells import CellMap, CellRun
 from ..summarize import safe_text
 
+if TYPE_CHECKING:
+    from ....protocol.messages import ExceptionFrameOrigin as Origin
+
 #: Where a frame's code lives (the protocol's ``ExceptionFrame.origin``).
-Origin = Literal["cell", "file", "library"]
 
 _LIB_CACHE: dict[str, bool] = {}
 

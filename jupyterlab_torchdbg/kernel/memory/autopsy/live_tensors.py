@@ -12,13 +12,15 @@ import itertools
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
     from torch import Tensor
     from torch.nn import Module
 
     from ....protocol.messages import OomTensor
+    from ....protocol.messages import OomTensorKind as Kind
+    from ....protocol.messages import OomTensorWhere as Where
 
 #: Rows in the "largest live tensors" table.
 MAX_TENSOR_ROWS = 15
@@ -37,8 +39,6 @@ MAX_ITEMS = 64
 #: Parameters looked at per model.
 MAX_PARAMS = 20_000
 
-Where = Literal["namespace", "frame"]
-Kind = Literal["variable", "element", "parameter", "gradient"]
 #: (name, where, function, lineno, kind, tensor)
 Candidate: TypeAlias = "tuple[str, Where, str | None, int | None, Kind, Tensor]"
 

@@ -6,23 +6,14 @@ Each remedy says what to change and why, with the numbers that led to it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from ...units import fmt_bytes
 
 if TYPE_CHECKING:
     from ....protocol import messages as m
+    from ....protocol.messages import OomRemedyKind as RemedyKind
 
-RemedyKind = Literal[
-    "host_memory",
-    "huge_allocation",
-    "fragmentation",
-    "activations",
-    "optimizer_state",
-    "gradients_kept",
-    "reduce_batch",
-    "release_refs",
-]
 
 MEASURED = (
     " The next attempt's forward is measured: the Memory panel then shows which modules "

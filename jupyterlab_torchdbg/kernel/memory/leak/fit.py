@@ -14,10 +14,12 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ....protocol.messages import MemoryLeakCounter as Counter
 
 #: The counter a series follows (the protocol's ``MemoryLeak.counter``).
-Counter = Literal["rss", "allocated", "reserved"]
 
 MiB = 1 << 20
 #: Steps (points) the fit looks back over.

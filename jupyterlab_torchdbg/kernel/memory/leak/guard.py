@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...action_registry import ActionError
-from .limit import LimitSource
 from .text import SOURCES, size
 
 if TYPE_CHECKING:
     from ....protocol.messages import MemoryGuard
+    from ....protocol.messages import MemoryLeakLimitSource as LimitSource
 
 #: After a trip, usage must rise this much more (x) before the guard trips again.
 REARM = 1.03

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ....protocol.messages import MemoryLeakLimitSource as LimitSource
 
 #: Where a memory limit comes from (the protocol's ``limit_source``).
-LimitSource = Literal["cgroup", "host", "device"]
 
 ENV = "TORCHDBG_MEMORY_LIMIT"
 #: v1's "no limit" is a page-rounded 2**63-1; anything at or above this is no limit.

@@ -18,14 +18,15 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from itertools import islice
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from torch import Tensor
     from torch.nn import Module
 
+    from ....protocol.messages import LeakHolderKind as HolderKind
+
 #: What holds a leak (the protocol's ``LeakHolder.kind``).
-HolderKind = Literal["graph", "container", "hook", "closure"]
 
 #: Autograd nodes walked per graph at most.
 NODE_CAP = 200_000

@@ -18,22 +18,25 @@ import math
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ....protocol import jsonable
 from ...action_args import only_keys, schema_number
 from ...runs import name_of
 from .alert import MemoryAlert
-from .fit import MIN_POINTS, Counter, Fit, Series, steady
+from .fit import MIN_POINTS, Fit, Series, steady
 from .guard import Guard
 from .holders import compare, filling
-from .limit import LimitSource, memory_limit
+from .limit import memory_limit
 from .rss import RssReader
 from .scan import Seen, scan
 from .text import GENERIC_FIX, headline
 
 if TYPE_CHECKING:
     from ....protocol.messages import LeakHolder, MemoryGuard, MemoryLeak
+    from ....protocol.messages import MemoryLeakCounter as Counter
+    from ....protocol.messages import MemoryLeakLimitSource as LimitSource
+    from ....protocol.messages import MemoryLeakSearch as Search
     from ...host import Host
     from ..sources import Reading
 
@@ -55,7 +58,6 @@ CUDA_MIN_POINTS = 12
 #: How long a limit reading is reused.
 LIMIT_TTL_S = 1.0
 #: The holder search's state (the protocol's ``MemoryLeak.search``).
-Search = Literal["pending", "done", "budget", "failed"]
 NOTHING_FOUND = (
     "nothing the notebook's names hold grows with the steps: the memory may be held "
     "inside a library or a C extension, by a local of a running function, or by the allocator"
