@@ -298,7 +298,6 @@ def values_state(root: KeptRoot) -> tuple[str, float | None]:
 
 
 def _first_bad(values: tuple[Tensor, ...]) -> float | None:
-
     import math
 
     import torch

@@ -76,7 +76,6 @@ class KeptRoot:
     call: int
     #: A weak reference to the first root tensor (its name in the namespace, if bound).
     ref: weakref.ref[Tensor] | None = None
-
     #: Every marked loss found in the root's expression (``ce``, ``nll``), graph order.
     terms: tuple[str, ...] = ()
 

@@ -282,7 +282,6 @@ class Saved:
                     c.update(cast("dict[object, object]", kept))  # its own copy: a dict
                 else:
                     c.update(kept)
-
             except Exception:
                 left.append(f"a {type(c).__name__}")
         rngs, self._rngs = self._rngs, []
@@ -348,7 +347,6 @@ def _rng_state(g: Any) -> object:
 
 # Any: an owner of _rngs (numpy's generators untyped) and the state it gave, put back as is
 def _set_rng(owner: Any, state: Any) -> None:
-
     import torch
 
     if owner is random:
