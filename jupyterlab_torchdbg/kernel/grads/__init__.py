@@ -6,7 +6,8 @@ Files, by idea:
   ``collector`` (foreach norms left on the device), ``naming`` (parameter -> layer names,
   the plan), ``stride`` (self-timing and the automatic stride), ``track`` (one optimizer's
   state and table statistics), ``retired`` (tracks whose optimizer is gone), ``per_run``
-  (new tracks per run), ``status`` (the ``grads`` message), ``api`` (``watch()``);
+  (new tracks per run), ``status`` (the ``grads`` message), ``api`` (``watch()``),
+  ``monitor_view`` (the monitor as its helpers see it);
 - alarms: ``alarms``, ``check``, ``alerts``, ``thresholds``, ``explosion``,
   ``divergence``, ``amp_skips``, ``loop_clip`` (the loop's own clip);
 - a non-finite step: ``nonfinite``, ``bad_step``, ``step_diagnosis``, ``diagnose``,

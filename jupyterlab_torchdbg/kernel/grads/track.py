@@ -13,7 +13,7 @@ import dataclasses
 import math
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from ..backward_boundary import boundary_of
 from ..stream import bound_name
@@ -33,6 +33,10 @@ if TYPE_CHECKING:
     from ..stream import BlockSeries, Stream
     from .collector import Layout
     from .probe import ForwardProbe
+
+#: A monitor's tracks, by what steps them: an optimizer, or a ModelSource that stands for
+#: one (duck-typed: the monitor reads only its ``param_groups``; backward_boundary.py).
+Tracks: TypeAlias = "weakref.WeakKeyDictionary[torch.optim.Optimizer, Track]"
 
 #: Stretches of clip-action steps a track keeps (older ones are long judged).
 CLIP_SPANS = 8
@@ -329,7 +333,6 @@ def table_stats(m: torch.Tensor, prev: GradStats | None, n_layers: int) -> GradS
 
 
 def _t(values: Sequence[float | None], missing: float) -> torch.Tensor:
-
     import torch
 
     return torch.tensor([missing if v is None else float(v) for v in values], dtype=torch.float64)
