@@ -37,6 +37,7 @@ from .track import NO_GRADS_REASON, Track, Tracks
 if TYPE_CHECKING:
     import torch
 
+    from ...protocol.messages import SetThresholdsArgs
     from ..backward_boundary import ModelSource
     from ..host import Host
     from . import collector
@@ -388,8 +389,8 @@ class GradMonitor:
             t.mode_from_watch = False
         self._status_dirty = True
 
-    def set_thresholds(self, changes: dict[str, Any]) -> Thresholds:
-        self.thresholds = th = Thresholds(**{**self.thresholds.to_json(), **changes})
+    def set_thresholds(self, changes: SetThresholdsArgs) -> Thresholds:
+        self.thresholds = th = self.thresholds.updated(changes)
         for t in list(self.tracks.values()):
             t.detector.th = th
         self._status_dirty = True
