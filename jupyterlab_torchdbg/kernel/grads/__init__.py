@@ -6,7 +6,8 @@ Files, by idea:
   ``collector`` (foreach norms left on the device), ``naming`` (parameter -> layer names,
   the plan), ``stride`` (self-timing and the automatic stride), ``track`` (one optimizer's
   state and table statistics), ``retired`` (tracks whose optimizer is gone), ``per_run``
-  (new tracks per run), ``status`` (the ``grads`` message), ``api`` (``watch()``);
+  (new tracks per run), ``status`` (the ``grads`` message), ``api`` (``watch()``),
+  ``monitor_view`` (the monitor as its helpers see it);
 - alarms: ``alarms``, ``check``, ``alerts``, ``thresholds``, ``explosion``,
   ``divergence``, ``amp_skips``, ``loop_clip`` (the loop's own clip);
 - a non-finite step: ``nonfinite``, ``bad_step``, ``step_diagnosis``, ``diagnose``,
@@ -28,7 +29,7 @@ part; the step boundary calls ``GradMonitor.on_step`` and ``extension.py`` calls
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from ..action_args import no_args
 from .action_args import validate_replay, validate_skip, validate_stride, validate_thresholds
@@ -36,6 +37,7 @@ from .kept_forward import rerun_kept_forward
 from .monitor import GradMonitor
 
 if TYPE_CHECKING:
+    from ...protocol.messages import SetThresholdsArgs
     from ..host import Host
 
 __all__ = ["GradMonitor", "attach", "rerun_kept_forward"]
@@ -45,25 +47,31 @@ def attach(host: Host, clipping: Callable[[], bool]) -> tuple[GradMonitor, Calla
     """Create the monitor and register its actions; returns it and its cleanup."""
     mon = GradMonitor(host, clipping)
 
-    def set_stride(args: dict[str, Any]) -> dict[str, object]:
-        mon.set_mode(args["mode"], args["stride"])
-        return {"mode": args["mode"], "stride": args["stride"] if args["mode"] == "fixed" else None}
+    def set_stride(args: dict[str, object]) -> dict[str, object]:
+        # validate_stride's output: "mode" "auto" | "off" | "fixed", "stride" a whole number
+        mode, stride = str(args["mode"]), cast("int", args["stride"])
+        mon.set_mode(mode, stride)
+        return {"mode": mode, "stride": stride if mode == "fixed" else None}
 
     def set_thresholds(args: dict[str, object]) -> dict[str, object]:
-        return {"thresholds": mon.set_thresholds(args).to_json()}
+        # validate_thresholds' output: known names, each a number in the schema's range
+        changes = cast("SetThresholdsArgs", args)
+        return {"thresholds": mon.set_thresholds(changes).to_json()}
 
     def clear_alerts(args: dict[str, object]) -> dict[str, object]:
         mon.replayer.clear()  # the alert is gone: so is its kept batch and weight copy
         return {"cleared": mon.alerts.clear()}
 
-    def replay_step(args: dict[str, Any]) -> dict[str, object]:
-        return mon.replayer.run(args["track"])
+    def replay_step(args: dict[str, object]) -> dict[str, object]:
+        track = args["track"]  # validate_replay's output: a track name or None
+        return mon.replayer.run(track if isinstance(track, str) else None)
 
-    def skip_nonfinite(args: dict[str, Any]) -> dict[str, object]:
-        mon.guard.set_skip(args["on"], list(mon.tracks.values()))
+    def skip_nonfinite(args: dict[str, object]) -> dict[str, object]:
+        on = args["on"] is True  # validate_skip's output: a bool
+        mon.guard.set_skip(on, list(mon.tracks.values()))
         # The panel's checkbox shows the kernel's setting: send it now, idle or not.
         mon.maybe_send_status(force=True)
-        return {"on": args["on"]}
+        return {"on": on}
 
     removers = [
         host.actions.register("set_stride", validate_stride, set_stride),

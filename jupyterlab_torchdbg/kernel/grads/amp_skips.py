@@ -15,7 +15,7 @@ tensor of the user's or GradScaler's.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
@@ -29,7 +29,8 @@ class AmpSkips:
 
     def __init__(self) -> None:
         self._known: set[int] = set()
-        self._pending: deque[tuple[int, Any, Any]] = deque()
+        #: (step, its flag on the host, the copy's event: None for a plain copy)
+        self._pending: deque[tuple[int, torch.Tensor, torch.cuda.Event | None]] = deque()
 
     def note(self, step: int, found_inf: torch.Tensor) -> None:
         """This sampled step went through ``scaler.step`` with this ``found_inf``."""

@@ -39,13 +39,16 @@ from __future__ import annotations
 
 import sys
 import weakref
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, cast
 
 from .bad_step import KeptRoot
 
 if TYPE_CHECKING:
+    from types import CodeType, FrameType
+
     from torch import Tensor
+    from torch.autograd.graph import Node
     from torch.utils.hooks import RemovableHandle
 
 #: Root elements kept as values (a per-sample loss vector; larger roots: shape only).
@@ -74,8 +77,8 @@ class RootWatch:
         self._bound = False
         self._task_id: Callable[[], int] = lambda: -1
         self._queue: Callable[[Callable[[], None]], None] = lambda fn: None
-        self._run_code: Any = None
-        self._backward_code: Any = None
+        self._run_code: CodeType | None = None
+        self._backward_code: CodeType | None = None
         #: Losses marked since the last backward (no walk of the graph without one).
         self._marks = 0
 
@@ -110,7 +113,7 @@ class RootWatch:
 
     # --- inside backward (any thread: CUDA nodes run on the device's thread) ----------
 
-    def _on_node(self, grad_outputs: Any) -> None:
+    def _on_node(self, grad_outputs: tuple[Tensor | None, ...]) -> None:
         """Inside backward, once per pass: on the thread that called ``backward()`` (a
         CPU graph) the engine's frame is right above; on a device's thread (CUDA nodes)
         there is no Python frame above, and an engine callback reads it at the end."""
@@ -146,7 +149,7 @@ class RootWatch:
         import torch
 
         try:
-            f: Any = sys._getframe(depth + 1)
+            f: FrameType | None = sys._getframe(depth + 1)
         except ValueError:
             return False, None  # no Python frame above: a device's thread
         for _ in range(4):
@@ -168,8 +171,8 @@ class RootWatch:
             return None
         first = roots[0]
         if len(roots) == 1:  # the usual loss.backward(): no generator
-            values: tuple[Any, ...] = (first.detach(),) if first.numel() <= MAX_VALUES else ()
-            shapes: tuple[Any, ...] = (first.shape,)
+            values: tuple[Tensor, ...] = (first.detach(),) if first.numel() <= MAX_VALUES else ()
+            shapes: tuple[tuple[int, ...], ...] = (first.shape,)
         else:
             values = tuple(t.detach() for t in roots if t.numel() <= MAX_VALUES)
             shapes = tuple(t.shape for t in roots)  # torch.Size: a tuple
@@ -196,7 +199,8 @@ class RootWatch:
         module's output): its node carries the mark for as long as it lives."""
         node = tensor.grad_fn
         if node is not None:
-            meta: dict[str, Any] = cast("dict[str, Any]", node.metadata)
+            # torch's stub declares ``Node.metadata`` a method; it is a dict property
+            meta = cast("dict[str, object]", node.metadata)
             meta[MARK] = (kind, name)
             self._marks += 1
 
@@ -228,9 +232,9 @@ class RootWatch:
         self.root = None
 
 
-def _mark_of(node: Any) -> tuple[str, str] | None:
+def _mark_of(node: Node) -> tuple[str, str] | None:
     try:
-        hit = node.metadata.get(MARK)
+        hit = cast("dict[str, object]", node.metadata).get(MARK)  # a property (see mark)
     except Exception:
         return None
     return hit if isinstance(hit, tuple) else None
@@ -241,7 +245,7 @@ def root_of(root: KeptRoot | None, after: int) -> KeptRoot | None:
     return root if root is not None and root.call > after else None
 
 
-def describe(root: KeptRoot, ns: dict[str, Any] | None = None) -> str:
+def describe(root: KeptRoot, ns: Mapping[str, object] | None = None) -> str:
     """The loss as messages name it: "`loss` (criterion(...))", "backward() was called
     on (computed outside the model, MeanBackward0)"."""
     name = _bound_name(root, ns)
@@ -262,7 +266,7 @@ def source_of(root: KeptRoot) -> str:
     return what if root.exact else f"an expression of {what}"
 
 
-def _bound_name(root: KeptRoot, ns: dict[str, Any] | None) -> str | None:
+def _bound_name(root: KeptRoot, ns: Mapping[str, object] | None) -> str | None:
     """The namespace name bound to the root tensor, if any (read once per alarm)."""
     t = root.ref() if root.ref is not None else None
     if t is None or not ns:
@@ -293,7 +297,7 @@ def values_state(root: KeptRoot) -> tuple[str, float | None]:
     return "finite", None
 
 
-def _first_bad(values: tuple[Any, ...]) -> float | None:
+def _first_bad(values: tuple[Tensor, ...]) -> float | None:
     import math
 
     import torch

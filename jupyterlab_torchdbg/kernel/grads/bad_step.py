@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from torch import Tensor
     from torch.nn import Module
     from torch.optim import Optimizer
 
@@ -26,9 +27,9 @@ class KeptCall:
     """One forward call of a module: its arguments, by reference (detached)."""
 
     #: Positional arguments (tensors detached; other values as passed).
-    args: tuple[Any, ...]
+    args: tuple[object, ...]
     #: Keyword arguments (tensors detached; other values as passed).
-    kwargs: dict[str, Any]
+    kwargs: dict[str, object]
     #: How many forward calls of this module the keeper has seen (1 for the first).
     call: int = 0
 
@@ -43,10 +44,10 @@ class KeptLoss:
     #: Shape of its first argument (the model's output, possibly reshaped); not held.
     input_shape: tuple[int, ...] | None
     #: The remaining arguments (the target), by reference.
-    rest: tuple[Any, ...]
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    rest: tuple[object, ...]
+    kwargs: dict[str, object] = field(default_factory=dict)
     #: Its output (the 0-d loss of that call, detached: a few bytes), or None.
-    output: Any = None
+    output: Tensor | None = None
     #: The keeper's call counter at this call: a loss called after the model's last
     #: forward (a larger number than that ``KeptCall.call``) belongs to that batch.
     call: int = 0
@@ -58,7 +59,7 @@ class KeptRoot:
     user computed it, whatever computed it."""
 
     #: Detached views of the root tensors of at most ``MAX_VALUES`` elements (no graph).
-    values: tuple[Any, ...]
+    values: tuple[Tensor, ...]
     #: Shapes of all root tensors (``backward()`` may be given several).
     shapes: tuple[tuple[int, ...], ...]
     #: "model": a root model's own loss (``.loss``, a scalar output); "loss_module": a
@@ -74,7 +75,7 @@ class KeptRoot:
     #: The keeper's call counter at that backward (after the forward it belongs to).
     call: int
     #: A weak reference to the first root tensor (its name in the namespace, if bound).
-    ref: weakref.ref[Any] | None = None
+    ref: weakref.ref[Tensor] | None = None
     #: Every marked loss found in the root's expression (``ce``, ``nll``), graph order.
     terms: tuple[str, ...] = ()
 

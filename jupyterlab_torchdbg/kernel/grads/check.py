@@ -12,17 +12,18 @@ amp_skips.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import loop_clip, per_run
 from .track import table_stats
 
 if TYPE_CHECKING:
     from .alerts import Alert
+    from .monitor_view import MonitorView
     from .track import Track
 
 
-def check(mon: Any, track: Track) -> list[Alert]:
+def check(mon: MonitorView, track: Track) -> list[Alert]:
     """Check ``track``'s waiting rows on the monitor ``mon`` (a GradMonitor, not
     imported: it imports this); returns the alerts it raised, already logged."""
     import torch

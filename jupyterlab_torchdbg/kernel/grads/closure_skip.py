@@ -19,7 +19,7 @@ weights and state as before the step. The copy lives for one step only (R25).
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from .skip_facts import skips_without_grad
 
@@ -27,9 +27,9 @@ if TYPE_CHECKING:
     import torch
 
 
-def _copied(v: Any) -> Any:
+def _copied(v: object) -> object:
     if hasattr(v, "clone") and hasattr(v, "device"):
-        return v.detach().clone()
+        return cast("torch.Tensor", v).detach().clone()  # duck-typed as before: a tensor
     if isinstance(v, list):
         return list(v)
     if isinstance(v, dict):

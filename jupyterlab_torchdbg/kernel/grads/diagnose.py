@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .backward_root import root_of
 from .finding import Finding
@@ -62,12 +62,12 @@ def _param_names(module: Module) -> list[str]:
     return [p.name for p in sig.parameters.values() if p.kind in kinds]
 
 
-def _named(call: KeptCall, module: Module) -> list[tuple[str, Any]]:
+def _named(call: KeptCall, module: Module) -> list[tuple[str, object]]:
     """(display name, value) for every argument of the call, nested two levels."""
     names = _param_names(module)
     top = [(names[i] if i < len(names) else f"args[{i}]", v) for i, v in enumerate(call.args)]
     top += list(call.kwargs.items())
-    out: list[tuple[str, Any]] = []
+    out: list[tuple[str, object]] = []
     for name, v in top:
         out.append((name, v))
         if isinstance(v, (tuple, list)):
@@ -132,7 +132,7 @@ def check_inputs(roots: list[tuple[str, Module, KeptCall | None]]) -> Finding | 
     return None
 
 
-def overflow(params: list[Any], norms: Tensor, grad_layer: str | None) -> Finding | None:
+def overflow(params: list[Tensor], norms: Tensor, grad_layer: str | None) -> Finding | None:
     """Finite gradient values whose float32 norm overflows (each value below ~3.4e38,
     their sum of squares above it): the gradients exploded, nothing made a NaN. Read
     once per alarm, only for the tensors whose norm is non-finite."""
@@ -161,7 +161,7 @@ def diagnose(
     track: str,
     step: int,
     root: KeptRoot | None = None,
-    ns: dict[str, Any] | None = None,
+    ns: dict[str, object] | None = None,
     rerun_ok: frozenset[int] = frozenset(),
 ) -> Finding:
     """Input, forward, weights, loss or backward (see the module docstring).
@@ -171,7 +171,7 @@ def diagnose(
     found = check_inputs(roots)
     if found is not None:
         return found
-    runnable: list[tuple[str, Any]] = []
+    runnable: list[tuple[str, Module]] = []
     calls: list[KeptCall | None] = []
     for name, module, call in roots:
         eager = eager_root(module)
@@ -222,7 +222,7 @@ def diagnose(
         probe.remove()
 
 
-def _first_bad_weights(runnable: list[tuple[str, Any]]) -> str | None:
+def _first_bad_weights(runnable: list[tuple[str, Module]]) -> str | None:
     """The first module (in module order) whose own parameters hold NaN/Inf."""
     from .naming import clean_param_name
     from .probe import MAX_MODULES, params_finite
@@ -238,7 +238,11 @@ def _first_bad_weights(runnable: list[tuple[str, Any]]) -> str | None:
 
 
 def _own_loss_only(
-    name: str, runnable: list[tuple[str, Any]], outputs: list[Any], loss: LossFacts, rerun: str
+    name: str,
+    runnable: list[tuple[str, Module]],
+    outputs: list[object],
+    loss: LossFacts,
+    rerun: str,
 ) -> Finding | None:
     """The root named by the probe computes its own loss (``outputs.loss``), and that
     loss is the only non-finite part of its output on the re-run: the loss, not the
@@ -266,18 +270,21 @@ def _own_loss_only(
     return None
 
 
-def _tensors_of(out: Any) -> list[Any]:
+def _tensors_of(out: object) -> list[Tensor]:
     import torch
 
     if isinstance(out, torch.Tensor):
         return [out]
-    values = out.values() if isinstance(out, dict) else out
-    if isinstance(values, (tuple, list)) or isinstance(out, dict):
-        return [v for v in list(values)[:256] if isinstance(v, torch.Tensor)]
-    return []
+    if isinstance(out, dict):
+        values: list[object] = list(out.values())
+    elif isinstance(out, (tuple, list)):
+        values = list(out)
+    else:
+        return []
+    return [v for v in values[:256] if isinstance(v, torch.Tensor)]
 
 
-def _forward_fact(probe: ForwardProbe, modules: list[Any], rerun: str, who: str | None) -> str:
+def _forward_fact(probe: ForwardProbe, modules: list[Module], rerun: str, who: str | None) -> str:
     """What the forward re-run checked, in words (R47: of the re-run, as far as it went)."""
     if who is not None:
         return (

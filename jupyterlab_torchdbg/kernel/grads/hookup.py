@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import sys
 import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from ..watches import watches
 
@@ -47,7 +48,7 @@ def sync(
     keeper: InputKeeper,
     tracks: list[Track],
     candidates: list[tuple[str, weakref.ref[Module]]],
-    ns: dict[str, Any],
+    ns: Mapping[str, object],
     skip_all: bool,
 ) -> dict[int, Module]:
     """Hook the tracks' roots, the candidates and the loss modules; returns the
@@ -103,14 +104,14 @@ def model_skips(module: Module) -> bool:
     return False
 
 
-def candidate_models(ns: dict[str, Any]) -> list[tuple[str, Module]]:
+def candidate_models(ns: Mapping[str, object]) -> list[tuple[str, Module]]:
     """The watched models, then the namespace's models with trainable parameters (the
     largest first; one whose parameters a larger one holds adds nothing)."""
     nn = sys.modules.get("torch.nn")
     module_type = getattr(nn, "Module", None)
     if module_type is None:
         return []
-    found: list[tuple[str, Any]] = []
+    found: list[tuple[str, Module]] = []
     names = {id(v): k for k, v in list(ns.items()) if isinstance(k, str) and not k.startswith("_")}
     for w in watches()[1]:
         m = w.model
@@ -121,7 +122,7 @@ def candidate_models(ns: dict[str, Any]) -> list[tuple[str, Module]]:
         for k, v in list(ns.items())
         if isinstance(k, str) and not k.startswith("_") and isinstance(v, module_type)
     ]
-    sized: list[tuple[int, int, str, Any, set[int]]] = []
+    sized: list[tuple[int, int, str, Module, set[int]]] = []
     seen: set[int] = set()
     for i, (name, m) in enumerate(found[: MAX_CANDIDATES * 8]):
         if id(m) in seen:

@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, overload
 
 from .. import hook_guard
 from ..module_hooks import POST, PRE, HookSet, ModuleHook
@@ -48,6 +48,7 @@ from .loss_sources import is_torch_loss, output_nodes, scalar_with_grad
 from .norm_stats import NormShadow
 
 if TYPE_CHECKING:
+    from torch import Tensor
     from torch.nn import Module
 
 #: Container levels walked when detaching arguments (a list of dicts of tensors).
@@ -56,19 +57,22 @@ MAX_DEPTH = 2
 MAX_ITEMS = 64
 
 
-def _detached(value: Any, depth: int = 0) -> Any:
-    """``value`` with every tensor that requires grad detached (a view: same storage)."""
-    from torch import Tensor
-
-    return _detach(value, depth, Tensor)
-
-
-def _detach(value: Any, depth: int, tensor: type[Any]) -> Any:
+@overload
+def _detach(value: tuple[object, ...], depth: int, tensor: type[Tensor]) -> tuple[object, ...]: ...
+@overload
+def _detach(value: dict[str, object], depth: int, tensor: type[Tensor]) -> dict[str, object]: ...
+@overload
+def _detach(value: object, depth: int, tensor: type[Tensor]) -> object: ...
+def _detach(value: object, depth: int, tensor: type[Tensor]) -> object:
     if isinstance(value, tensor):
         return value.detach() if value.requires_grad else value
     if depth >= MAX_DEPTH:
         return value
-    if type(value) in (tuple, list) and len(value) <= MAX_ITEMS:
+    if (
+        isinstance(value, (tuple, list))
+        and type(value) in (tuple, list)
+        and len(value) <= MAX_ITEMS
+    ):
         out = [_detach(v, depth + 1, tensor) for v in value]
         return tuple(out) if type(value) is tuple else out
     if type(value) is dict and len(value) <= MAX_ITEMS:
@@ -76,7 +80,7 @@ def _detach(value: Any, depth: int, tensor: type[Any]) -> Any:
     return value
 
 
-def _plain(values: Iterable[Any], tensor: type[Any]) -> bool:
+def _plain(values: Iterable[object], tensor: type[Tensor]) -> bool:
     """Every value is a tensor without autograd history, or not a container: kept as is
     (the common case, a few hundred ns)."""
     for v in values:
@@ -123,7 +127,7 @@ def hook_target(module: Module, wrappers: dict[int, Module]) -> Module | None:
     return module
 
 
-def compile_wrappers(ns: dict[str, Any]) -> dict[int, Module]:
+def compile_wrappers(ns: Mapping[str, object]) -> dict[int, Module]:
     """id(wrapped module) -> its ``OptimizedModule`` for the namespace's compiled models."""
     import torch
 
@@ -248,7 +252,7 @@ class InputKeeper:
 
         counter, compiling, watch = self._counter, self._is_compiling, self.backward
 
-        def keep_call(mod: Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        def keep_call(mod: Module, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
             if self._paused or compiling():
                 return
             try:
@@ -263,7 +267,7 @@ class InputKeeper:
             except Exception:
                 self._on_error("grads:inputs")
 
-        def keep_output(mod: Module, args: tuple[Any, ...], output: Any) -> None:
+        def keep_output(mod: Module, args: tuple[object, ...], output: object) -> None:
             if self._paused or compiling():
                 return
             try:
@@ -286,7 +290,7 @@ class InputKeeper:
         torch_loss = is_torch_loss(module)
 
         def keep_loss(
-            mod: Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
+            mod: Module, args: tuple[object, ...], kwargs: dict[str, object], output: object
         ) -> None:
             if compiling() or self._paused:
                 return
@@ -300,8 +304,8 @@ class InputKeeper:
                     slot.ref,
                     slot.name,
                     shape,
-                    _detached(args[1:]),
-                    _detached(kwargs),
+                    _detach(args[1:], 0, Tensor),
+                    _detach(kwargs, 0, Tensor),
                     output=None if out is None else out.detach(),
                     call=next(counter),
                 )

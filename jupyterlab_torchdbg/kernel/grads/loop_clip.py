@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeAlias
 
 from ..backward_boundary import END_OF_BACKWARD, ModelSource
 from ..lr_value import read_lr
@@ -22,15 +22,20 @@ from ..user_clip import names_norm_clip
 from .alerts import Clipping
 
 if TYPE_CHECKING:
+    import torch
+
     from ..step_read import StepRead
+    from .monitor_view import MonitorView
     from .track import Track
 
+#: The tensors a clip call was given (parameters, or gradients for a value clip).
+Tensors: TypeAlias = "Sequence[torch.Tensor]"
 #: Tensors of a clip call looked at to find its tracks.
 MATCH_TENSORS = 64
 NORM = "clip_grad_norm_"
 
 
-def defer(mon: Any, source: ModelSource, key: Any) -> StepRead | None:
+def defer(mon: MonitorView, source: ModelSource, key: torch.optim.Optimizer) -> StepRead | None:
     """At the end of backward of ``source`` (``mon``: the GradMonitor, not imported: it
     imports this): a loop seen clipping by norm is read at its clip, after it (the
     step is counted here, its read deferred: ``after_clip``); None: read it now. At its
@@ -56,7 +61,7 @@ def defer(mon: Any, source: ModelSource, key: Any) -> StepRead | None:
     return StepRead(step=track.step, params=None, norms=None, scaler=None)
 
 
-def after_clip(mon: Any, tensors: Sequence[Any], kind: str, bound: float, grads: bool) -> None:
+def after_clip(mon: MonitorView, tensors: Tensors, kind: str, bound: float, grads: bool) -> None:
     """The loop's own clip just ran: the tracks it clipped learn it; a deferred read of a
     loop without torch.optim happens now, on the clipped gradients."""
     for key, track, changed in clipped(list(mon.tracks.items()), tensors, kind, bound, grads):
@@ -68,12 +73,12 @@ def after_clip(mon: Any, tensors: Sequence[Any], kind: str, bound: float, grads:
 
 
 def clipped(
-    tracks: Sequence[tuple[Any, Track]],
-    tensors: Sequence[Any],
+    tracks: Sequence[tuple[torch.optim.Optimizer, Track]],
+    tensors: Tensors,
     kind: str,
     bound: float,
     grads: bool,
-) -> Iterator[tuple[Any, Track, bool]]:
+) -> Iterator[tuple[torch.optim.Optimizer, Track, bool]]:
     """The (key, track, changed) of each track this clip call clipped, after noting it
     (``grads``: the call's tensors are gradients, as a value clip gives them)."""
     head = tensors[:MATCH_TENSORS]

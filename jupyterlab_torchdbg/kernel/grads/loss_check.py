@@ -13,12 +13,14 @@ says the loss was not checked (``unchecked``).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from .backward_root import describe, values_state
 from .finding import Finding
 
 if TYPE_CHECKING:
+    from ..stream import Stream
     from .bad_step import KeptLoss, KeptRoot
 
 
@@ -31,7 +33,7 @@ class LossFacts:
         losses: list[KeptLoss],
         logged: float | None,
         after: int,
-        ns: dict[str, Any] | None,
+        ns: Mapping[str, object] | None,
     ) -> None:
         self.root = root
         self.losses = losses
@@ -59,7 +61,7 @@ def after_forward(
     ran: bool,
     loss: LossFacts,
     grad_layer: str | None,
-    outputs: list[Any],
+    outputs: list[object],
 ) -> Finding:
     """The forward pass was finite (or could not be re-run): the loss, or backward."""
     where = f" (first in {grad_layer}, nearest the loss)" if grad_layer else ""
@@ -123,7 +125,7 @@ def after_forward(
     return Finding("unchecked", grad_layer, msg)
 
 
-def _reevaluate(kept: KeptLoss, outputs: list[Any]) -> float | None:
+def _reevaluate(kept: KeptLoss, outputs: list[object]) -> float | None:
     """The loss module on a probed output of the kept input's size, with the kept target."""
     import torch
 
@@ -145,7 +147,7 @@ def _reevaluate(kept: KeptLoss, outputs: list[Any]) -> float | None:
     return None
 
 
-def scalar_of(value: Any) -> float | None:
+def scalar_of(value: object) -> float | None:
     import torch
 
     if isinstance(value, torch.Tensor) and value.numel() >= 1 and value.is_floating_point():
@@ -163,7 +165,7 @@ def spell(v: float) -> str:
     return "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf")
 
 
-def logged_loss(stream: Any) -> float | None:
+def logged_loss(stream: Stream) -> float | None:
     """The newest value ``log()``ged under a name containing "loss" (not yet flushed
     first, else the last flushed one), None without one; a device value is copied
     here (once per alarm)."""

@@ -15,9 +15,11 @@ run it again:
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from torch import Tensor
     from torch.nn import Module
 
 #: Loss modules hooked at most (the namespace's first).
@@ -27,7 +29,7 @@ MAX_DEPTH = 2
 MAX_ITEMS = 64
 
 
-def loss_modules(ns: dict[str, Any]) -> list[tuple[str, Module]]:
+def loss_modules(ns: Mapping[str, object]) -> list[tuple[str, Module]]:
     """(name, module) for the loss modules bound in the namespace: torch's (``_Loss``)
     and parameter-free modules of a class outside torch (``class FocalLoss(nn.Module)``;
     such a module is kept only when it returns a scalar, see ``_loss_hook``)."""
@@ -65,7 +67,7 @@ def is_torch_loss(module: Module) -> bool:
     return base is not None and isinstance(module, base)
 
 
-def scalar_with_grad(value: Any, tensor: type[Any]) -> bool:
+def scalar_with_grad(value: object, tensor: type[Tensor]) -> bool:
     return (
         isinstance(value, tensor)
         and value.numel() == 1
@@ -74,7 +76,7 @@ def scalar_with_grad(value: Any, tensor: type[Any]) -> bool:
     )
 
 
-def output_nodes(output: Any, tensor: type[Any]) -> tuple[list[Any], Any]:
+def output_nodes(output: object, tensor: type[Tensor]) -> tuple[list[Tensor], Tensor | None]:
     """(the tensors of ``output`` whose autograd nodes to arm, the model's own loss or
     None): the loss (``.loss``, ``["loss"]``, a scalar output, a leading scalar of a
     tuple) and the first other tensor with a node, two levels deep — a backward from
@@ -84,7 +86,7 @@ def output_nodes(output: Any, tensor: type[Any]) -> tuple[list[Any], Any]:
     if loss is not None and loss.grad_fn is None:
         loss = None
     armed = [] if loss is None else [loss]
-    stack: list[tuple[Any, int]] = [(output, 0)]
+    stack: list[tuple[object, int]] = [(output, 0)]
     looked = 0
     while stack and looked < MAX_ITEMS:
         value, depth = stack.pop(0)
@@ -92,18 +94,20 @@ def output_nodes(output: Any, tensor: type[Any]) -> tuple[list[Any], Any]:
         if isinstance(value, tensor):
             if value.grad_fn is not None and value is not loss:
                 return [*armed, value], loss
-        elif depth < MAX_DEPTH and type(value) in (tuple, list):
+        elif (
+            depth < MAX_DEPTH and isinstance(value, (tuple, list)) and type(value) in (tuple, list)
+        ):
             stack.extend((v, depth + 1) for v in value[:MAX_ITEMS])
         elif depth < MAX_DEPTH and isinstance(value, dict):
             stack.extend((v, depth + 1) for v in list(value.values())[:MAX_ITEMS])
     return armed, loss
 
 
-def model_loss(result: Any, tensor: type[Any]) -> Any:
+def model_loss(result: object, tensor: type[Tensor]) -> Tensor | None:
     """A scalar output, an output's ``.loss`` (Hugging Face) or ``["loss"]``, or a tuple's
     leading scalar (``return_dict=False`` with labels); None otherwise."""
 
-    def scalar(v: Any) -> Any:
+    def scalar(v: object) -> Tensor | None:
         if isinstance(v, tensor) and v.ndim == 0 and v.is_floating_point():
             return v
         return None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from ...protocol import jsonable
@@ -32,11 +32,12 @@ from .replay import Replayer
 from .retired import RetiredTracks
 from .status import grads_message
 from .stride import Periodic, Sampler
-from .track import NO_GRADS_REASON, Track
+from .track import NO_GRADS_REASON, Track, Tracks
 
 if TYPE_CHECKING:
     import torch
 
+    from ...protocol.messages import SetThresholdsArgs
     from ..backward_boundary import ModelSource
     from ..host import Host
     from . import collector
@@ -70,12 +71,12 @@ class GradMonitor:
         self.alerts = AlertLog()
         self.loss_watch = LossWatch()  # the logged loss's jumps (the run's, not a track's)
         self.mode: tuple[str, int] = ("auto", 1)
-        self.tracks: weakref.WeakKeyDictionary[Any, Track] = weakref.WeakKeyDictionary()
+        self.tracks: Tracks = weakref.WeakKeyDictionary()
         self.retired = RetiredTracks()  # optimizer gone, rows not judged yet (retired.py)
         #: The run the tracks belong to (per_run.py: a new run, new tracks).
         self.run: int | None = None
         self.step_base: dict[str, int] = {}
-        self._collector: Any = None
+        self._collector: Any = None  # Any: the collector module once torch is in (attach_torch)
         self._status_dirty, self._last_status = True, -math.inf
         self._steps_at_status = 0
         self._rows_waiting = False
@@ -119,8 +120,7 @@ class GradMonitor:
         ``on_step``, or, for a loop that clips by norm, the step counted and its read
         deferred to the clip (loop_clip.defer). A queued replay waits for an optimizer
         step or the cell's end: its backward must not nest inside the user's."""
-        # Duck-typed: the monitor reads only ``param_groups`` of what keys a track.
-        key = cast("torch.optim.Optimizer", source)
+        key = cast("torch.optim.Optimizer", source)  # duck-typed as one: see track.Tracks
         try:
             deferred = loop_clip.defer(self, source, key)
         except Exception:
@@ -187,7 +187,7 @@ class GradMonitor:
             found_inf=kernel_found_inf(optimizer),
         )
 
-    def user_clip(self, tensors: Sequence[Any], kind: str, bound: float, grads: bool) -> None:
+    def user_clip(self, tensors: loop_clip.Tensors, kind: str, bound: float, grads: bool) -> None:
         """The loop's own clip (user_clip.py) just ran on some parameters: loop_clip.py."""
         try:
             loop_clip.after_clip(self, tensors, kind, bound, grads)
@@ -389,8 +389,8 @@ class GradMonitor:
             t.mode_from_watch = False
         self._status_dirty = True
 
-    def set_thresholds(self, changes: dict[str, Any]) -> Thresholds:
-        self.thresholds = th = Thresholds(**{**self.thresholds.to_json(), **changes})
+    def set_thresholds(self, changes: SetThresholdsArgs) -> Thresholds:
+        self.thresholds = th = self.thresholds.updated(changes)
         for t in list(self.tracks.values()):
             t.detector.th = th
         self._status_dirty = True

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import sys
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..backward_boundary import ModelSource
 from ..watches import watches
@@ -33,6 +34,8 @@ from ..watches import watches
 if TYPE_CHECKING:
     import torch
     from torch.amp import GradScaler
+
+    from ...protocol.messages import GradLayerParamsItem
 
 #: More layers than this are merged into their parent modules (one level at a time), so a
 #: model with 10,000 tensors stays a readable chart and a bounded message (R09).
@@ -68,7 +71,7 @@ def _scaler_types() -> tuple[type[GradScaler], ...]:
     return tuple(out)
 
 
-def user_names(ns: dict[str, Any]) -> dict[int, str]:
+def user_names(ns: Mapping[str, object]) -> dict[int, str]:
     """id(object) -> the first public name bound to it in the namespace."""
     out: dict[int, str] = {}
     for k, v in list(ns.items()):
@@ -77,7 +80,7 @@ def user_names(ns: dict[str, Any]) -> dict[int, str]:
     return out
 
 
-def find_scaler(ns: dict[str, Any]) -> GradScaler | None:
+def find_scaler(ns: Mapping[str, object]) -> GradScaler | None:
     """An enabled GradScaler bound in the namespace, or None."""
     types = _scaler_types()
     if not types:
@@ -109,12 +112,12 @@ def _named_parameters(module: torch.nn.Module) -> list[tuple[str, torch.nn.Param
 @dataclass
 class LayerInfo:
     name: str
-    params: list[dict[str, Any]] = field(default_factory=list)
+    params: list[GradLayerParamsItem] = field(default_factory=list)
     numel: int = 0
     more: int = 0
 
     def to_json(self) -> dict[str, object]:
-        out: dict[str, Any] = {"name": self.name, "params": self.params, "numel": self.numel}
+        out: dict[str, object] = {"name": self.name, "params": self.params, "numel": self.numel}
         if self.more:
             out["more_params"] = self.more
         return out
@@ -136,7 +139,7 @@ class Plan:
     coarsened: bool = False
     unnamed: int = 0
     #: The models that named the parameters, as (name, weakref) (the forward probe's roots).
-    roots: list[tuple[str, Any]] = field(default_factory=list)
+    roots: list[tuple[str, weakref.ref[torch.nn.Module]]] = field(default_factory=list)
 
 
 def group_sig(optimizer: torch.optim.Optimizer) -> tuple[tuple[int, int], ...]:
@@ -144,10 +147,10 @@ def group_sig(optimizer: torch.optim.Optimizer) -> tuple[tuple[int, int], ...]:
     return tuple((id(g["params"]), len(g["params"])) for g in optimizer.param_groups)
 
 
-def optimizer_params(optimizer: torch.optim.Optimizer) -> list[tuple[int, int, Any]]:
+def optimizer_params(optimizer: torch.optim.Optimizer) -> list[tuple[int, int, torch.Tensor]]:
     """(group index, index in group, tensor), each tensor once (tied params, R33)."""
     seen: set[int] = set()
-    out: list[tuple[int, int, Any]] = []
+    out: list[tuple[int, int, torch.Tensor]] = []
     for gi, g in enumerate(optimizer.param_groups):
         for i, p in enumerate(g["params"]):
             if id(p) not in seen:
@@ -156,7 +159,7 @@ def optimizer_params(optimizer: torch.optim.Optimizer) -> list[tuple[int, int, A
     return out
 
 
-def build_plan(optimizer: torch.optim.Optimizer, track: str, ns: dict[str, Any]) -> Plan:
+def build_plan(optimizer: torch.optim.Optimizer, track: str, ns: Mapping[str, object]) -> Plan:
     """Name and scope one optimizer's parameters."""
     version, active = watches()
     all_params = optimizer_params(optimizer)
@@ -164,7 +167,7 @@ def build_plan(optimizer: torch.optim.Optimizer, track: str, ns: dict[str, Any])
     names = user_names(ns)
 
     # Scope: watches for this optimizer, or for models whose parameters it steps.
-    sources: list[tuple[str, Any]] = []
+    sources: list[tuple[str, torch.nn.Module]] = []
     scope: set[int] | None = None
     stride: int | None = None
     if active:
@@ -203,7 +206,7 @@ def build_plan(optimizer: torch.optim.Optimizer, track: str, ns: dict[str, Any])
     # Namespace modules: the largest first, ScriptModules after the rest.
     mod_t, script_t = _module_type(), _script_type()
     if mod_t is not None and len(sources) < 64:
-        found: list[tuple[bool, int, str, Any]] = []
+        found: list[tuple[bool, int, str, torch.nn.Module]] = []
         for k, v in list(ns.items()):
             if isinstance(k, str) and not k.startswith("_") and isinstance(v, mod_t):
                 params = _named_parameters(v)
@@ -216,18 +219,18 @@ def build_plan(optimizer: torch.optim.Optimizer, track: str, ns: dict[str, Any])
 
     param_name: dict[int, tuple[str, str, int]] = {}  # id -> (layer, param, order)
     order = 0
-    roots: list[tuple[str, Any]] = []
+    roots: list[tuple[str, weakref.ref[torch.nn.Module]]] = []
     for prefix, module in sources:
         if len(param_name) == len(wanted_ids):
             break
         named_before = len(param_name)
-        for pname, p in _named_parameters(module):
+        for pname, param in _named_parameters(module):
             order += 1
-            if id(p) in wanted_ids and id(p) not in param_name:
+            if id(param) in wanted_ids and id(param) not in param_name:
                 clean = clean_param_name(module, pname)
                 layer, _, leaf = clean.rpartition(".")
                 full_layer = f"{prefix}.{layer}" if layer else prefix
-                param_name[id(p)] = (full_layer, leaf, order)
+                param_name[id(param)] = (full_layer, leaf, order)
         if len(param_name) > named_before:
             roots.append((prefix, weakref.ref(module)))
 
@@ -309,7 +312,9 @@ def _numel(p: torch.Tensor) -> int:
         return 0
 
 
-def optimizer_name(optimizer: torch.optim.Optimizer, ns: dict[str, Any], taken: set[str]) -> str:
+def optimizer_name(
+    optimizer: torch.optim.Optimizer, ns: Mapping[str, object], taken: set[str]
+) -> str:
     """The user's name for the optimizer (``opt``), else ``optimizer``/``optimizer2``...;
     for a model read at the end of backward, the model's name (``model``, ``model2``...)."""
     if isinstance(optimizer, ModelSource):

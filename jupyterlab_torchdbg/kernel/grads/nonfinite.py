@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..gradscaler import kernel_found_inf
 from ..watches import watches
@@ -62,12 +62,13 @@ if TYPE_CHECKING:
     from .inputs import InputKeeper
     from .probe import ForwardProbe
     from .replay import Replayer
+    from .skip_facts import Shadows
     from .track import Track
 
 
 class _HasTracks(Protocol):
     @property
-    def tracks(self) -> Mapping[Any, Track]: ...
+    def tracks(self) -> Mapping[torch.optim.Optimizer, Track]: ...
 
     def clipping(self) -> bool: ...
 
@@ -106,7 +107,9 @@ class NonFiniteGuard:
         #: Models hooked before their first step (a cell's start, ``watch()``), weakly.
         self._candidates: list[tuple[str, weakref.ref[Module]]] = []
         #: Optimizer (or ModelSource) -> its steps the tool saw applied (not skipped).
-        self._applied: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._applied: weakref.WeakKeyDictionary[torch.optim.Optimizer, int] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def attach(self) -> None:
         from .inputs import InputKeeper
@@ -133,7 +136,7 @@ class NonFiniteGuard:
 
     # --- hook-up (at plan checks) ------------------------------------------------------
 
-    def hook_up(self, tracks: Iterable[Track], ns: dict[str, Any]) -> None:
+    def hook_up(self, tracks: Iterable[Track], ns: Mapping[str, object]) -> None:
         """Keep the last call of every track's roots (and of the candidates) and of the
         namespace's loss modules; set each track's effective ``skip_nonfinite``."""
         tracks = list(tracks)
@@ -147,7 +150,7 @@ class NonFiniteGuard:
             if self.keeper is not None:
                 self.keeper.in_step = False
 
-    def scan_models(self, ns: dict[str, Any]) -> None:
+    def scan_models(self, ns: Mapping[str, object]) -> None:
         """A cell's start or ``watch()`` (the kernel's thread, no other cell running):
         hook the namespace's models with trainable parameters (and the watched ones)
         before their first step, so that step's batch and loss are kept too."""
@@ -160,7 +163,7 @@ class NonFiniteGuard:
         except Exception:
             self.host.count_error("grads:scan")
 
-    def _sync(self, tracks: list[Track], ns: dict[str, Any]) -> None:
+    def _sync(self, tracks: list[Track], ns: Mapping[str, object]) -> None:
         if self.keeper is not None:
             self.keeper.roots_on_cuda = (
                 self.skip_all
@@ -301,7 +304,7 @@ class NonFiniteGuard:
 
     # --- normalisation statistics under skip (norm_stats.py) --------------------------
 
-    def _shadows(self, track: Track) -> list[tuple[str, Module, Any]]:
+    def _shadows(self, track: Track) -> Shadows:
         """(root name, root, its NormShadow or None) of the track's roots."""
         keeper, plan = self.keeper, track.plan
         if keeper is None or plan is None:

@@ -22,7 +22,7 @@ foreach copy per step (a few µs on CPU for a few layers; no host sync on CUDA).
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -93,8 +93,8 @@ class NormShadow:
                 return [], [n for n, m, _, _ in self.entries if m.training]
             done: list[str] = []
             missed: list[str] = []
-            dst: list[Any] = []
-            src: list[Any] = []
+            dst: list[Tensor] = []
+            src: list[Tensor] = []
             for (name, m, attr, b), copy in zip(self.entries, self._copies, strict=True):
                 if m._buffers.get(attr) is b:
                     dst.append(b)

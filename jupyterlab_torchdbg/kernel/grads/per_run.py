@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import math
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
+    import torch
+
     from ..backward_boundary import ModelSource
     from ..host import Host
     from ..stream import Stream
+    from .monitor_view import MonitorView
 
 
 def current_run(ext: Host) -> int | None:
@@ -25,7 +28,7 @@ def current_run(ext: Host) -> int | None:
     return ext.runs.current_id
 
 
-def start_run(mon: Any, run: int | None) -> None:
+def start_run(mon: MonitorView, run: int | None) -> None:
     """The monitor (``GradMonitor``, not imported: it imports this) saw a new run at its
     step boundary (see the module docstring)."""
     mon.run = run
@@ -35,12 +38,12 @@ def start_run(mon: Any, run: int | None) -> None:
     mon.status_changed()
 
 
-def hand_over(mon: Any, source: ModelSource) -> None:
+def hand_over(mon: MonitorView, source: ModelSource) -> None:
     """An optimizer took over ``source`` at its first step and the source's only boundary
     in this run was that step's backward pass (runs.py ``hand_over``): its track was no
     track of its own. It goes with its blocks; the optimizer's track reads the same
     gradients at this step as its step 1."""
-    track = mon.tracks.pop(source, None)
+    track = mon.tracks.pop(cast("torch.optim.Optimizer", source), None)  # keyed as one
     if track is None:
         return
     blocks = [b for b in (track.recorder, track.param_recorder) if b is not None]
@@ -49,7 +52,7 @@ def hand_over(mon: Any, source: ModelSource) -> None:
     mon.status_changed()
 
 
-def connect(mon: Any, ext: Host) -> None:
+def connect(mon: MonitorView, ext: Host) -> None:
     """Alerts count towards their run in the registry."""
     mon.alerts.counter = ext.runs.count_alerts
 

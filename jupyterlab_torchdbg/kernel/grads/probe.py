@@ -41,13 +41,15 @@ removed, out of torch's dicts when safe.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from ..module_hooks import POST, PRE, HookFn, HookSet, ModuleHook
 from .alerts import Alert
 
 if TYPE_CHECKING:
+    from torch import Tensor
     from torch.nn import Module
 
     from .bad_step import KeptCall
@@ -69,7 +71,7 @@ REMEDY = {
 }
 
 
-def _tensors(value: object, depth: int = 0) -> Iterable[Any]:
+def _tensors(value: object, depth: int = 0) -> Iterator[Tensor]:
     import torch
 
     if isinstance(value, torch.Tensor):
@@ -116,7 +118,7 @@ def _abs_max(value: object) -> float | None:
     return out
 
 
-def dropout_active(modules: list[Any]) -> bool:
+def dropout_active(modules: Iterable[Module]) -> bool:
     """Some dropout module under ``modules`` is in training mode with p > 0 (a re-run of
     their forward draws other masks than the step did)."""
     from torch.nn.modules.dropout import _DropoutNd
@@ -137,7 +139,7 @@ def params_finite(module: Module, recurse: bool = False) -> bool:
         return True
 
 
-def probe_roots(roots: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+def probe_roots(roots: list[tuple[str, weakref.ref[Module]]]) -> list[tuple[str, Module]]:
     """The (name, module) roots the armed probe may hook: not compiled, not scripted."""
     import torch
 
@@ -165,7 +167,7 @@ class ForwardProbe:
     """Forward hooks on every submodule of the roots, for one forward pass."""
 
     def __init__(
-        self, track: str, step: int, roots: list[tuple[str, Any]], now: bool = False
+        self, track: str, step: int, roots: list[tuple[str, Module]], now: bool = False
     ) -> None:
         from .naming import clean_param_name
 
@@ -182,15 +184,15 @@ class ForwardProbe:
         self.last_bad: str | None = None
         self.out_max: float | None = None  # largest |value| of the models' outputs
         #: The roots' outputs of ``run`` (for the loss check), dropped by ``remove``.
-        self.outputs: list[Any] = []
+        self.outputs: list[object] = []
         self._keep_outputs = False
-        self._roots: list[tuple[str, Any]] = roots
+        self._roots: list[tuple[str, Module]] = roots
         #: Modules whose outputs are checked; ``complete``: every module of the roots.
         self.hooked = 0
         self.complete = True
         #: What ``run`` changed and could not put back (rerun.py).
         self.left: list[str] = []
-        specs: list[tuple[Any, str, HookFn, bool]] = []
+        specs: list[tuple[Module, str, HookFn, bool]] = []
         for prefix, root in roots:
             specs.append((root, PRE, self._pre(prefix), False))
             for i, (name, mod) in enumerate(root.named_modules()):
@@ -203,7 +205,7 @@ class ForwardProbe:
                 specs.append((mod, POST, self._post(full, mod is root), True))
         self._handles = self._hooks.add(specs, now)
 
-    def run(self, calls: list[KeptCall | None], spaces: Sequence[dict[str, Any]] = ()) -> None:
+    def run(self, calls: list[KeptCall | None], spaces: Sequence[dict[str, object]] = ()) -> None:
         """Run each root once on a copy of its kept call (aligned with the roots), at
         once, without autograd; everything the run may change is put back afterwards
         (rerun.py, R53: the modules' attributes and tensors, the RNGs, the namespaces
@@ -239,9 +241,9 @@ class ForwardProbe:
 
     def _post(
         self, name: str, is_root: bool
-    ) -> Callable[[Module, tuple[object, ...], dict[str, Any], object], None]:
+    ) -> Callable[[Module, tuple[object, ...], dict[str, object], object], None]:
         def hook(
-            module: Module, args: tuple[object, ...], kwargs: dict[str, Any], out: object
+            module: Module, args: tuple[object, ...], kwargs: dict[str, object], out: object
         ) -> None:
             try:
                 if self.ran and not self._keep_outputs:

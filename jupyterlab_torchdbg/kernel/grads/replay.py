@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...protocol import jsonable
 from ..action_registry import ActionError
@@ -34,6 +34,8 @@ from ..safe_point import SafePointJobs
 from .alerts import Alert
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
     from ..host import Host
     from .alerts import AlertLog
     from .bad_step import BadStep
@@ -87,7 +89,7 @@ class Replayer:
         self._lock = threading.Lock()
         self._bad: BadStep | None = None
         #: Root name -> {parameter or buffer name -> host copy}; None: too big / failed.
-        self._snapshot: dict[str, dict[str, Any]] | None = None
+        self._snapshot: dict[str, dict[str, Tensor]] | None = None
         self._jobs = SafePointJobs()
         #: A replay running now (a second click is refused, not queued twice).
         self._busy = False
@@ -175,7 +177,7 @@ class Replayer:
         return result
 
     def _replay(
-        self, bad: BadStep, snapshot: dict[str, dict[str, Any]] | None
+        self, bad: BadStep, snapshot: dict[str, dict[str, Tensor]] | None
     ) -> dict[str, object]:
         from .replay_run import replay
 
@@ -250,7 +252,7 @@ def _str_or_none(v: object) -> str | None:
     return None if v is None else str(v)
 
 
-def _snapshot(bad: BadStep) -> dict[str, dict[str, Any]] | None:
+def _snapshot(bad: BadStep) -> dict[str, dict[str, Tensor]] | None:
     """Host copies of each root's parameters and buffers, or None beyond the bound."""
     from .replay_run import eager
 

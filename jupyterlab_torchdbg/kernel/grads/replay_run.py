@@ -39,9 +39,9 @@ import math
 import re
 import traceback
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from ..action_registry import ActionError
 from .probe import dropout_active
@@ -50,6 +50,7 @@ from .replay_report import Frame, report, user_frames
 from .rerun import Saved, copied, copied_call, restored, user_code, user_globals
 
 if TYPE_CHECKING:
+    import torch
     from torch import Tensor
     from torch.nn import Module
 
@@ -60,6 +61,9 @@ MAX_NODES = 200_000
 #: Output tensors looked at at most (nested tuples / dicts of a model's output).
 MAX_OUTPUTS = 256
 
+#: A root's tensors by name (its host copies, the replay's state); the gradients at a node.
+Params: TypeAlias = "dict[str, Tensor]"
+GradsAt: TypeAlias = "tuple[Tensor | None, ...]"
 _ANOMALY = re.compile(r"Function '(\w+)' returned nan values in its (\d+)\w* output")
 
 
@@ -79,7 +83,7 @@ def eager(module: Module) -> Module:
 
 
 def replay(
-    bad: BadStep, snapshot: dict[str, dict[str, Any]] | None, ns: dict[str, Any] | None = None
+    bad: BadStep, snapshot: dict[str, Params] | None, ns: dict[str, object] | None = None
 ) -> dict[str, object]:
     """Replay each root's kept call; the first that reproduces a NaN/Inf is reported,
     else the one that ran the user's loss (else the first). Each runs on a copy of the
@@ -148,7 +152,7 @@ def _replay_root(
     module: Module,
     call: KeptCall,
     losses: list[KeptLoss],
-    snap: dict[str, Any] | None,
+    snap: Params | None,
     name: str = "model",
     root: KeptRoot | None = None,
 ) -> dict[str, object]:
@@ -246,9 +250,9 @@ def _replay_root(
     return {**out, "finite": True, "cause": "finite"}
 
 
-def _state(module: Module, snap: dict[str, Any] | None) -> tuple[dict[str, Any], list[Tensor], str]:
+def _state(module: Module, snap: Params | None) -> tuple[Params, list[Tensor], str]:
     """Parameters (fresh leaves) and buffers (copies) for ``functional_call``."""
-    state: dict[str, Any] = {}
+    state: Params = {}
     leaves: list[Tensor] = []
     pre_step = snap is not None
     for name, p in module.named_parameters():
@@ -320,10 +324,17 @@ def _all_finite(value: object, depth: int = 0) -> bool:
     return _finite(value)
 
 
-_watch_cls: Any = None
+class _OpFinder(Protocol):  # the forward watch as used: a mode entered once, its finding
+    origin: tuple[str, list[Frame]] | None
+
+    def __enter__(self) -> object: ...
+    def __exit__(self, exc_type: object, exc_val: object, exc_tb: object) -> None: ...
 
 
-def forward_watch() -> Any:
+_watch_cls: Callable[[], _OpFinder] | None = None
+
+
+def forward_watch() -> _OpFinder:
     """A ``TorchFunctionMode`` that names the first op making NaN/Inf from finite
     arguments, with its stack (the class is made on first use: no torch at import)."""
     global _watch_cls
@@ -337,8 +348,12 @@ def forward_watch() -> Any:
                 self.origin: tuple[str, list[Frame]] | None = None
 
             def __torch_function__(
-                self, func: Any, types: Any, args: Any = (), kwargs: Any = None
-            ) -> Any:
+                self,
+                func: Callable[..., object],
+                types: Iterable[type],
+                args: Sequence[object] = (),
+                kwargs: Mapping[str, object] | None = None,
+            ) -> object:
                 kwargs = kwargs or {}
                 result = func(*args, **kwargs)
                 if self.origin is None and isinstance(result, (torch.Tensor, tuple, list)):
@@ -359,9 +374,9 @@ class _BackwardWatch:
 
     def __init__(self, loss: Tensor) -> None:
         self.origin: tuple[str, list[str]] | None = None
-        self._handles: list[Any] = []
-        seen: set[Any] = set()
-        todo = [loss.grad_fn]
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
+        seen: set[torch.autograd.graph.Node] = set()
+        todo: list[torch.autograd.graph.Node | None] = [loss.grad_fn]
         while todo and len(seen) < MAX_NODES:
             node = todo.pop()
             if node is None or node in seen:
@@ -370,8 +385,8 @@ class _BackwardWatch:
             self._handles.append(node.register_hook(self._hook(node)))
             todo.extend(n for n, _ in node.next_functions)
 
-    def _hook(self, node: Any) -> Any:
-        def hook(grad_inputs: tuple[Any, ...], grad_outputs: tuple[Any, ...]) -> None:
+    def _hook(self, node: torch.autograd.graph.Node) -> Callable[[GradsAt, GradsAt], None]:
+        def hook(grad_inputs: GradsAt, grad_outputs: GradsAt) -> None:
             if self.origin is None and not _all_finite(grad_inputs) and _all_finite(grad_outputs):
                 meta = getattr(node, "metadata", {})
                 lines = meta.get("traceback_", []) if isinstance(meta, dict) else []

@@ -44,15 +44,18 @@ import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias, cast, overload
 
 if TYPE_CHECKING:
+    import torch
     from torch.nn import Module
 
     from .bad_step import KeptCall
 
 #: Submodules looked at per root when deciding whether a forward is torch's own.
 MAX_MODULES = 4096
+#: A namespace container a re-run may change (saved by copy, put back in place).
+_Container: TypeAlias = "list[object] | dict[object, object] | set[object]"
 #: Container levels of a kept call rebuilt with cloned tensors.
 MAX_DEPTH = 4
 #: Items of one container copied (a kept call's, or a namespace's list / dict / set).
@@ -113,9 +116,9 @@ def _name(f: object) -> str:
     return str(getattr(f, "__qualname__", None) or type(f).__qualname__)
 
 
-def user_globals(modules: Iterable[Module]) -> list[dict[str, Any]]:
+def user_globals(modules: Iterable[Module]) -> list[dict[str, object]]:
     """The global namespaces of the user's ``forward`` functions under ``modules``."""
-    out: dict[int, dict[str, Any]] = {}
+    out: dict[int, dict[str, object]] = {}
     for root in modules:
         for i, m in enumerate(root.modules()):
             if i >= MAX_MODULES:
@@ -126,7 +129,13 @@ def user_globals(modules: Iterable[Module]) -> list[dict[str, Any]]:
     return list(out.values())
 
 
-def copied(value: Any, depth: int = 0) -> Any:
+@overload
+def copied(value: tuple[object, ...], depth: int = 0) -> tuple[object, ...]: ...
+@overload
+def copied(value: dict[str, object], depth: int = 0) -> dict[str, object]: ...
+@overload
+def copied(value: object, depth: int = 0) -> object: ...
+def copied(value: object, depth: int = 0) -> object:
     """``value`` with every tensor cloned (detached) and tuples, lists and dicts rebuilt,
     ``MAX_DEPTH`` levels deep; anything else as it is."""
     import torch
@@ -135,7 +144,11 @@ def copied(value: Any, depth: int = 0) -> Any:
         return value.detach().clone()
     if depth >= MAX_DEPTH:
         return value
-    if type(value) in (tuple, list) and len(value) <= MAX_ITEMS:
+    if (
+        isinstance(value, (tuple, list))
+        and type(value) in (tuple, list)
+        and len(value) <= MAX_ITEMS
+    ):
         out = [copied(v, depth + 1) for v in value]
         return tuple(out) if type(value) is tuple else out
     if type(value) is dict and len(value) <= MAX_ITEMS:
@@ -154,20 +167,21 @@ class Saved:
     """What a re-run of ``modules``' forward may change, saved; ``restore`` puts it back
     and returns what it could not (names)."""
 
-    def __init__(self, modules: Iterable[Module], spaces: Iterable[dict[str, Any]]) -> None:
+    def __init__(self, modules: Iterable[Module], spaces: Iterable[dict[str, object]]) -> None:
         import torch
         from torch.nn.modules.batchnorm import _NormBase
 
-        self._dicts: list[tuple[dict[str, Any], dict[str, Any]]] = []
-        self._values: list[tuple[str, Any, Any, int]] = []  # name, tensor, copy, version
-        self._containers: list[tuple[Any, Any]] = []
-        self._rngs: list[tuple[Any, Any]] = []
+        self._dicts: list[tuple[dict[str, object], dict[str, object]]] = []
+        # name, tensor, copy, version
+        self._values: list[tuple[str, torch.Tensor, torch.Tensor | None, int]] = []
+        self._containers: list[tuple[_Container, _Container]] = []  # container, its copy
+        self._rngs: list[tuple[object, object]] = []  # owner, its state
         self.rng_names: list[str] = []
         #: What was changed and could not be put back (set by ``restored``).
         self.left: list[str] = []
         budget = MAX_COPY_BYTES
         seen: set[int] = set()
-        found: list[Any] = []
+        found: list[object] = []
         for root in modules:
             for prefix, m in root.named_modules(remove_duplicate=True):
                 if id(m) in seen:
@@ -197,15 +211,17 @@ class Saved:
             seen.add(id(ns))
             self._dicts.append((ns, dict(ns)))
             for v in list(ns.values()):
-                if type(v) in (list, dict, set) and len(v) <= MAX_ITEMS:
-                    self._containers.append((v, v.copy()))
+                if isinstance(v, (list, dict, set)) and type(v) in (list, dict, set):
+                    if len(v) <= MAX_ITEMS:
+                        self._containers.append((v, v.copy()))
                 if _is_rng(v):
                     found.append(v)
-                elif type(v) in (list, tuple, dict) and len(v) <= 64:
-                    found += [x for x in (v.values() if type(v) is dict else v) if _is_rng(x)]
+                elif isinstance(v, (list, tuple, dict)) and type(v) in (list, tuple, dict):
+                    if len(v) <= 64:
+                        found += [x for x in (v.values() if type(v) is dict else v) if _is_rng(x)]
         self._save_rngs(found)
 
-    def _save_rngs(self, found: list[Any]) -> None:
+    def _save_rngs(self, found: list[object]) -> None:
         import torch
 
         self._rngs.append((random, random.getstate()))
@@ -255,15 +271,17 @@ class Saved:
                 except Exception:
                     left.append(name)
         containers, self._containers = self._containers, []
-        for c, saved in containers:
+        for c, kept in containers:
             try:
-                if not _changed(c, saved):
+                if not _changed(c, kept):
                     continue
                 c.clear()
                 if isinstance(c, list):
-                    c.extend(saved)
+                    c.extend(kept)
+                elif isinstance(c, dict):
+                    c.update(cast("dict[object, object]", kept))  # its own copy: a dict
                 else:
-                    c.update(saved)
+                    c.update(kept)
             except Exception:
                 left.append(f"a {type(c).__name__}")
         rngs, self._rngs = self._rngs, []
@@ -276,7 +294,9 @@ class Saved:
 
 
 @contextmanager
-def restored(modules: Iterable[Module], spaces: Iterable[dict[str, Any]] = ()) -> Iterator[Saved]:
+def restored(
+    modules: Iterable[Module], spaces: Iterable[dict[str, object]] = ()
+) -> Iterator[Saved]:
     """Save what a re-run may change, run the block, put it back (``Saved.left``: what
     was not put back)."""
     saved = Saved(list(modules), list(spaces))
@@ -286,19 +306,19 @@ def restored(modules: Iterable[Module], spaces: Iterable[dict[str, Any]] = ()) -
         saved.left = saved.restore()
 
 
-def _version(t: Any) -> int:
+def _version(t: torch.Tensor) -> int:
     try:
         return int(t._version)
     except Exception:
         return -1  # an inference tensor: no version counter, so compared by its copy
 
 
-def _changed(c: Any, saved: Any) -> bool:
+def _changed(c: _Container, saved: _Container) -> bool:
     if len(c) != len(saved):
         return True
     if isinstance(c, list):
         return any(a is not b for a, b in zip(c, saved, strict=True))
-    if isinstance(c, dict):
+    if isinstance(c, dict) and isinstance(saved, dict):
         return any(k not in saved or saved[k] is not v for k, v in c.items())
     return bool(c != saved)
 
@@ -312,7 +332,8 @@ def _is_rng(v: object) -> bool:
     return np is not None and isinstance(v, (np.random.Generator, np.random.RandomState))
 
 
-def _rng_state(g: Any) -> Any:
+# Any: numpy's generators (the module, a RandomState, a Generator): numpy is optional, untyped here
+def _rng_state(g: Any) -> object:
     import torch
 
     if isinstance(g, torch.Generator):
@@ -324,6 +345,7 @@ def _rng_state(g: Any) -> Any:
     return g.bit_generator.state
 
 
+# Any: an owner of _rngs (numpy's generators untyped) and the state it gave, put back as is
 def _set_rng(owner: Any, state: Any) -> None:
     import torch
 

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import weakref
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import torch
+
     from .track import Track
 
 #: At most this many gone tracks wait for their last check (a sweep of many short runs).
@@ -27,7 +29,7 @@ class RetiredTracks:
     def __init__(self) -> None:
         self._tracks: deque[Track] = deque(maxlen=MAX_RETIRED)
 
-    def watch(self, track: Track, optimizer: Any) -> None:
+    def watch(self, track: Track, optimizer: torch.optim.Optimizer) -> None:
         """Keep ``track`` for its last check once ``optimizer`` is collected."""
         tracks = self._tracks
 

@@ -11,7 +11,8 @@ batch), and other buffers that hold NaN/Inf now (not snapshotted: read once per 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..watches import watches
 from .alerts import Alert
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from torch.nn import Module
 
     from .inputs import InputKeeper
+    from .norm_stats import NormShadow
     from .track import Track
 
 SKIP_REMEDY = (
@@ -28,7 +30,7 @@ SKIP_REMEDY = (
 )
 
 #: (root name, root module, its NormShadow or None)
-Shadows = list[tuple[str, "Module", Any]]
+Shadows = list[tuple[str, "Module", "NormShadow | None"]]
 
 
 class SkipFacts:
@@ -79,7 +81,7 @@ class SkipFacts:
         return out
 
 
-def skips_without_grad(optimizer: Any) -> bool:
+def skips_without_grad(optimizer: object) -> bool:
     """torch's own optimizers (not LBFGS, whose closure recomputes the gradients) skip
     every parameter whose ``.grad`` is None."""
     if optimizer is None:
@@ -102,7 +104,7 @@ def nonfinite_buffers(name: str, module: Module) -> list[str]:
     return out
 
 
-def restore(optimizer: Any, shadows: Shadows, copied: bool = False) -> SkipFacts:
+def restore(optimizer: object, shadows: Shadows, copied: bool = False) -> SkipFacts:
     """Put back the running statistics the skipped batch updated; what was done
     (``copied``: the step itself is put back from a copy, closure_skip.py)."""
     from .norm_stats import norm_buffers
@@ -122,7 +124,9 @@ def restore(optimizer: Any, shadows: Shadows, copied: bool = False) -> SkipFacts
     return facts
 
 
-def rearm(keeper: InputKeeper, shadows: Shadows, wrapper_of: Any) -> None:
+def rearm(
+    keeper: InputKeeper, shadows: Shadows, wrapper_of: Callable[[Module], Module | None]
+) -> None:
     """Every step of a skipping track: the next forward copies the statistics (a track
     that just began skipping gets its copies made here)."""
     for _, module, shadow in shadows:
@@ -132,7 +136,7 @@ def rearm(keeper: InputKeeper, shadows: Shadows, wrapper_of: Any) -> None:
             shadow.rearm()
 
 
-def updates_before(optimizer: Any, seen_applied: int) -> str | None:
+def updates_before(optimizer: object, seen_applied: int) -> str | None:
     """Whether this optimizer applied any update before this step, as far as checked:
     "none" (its state holds no step: torch's stateful optimizers make state at their
     first update), "none_seen" (the tool saw none, and its state cannot tell: SGD without

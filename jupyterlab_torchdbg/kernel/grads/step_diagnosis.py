@@ -16,7 +16,7 @@ from __future__ import annotations
 import weakref
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import cause_alert, diagnose, rerun
 from .alerts import Alert
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from ..host import Host
     from .alerts import AlertLog
+    from .bad_step import KeptCall
     from .finding import Finding
     from .inputs import InputKeeper
     from .replay import Replayer
@@ -86,7 +87,7 @@ class StepDiagnosis:
         if plan is None:
             state.armed = False
             return
-        roots: list[tuple[str, Module, Any]] = []
+        roots: list[tuple[str, Module, KeptCall | None]] = []
         for name, ref in plan.roots:
             module = ref()
             if module is not None:
@@ -180,7 +181,7 @@ class StepDiagnosis:
         return alert
 
 
-def _user_ns(host: Any) -> dict[str, Any]:
+def _user_ns(host: object) -> dict[str, object]:
     ns = getattr(getattr(host, "shell", None), "user_ns", None)
     return ns if isinstance(ns, dict) else {}
 

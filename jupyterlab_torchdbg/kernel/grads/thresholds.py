@@ -6,7 +6,11 @@ divergence.py (the relative rules).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ...protocol.messages import SetThresholdsArgs
 
 
 @dataclass
@@ -35,3 +39,7 @@ class Thresholds:
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
+
+    def updated(self, changes: SetThresholdsArgs) -> Thresholds:
+        """These settings with ``changes`` (the validated ``set_thresholds`` arguments)."""
+        return replace(self, **changes)

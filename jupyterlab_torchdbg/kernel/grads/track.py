@@ -13,7 +13,7 @@ import dataclasses
 import math
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeAlias
 
 from ..backward_boundary import boundary_of
 from ..stream import bound_name
@@ -25,11 +25,18 @@ from .divergence import EARLY_UPDATES
 from .stride import Sampler, stride_reason
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import torch
 
+    from ...protocol.messages import GradStats
     from ..stream import BlockSeries, Stream
     from .collector import Layout
     from .probe import ForwardProbe
+
+#: A monitor's tracks, by what steps them: an optimizer, or a ModelSource that stands for
+#: one (duck-typed: the monitor reads only its ``param_groups``; backward_boundary.py).
+Tracks: TypeAlias = "weakref.WeakKeyDictionary[torch.optim.Optimizer, Track]"
 
 #: Stretches of clip-action steps a track keeps (older ones are long judged).
 CLIP_SPANS = 8
@@ -59,7 +66,7 @@ class Track:
         self.sampled = 0
         self.plan: naming.Plan | None = None
         self.plan_checked = -math.inf
-        self.all_sig: tuple[Any, ...] = ()
+        self.all_sig: tuple[tuple[int, bool], ...] = ()
         self.scaler_id: int | None = None
         self.layout: Layout | None = None
         self.param_layout: Layout | None = None
@@ -74,7 +81,7 @@ class Track:
         self.local_shard = False
         self.layers_version = 0
         self.sent_layers_version = -1
-        self.stats: dict[str, Any] | None = None
+        self.stats: GradStats | None = None
         self.mode_from_watch = False
         self.rows: list[tuple[list[float], torch.Tensor]] = []  # flushed, not yet checked
         self.rows_count = 0
@@ -95,7 +102,7 @@ class Track:
         #: Reads of the weights in this run, and the step of the first one.
         self.param_reads = 0
         self.first_param_step = 0
-        self._ids: tuple[Any, set[int]] | None = None
+        self._ids: tuple[list[torch.Tensor], set[int]] | None = None
 
     def note_clip(self, on: bool) -> None:
         """Whether the panel's clip action is on at this step (called at every step)."""
@@ -135,7 +142,7 @@ class Track:
         reads = self.param_reads
         return 0 < reads <= EARLY_UPDATES and self.step == self.first_param_step + reads
 
-    def owns(self, head: Sequence[Any], grads: bool) -> bool:
+    def owns(self, head: Sequence[torch.Tensor], grads: bool) -> bool:
         """Some of ``head`` (the first tensors a clip call was given) are this track's
         parameters, or their gradients when ``grads`` (before its first read: the
         parameters its optimizer or model steps)."""
@@ -172,10 +179,10 @@ class Track:
         self,
         optimizer: torch.optim.Optimizer,
         now: float,
-        ns: dict[str, Any],
+        ns: Mapping[str, object],
         mode: tuple[str, int],
         stream: Stream,
-        on_rows: Callable[[list[float], Any], None],
+        on_rows: Callable[[list[float], torch.Tensor], None],
     ) -> bool:
         """Validate the plan in full; rebuild names, layout and blocks when it changed.
 
@@ -244,7 +251,7 @@ class Track:
         s = self.sampler
         plan = self.plan
         amp = bool(self.layout is not None and self.layout.amp)
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "name": self.name,
             "boundary": self.boundary,
             "state": self.state,
@@ -303,7 +310,7 @@ class Track:
         return out
 
 
-def table_stats(m: torch.Tensor, prev: dict[str, Any] | None, n_layers: int) -> dict[str, object]:
+def table_stats(m: torch.Tensor, prev: GradStats | None, n_layers: int) -> GradStats:
     """Per-series last / max / min (finite values) / non-finite count, total first."""
     import torch
 
@@ -325,7 +332,7 @@ def table_stats(m: torch.Tensor, prev: dict[str, Any] | None, n_layers: int) -> 
     }
 
 
-def _t(values: list[Any], missing: float) -> torch.Tensor:
+def _t(values: Sequence[float | None], missing: float) -> torch.Tensor:
     import torch
 
     return torch.tensor([missing if v is None else float(v) for v in values], dtype=torch.float64)
