@@ -22,13 +22,18 @@ import math
 import pstats
 import sys
 import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import torch
 from typing_extensions import TypedDict
 
 from ..kernel.stream import Stream, limits
-from ..kernel.stream.wire import Buffers, Header
+from ..kernel.stream.wire import Buffers
 from ..testing import FakeComm
+
+if TYPE_CHECKING:
+    from ..protocol import messages as m
 
 
 class Streaming(TypedDict):
@@ -66,7 +71,7 @@ def run_streaming(
     panels = [FakeComm()]  # the comms the stream broadcasts to
     prof = cProfile.Profile() if profile else None
 
-    def broadcast(header: Header, buffers: Buffers) -> None:
+    def broadcast(header: Mapping[str, object], buffers: Buffers) -> None:
         for c in panels:
             c.send(header, buffers)
 
@@ -80,7 +85,7 @@ def run_streaming(
     stream.flush()
     comm = FakeComm()
 
-    def join(blocks: list[Header], buffers: Buffers, seq: int) -> None:
+    def join(blocks: list[m.SnapshotBlock], buffers: Buffers, seq: int) -> None:
         comm.send({"method": "snapshot", "seq": seq, "blocks": blocks}, buffers)
         panels[:] = [comm]
 

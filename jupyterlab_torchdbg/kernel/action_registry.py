@@ -23,7 +23,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from functools import partial
+from typing import TYPE_CHECKING, Literal, TypeAlias, TypeVar
 
 from ..protocol import MAX_JSON_DEPTH, json_depth, well_formed
 
@@ -36,10 +37,13 @@ Reply: TypeAlias = "Ack | Error"
 ErrorCode = Literal[
     "protocol_mismatch", "malformed", "unknown_action", "invalid_args", "refused", "failed"
 ]
+#: An action's cleaned args (its validator's result, its handler's argument): a schema
+#: TypedDict such as ``messages.ClipArgs``, or a dict.
+Args = TypeVar("Args")
 #: Checks the raw ``args`` of a request; returns them cleaned, as the handler reads them.
-Validator = Callable[[dict[str, object]], dict[str, Any]]
+Validator: TypeAlias = Callable[[dict[str, object]], Args]
 #: Runs a validated request; returns its ``result`` (JSON-able).
-Handler = Callable[[dict[str, Any]], dict[str, object]]
+Handler: TypeAlias = Callable[[Args], dict[str, object]]
 
 #: Replies remembered for duplicate detection (over all comms: the cache stays bounded).
 REPLY_CACHE = 512
@@ -58,8 +62,10 @@ class ActionError(Exception):
 @dataclass
 class ActionSpec:
     name: str
-    validate: Validator
-    handler: Handler
+    #: Validates the raw args (raises ``ActionError``); returns the call of the handler.
+    prepare: Callable[[dict[str, object]], Callable[[], dict[str, object]]]
+    #: The handler as registered (``remove`` compares it).
+    handler: object
 
 
 class ActionRegistry:
@@ -76,9 +82,15 @@ class ActionRegistry:
         it in the ``ranks`` message's ``pending``), else None."""
         return getattr(self._local, "request_id", None)
 
-    def register(self, name: str, validate: Validator, handler: Handler) -> Callable[[], None]:
+    def register(
+        self, name: str, validate: Validator[Args], handler: Handler[Args]
+    ) -> Callable[[], None]:
         """Add an action; returns a function that removes it."""
-        self._specs[name] = ActionSpec(name, validate, handler)
+
+        def prepare(args: dict[str, object]) -> Callable[[], dict[str, object]]:
+            return partial(handler, validate(args))
+
+        self._specs[name] = ActionSpec(name, prepare, handler)
 
         def remove() -> None:
             if self._specs.get(name) is not None and self._specs[name].handler is handler:
@@ -127,12 +139,12 @@ class ActionRegistry:
         if not isinstance(args, dict):
             return _error(request_id, "invalid_args", f"{name}: args must be an object")
         try:
-            clean = spec.validate(args)
+            call = spec.prepare(args)
         except ActionError as e:
             return _error(request_id, e.code, f"{name}: {e}")
         self._local.request_id = request_id
         try:
-            result = spec.handler(clean)
+            result = call()
         except ActionError as e:
             return _error(
                 request_id, e.code if e.code != "invalid_args" else "refused", f"{name}: {e}"

@@ -22,26 +22,30 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 from ..package_version import __version__
 from ..protocol import COMM_TARGET, LOADED_TARGET, PROTOCOL_VERSION, jsonable, major, wire_safe
 from .action_registry import Reply, echoable_request_id
+from .comm_types import Buffers, Comm, CommManager, JupyterMsg, Message
 from .subshell_routes import SubshellRoutes
 
-Message = dict[str, Any]
-Buffers = list[memoryview]
 #: Sends one message (with its binary buffers) to one comm.
 Deliver = Callable[[Message, Buffers], None]
 #: The ``client_id`` of an ``open`` (the schema's pattern and length).
 _CLIENT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
+def _data(msg: JupyterMsg) -> object:
+    """The ``content.data`` of a comm message (None when absent or not an object)."""
+    content = msg.get("content") or {}
+    return content.get("data") if isinstance(content, Mapping) else None
+
+
 class CommHub:
     def __init__(
         self,
-        comm_manager: Any,
+        comm_manager: CommManager,
         *,
         hello: Callable[[], Message],
         handle_action: Callable[[object, str], Reply],
@@ -63,7 +67,7 @@ class CommHub:
         self._write_snapshot = snapshot
         self._on_error = on_error
         self._after_request = after_request
-        self._comms: dict[str, Any] = {}
+        self._comms: dict[str, Comm] = {}
         self._lock = threading.Lock()
         self._registered = False
         self._local = threading.local()
@@ -71,8 +75,8 @@ class CommHub:
         self._routes = SubshellRoutes()
         #: client_id -> comm_id of the live comm opened with it (R46).
         self._clients: dict[str, str] = {}
-        self._snapshot_parts: list[Callable[[], list[dict[str, Any]]]] = []
-        self._observers: tuple[Callable[[dict[str, Any], list[memoryview] | None], None], ...] = ()
+        self._snapshot_parts: list[Callable[[], Sequence[Message]]] = []
+        self._observers: tuple[Callable[[Message, Buffers | None], None], ...] = ()
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -123,9 +127,7 @@ class CommHub:
 
     # --- sending -------------------------------------------------------------------
 
-    def _send(
-        self, comm: Any, data: Mapping[str, object], buffers: list[memoryview] | None = None
-    ) -> bool:
+    def _send(self, comm: Comm, data: Message, buffers: Buffers | None = None) -> bool:
         """Send one message; False (counted) when it could not be sent."""
         sent = True
         try:
@@ -138,9 +140,7 @@ class CommHub:
         self._routes.keep(comm)
         return sent
 
-    def observe(
-        self, fn: Callable[[dict[str, Any], list[memoryview] | None], None]
-    ) -> Callable[[], None]:
+    def observe(self, fn: Callable[[Message, Buffers | None], None]) -> Callable[[], None]:
         """Call ``fn(data, buffers)`` with every broadcast, with or without a comm open
         (the run record, record/writer.py). ``fn`` must be quick and never raise; it runs
         on the broadcasting thread. Returns the function that removes it."""
@@ -151,7 +151,7 @@ class CommHub:
 
         return remove
 
-    def broadcast(self, data: dict[str, Any], buffers: list[memoryview] | None = None) -> None:
+    def broadcast(self, data: Message, buffers: Buffers | None = None) -> None:
         """Send one message to every live comm (and show it to the observers). Never raises."""
         for fn in self._observers:
             try:
@@ -163,7 +163,7 @@ class CommHub:
         for c in comms:
             self._send(c, data, buffers)
 
-    def _forget(self, comm: Any) -> None:
+    def _forget(self, comm: Comm) -> None:
         self._routes.forget(getattr(comm, "comm_id", ""))
         with self._lock:
             # id(comm): a key no comm has (every comm joins under its comm_id).
@@ -171,7 +171,7 @@ class CommHub:
 
     # --- handlers (may run on a subshell thread) -------------------------------------
 
-    def _on_open(self, comm: Any, msg: dict[str, Any]) -> None:
+    def _on_open(self, comm: Comm, msg: JupyterMsg) -> None:
         try:
             self._open(comm, msg)
         finally:
@@ -183,10 +183,10 @@ class CommHub:
         except Exception:
             self._on_error("after_request")
 
-    def _open(self, comm: Any, msg: dict[str, Any]) -> None:
+    def _open(self, comm: Comm, msg: JupyterMsg) -> None:
         self._routes.route_as_sent(comm)
         self._routes.note(comm, msg)
-        data = (msg.get("content") or {}).get("data") or {}
+        data = _data(msg) or {}
         client_version = data.get("protocol_version") if isinstance(data, dict) else None
         accepted = isinstance(client_version, str) and major(client_version) == major(
             PROTOCOL_VERSION
@@ -216,12 +216,19 @@ class CommHub:
             except Exception:
                 pass
             return
-        comm.on_msg(lambda m, c=comm: self._on_msg_answered(c, m))
-        comm.on_close(lambda m, c=comm: self._forget(c))
-        self._replace_client(comm, data)
+
+        def on_msg(m: JupyterMsg) -> None:
+            self._on_msg_answered(comm, m)
+
+        def on_close(m: JupyterMsg) -> None:
+            self._forget(comm)
+
+        comm.on_msg(on_msg)
+        comm.on_close(on_close)
+        self._replace_client(comm, data if isinstance(data, dict) else {})
         self.send_snapshot(comm, join=True)
 
-    def _replace_client(self, comm: Any, data: dict[str, Any]) -> None:
+    def _replace_client(self, comm: Comm, data: Mapping[str, object]) -> None:
         """R46: a comm opened with a ``client_id`` a live comm already has replaces it.
 
         The id names a browser tab and survives its reloads, so the older comm is what a
@@ -257,7 +264,7 @@ class CommHub:
             "accepted": accepted,
         }
 
-    def send_snapshot(self, comm: Any, join: bool = False) -> None:
+    def send_snapshot(self, comm: Comm, join: bool = False) -> None:
         """Send the stream's snapshot (then the registered parts) to one comm.
 
         ``join``: a new comm, added to the broadcast together with its snapshot, so no
@@ -291,7 +298,7 @@ class CommHub:
 
     # --- snapshot parts (R06) ------------------------------------------------------------
 
-    def add_snapshot_part(self, part: Callable[[], list[dict[str, Any]]]) -> Callable[[], None]:
+    def add_snapshot_part(self, part: Callable[[], Sequence[Message]]) -> Callable[[], None]:
         """Register a feature's contribution to the snapshot a (re)connecting panel gets.
 
         ``part()`` returns whole messages (e.g. the last ``exception`` with ``replay: true``)
@@ -308,7 +315,7 @@ class CommHub:
 
     def snapshot_parts(self) -> list[dict[str, object]]:
         """Every registered part's messages, JSON-safe; a failing part is counted, skipped."""
-        out: list[dict[str, Any]] = []
+        out: list[dict[str, object]] = []
         for part in list(self._snapshot_parts):
             try:
                 out.extend(jsonable(m) for m in part())
@@ -316,13 +323,13 @@ class CommHub:
                 self._on_error("snapshot_part")
         return out
 
-    def _on_msg_answered(self, comm: Any, msg: dict[str, Any]) -> None:
+    def _on_msg_answered(self, comm: Comm, msg: JupyterMsg) -> None:
         try:
             self._on_msg(comm, msg)
         finally:
             self._answered()
 
-    def _on_msg(self, comm: Any, msg: dict[str, Any]) -> None:
+    def _on_msg(self, comm: Comm, msg: JupyterMsg) -> None:
         """Exactly one reply per request message, on this comm, for any input (R43).
 
         The reply is made encodable (``jsonable``: lone surrogates echoed from the request
@@ -333,7 +340,7 @@ class CommHub:
         self._routes.note(comm, msg)
         data: object = None
         try:
-            data = (msg.get("content") or {}).get("data")
+            data = _data(msg)
             if isinstance(data, dict) and data.get("method") == "action":
                 self._local.comm = comm
                 try:

@@ -25,7 +25,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import ranks
 from ..protocol import jsonable
@@ -33,6 +33,7 @@ from . import control, exceptions, export, grads, memory, record
 from .action_args import no_args, only_keys, string_list
 from .action_registry import ActionRegistry
 from .capabilities import Nvml, capabilities
+from .comm_types import CommManager
 from .comms import CommHub, Deliver
 from .runs import Runs, name_of
 from .shell_status import MainShellBusy
@@ -41,6 +42,7 @@ from .stream import Stream
 from .torch_import import TorchImportWatcher
 
 if TYPE_CHECKING:
+    from ..protocol import messages as m
     from ..ranks.kernel.aggregator import RankHub
     from .host import Shell
 
@@ -56,7 +58,7 @@ def current() -> Extension | None:
 class Extension:
     """Everything the kernel side holds while loaded."""
 
-    def __init__(self, shell: Shell, comm_manager: object) -> None:
+    def __init__(self, shell: Shell, comm_manager: CommManager) -> None:
         self.shell = shell
         self.session_id = uuid.uuid4().hex
         self.errors: Counter[str] = Counter()
@@ -116,8 +118,8 @@ class Extension:
     def _write_snapshot(self, deliver: Deliver) -> None:
         stream = self.stream
 
-        def send(blocks: list[dict[str, Any]], buffers: list[memoryview], seq: int) -> None:
-            header: dict[str, Any] = {
+        def send(blocks: list[m.SnapshotBlock], buffers: list[memoryview], seq: int) -> None:
+            header: m.Snapshot = {
                 "method": "snapshot",
                 "seq": seq,
                 "blocks": blocks,
@@ -357,17 +359,19 @@ def _clear_args(args: dict[str, object]) -> dict[str, object]:
     return {} if names is None else {"names": names}
 
 
-def _comm_manager(shell: object) -> object:
+def _comm_manager(shell: object) -> CommManager:
+    """The kernel's comm manager (ipykernel's, else ``comm``'s): its comms are ``Comm``s,
+    though ``comm`` annotates their payloads more loosely (plain dicts, bytes)."""
     kernel = getattr(shell, "kernel", None)
     manager = getattr(kernel, "comm_manager", None)
     if manager is None:
         import comm
 
         manager = comm.get_comm_manager()
-    return manager
+    return cast("CommManager", manager)
 
 
-def load(shell: Shell, comm_manager: object = None) -> Extension:
+def load(shell: Shell, comm_manager: CommManager | None = None) -> Extension:
     """Load once per kernel; a second load is a no-op returning the live instance."""
     global _current
     with _lock:

@@ -22,7 +22,11 @@ ipykernel's routing changes under us):
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .comm_types import Comm, JupyterMsg
 
 
 def _header_subshell(data: object, subshell_id: str | None) -> str | None:
@@ -37,21 +41,22 @@ class SubshellRoutes:
         #: comm_id -> the subshell of the panel's last message (None: the main shell).
         self._routes: dict[str, str | None] = {}
 
-    def note(self, comm: Any, msg: dict[str, Any]) -> None:
+    def note(self, comm: Comm, msg: JupyterMsg) -> None:
         """Remember the subshell this comm's panel talks to us on (None: main shell)."""
         header = msg.get("header") or {}
-        self._routes[getattr(comm, "comm_id", "")] = header.get("subshell_id")
+        subshell = header.get("subshell_id") if isinstance(header, Mapping) else None
+        self._routes[getattr(comm, "comm_id", "")] = subshell if isinstance(subshell, str) else None
 
     def forget(self, comm_id: str) -> None:
         self._routes.pop(comm_id, None)
 
     @staticmethod
-    def route_as_sent(comm: Any) -> None:
+    def route_as_sent(comm: Comm) -> None:
         """At open: every message the panel sends goes to the subshell its header names."""
         if callable(getattr(type(comm), "_reply_subshell_for", None)):
-            comm._reply_subshell_for = _header_subshell
+            setattr(comm, "_reply_subshell_for", _header_subshell)  # noqa: B010 (private)
 
-    def keep(self, comm: Any) -> None:
+    def keep(self, comm: Comm) -> None:
         """After a send (releases without ``_reply_subshell_for``): restore the panel's
         route, which the send replaced with the sending thread's."""
         lock = getattr(comm, "_reply_subshell_lock", None)
@@ -60,4 +65,4 @@ class SubshellRoutes:
         comm_id = getattr(comm, "comm_id", "")
         with lock:
             if comm_id in self._routes:
-                comm._reply_subshell_id = self._routes[comm_id]
+                setattr(comm, "_reply_subshell_id", self._routes[comm_id])  # noqa: B010

@@ -19,8 +19,7 @@ import threading
 import time
 from array import array
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
 
 from . import store
 
@@ -32,11 +31,14 @@ IDLE_HEARTBEAT_S = 5.0
 QUEUE = 5000
 MAX_ALERTS = 2000
 
-MemoryFacts = Callable[[], dict[str, Any]]
+#: The memory facts of the moment: ``used``, ``limit``, ``per_step`` (numbers or None).
+MemoryFacts = Callable[[], Mapping[str, object]]
 #: The current (else last) run's id and step count, read live (plain ints the training
 #: thread updates at each step boundary): the step a kernel died at is not the last one
 #: a stream flush or a ``runs`` message happened to carry.
 Progress = Callable[[], "tuple[int, int] | None"]
+#: A row of the ``points`` table: kernel, run, name, x, y (None: NaN).
+Point = tuple[str, int, str, float, float | None]
 
 
 class Writer:
@@ -56,7 +58,7 @@ class Writer:
         self._facts = memory_facts
         self._on_error = on_error
         self._clock = clock
-        self._queue: deque[tuple[str, Any, list[bytes]]] = deque()
+        self._queue: deque[tuple[str, Mapping[str, object], list[bytes]]] = deque()
         self.dropped = 0
         self._names: dict[int, list[str]] = {}
         self._series: set[str] = set()
@@ -77,11 +79,11 @@ class Writer:
 
     # --- the observer (any thread; never raises, never blocks on SQLite) ---------------
 
-    def observe(self, data: dict[str, Any], buffers: list[memoryview] | None) -> None:
+    def observe(self, data: Mapping[str, object], buffers: list[memoryview] | None) -> None:
         try:
             method = data.get("method")
             if method == "series":
-                item = ("series", data.get("blocks") or [], [bytes(b) for b in buffers or []])
+                item = ("series", data, [bytes(b) for b in buffers or []])
             elif method in ("runs", "alert", "exception"):
                 item = (str(method), data, [])
             else:
@@ -163,12 +165,16 @@ class Writer:
 
     # --- what each message becomes ----------------------------------------------------
 
-    def _series_rows(self, blocks: list[dict[str, Any]], buffers: list[bytes]) -> None:
-        rows: list[tuple[str, int, str, float, float | None]] = []
-        for i, header in enumerate(blocks):
-            bid, count = int(header.get("id") or 0), int(header.get("count") or 0)
-            if header.get("names"):
-                self._names[bid] = list(header["names"])
+    def _series_rows(self, msg: Mapping[str, object], buffers: list[bytes]) -> None:
+        rows: list[Point] = []
+        blocks = msg.get("blocks") or []
+        for i, header in enumerate(blocks if isinstance(blocks, list) else []):
+            if not isinstance(header, Mapping):
+                continue
+            bid, count = _int(header.get("id")), _int(header.get("count"))
+            header_names = header.get("names")
+            if header_names and isinstance(header_names, list):
+                self._names[bid] = [str(n) for n in header_names]
             names = self._names.get(bid)
             if not names or 2 * i + 1 >= len(buffers) or count <= 0:
                 continue
@@ -176,7 +182,7 @@ class Writer:
             xs.frombytes(buffers[2 * i][: 8 * count])
             ys = array("f")
             ys.frombytes(buffers[2 * i + 1][: 4 * count * len(names)])
-            run = int(header.get("run") or 0)
+            run = _int(header.get("run"))
             width = len(names)
             for j, name in enumerate(names):
                 if name not in self._series and len(self._series) >= store.MAX_SERIES:
@@ -202,7 +208,7 @@ class Writer:
                     self._halve(rows, run, name, thin)
         self.conn.executemany("INSERT INTO points VALUES (?, ?, ?, ?, ?)", rows)
 
-    def _halve(self, rows: list[Any], run: int, name: str, thin: list[int]) -> None:
+    def _halve(self, rows: list[Point], run: int, name: str, thin: list[int]) -> None:
         """A series at its cap keeps every other point, and every other new one after."""
         self.conn.executemany("INSERT INTO points VALUES (?, ?, ?, ?, ?)", rows)
         rows.clear()
@@ -217,21 +223,26 @@ class Writer:
         self.rows -= gone
         thin[1] *= 2
 
-    def _runs(self, msg: dict[str, Any]) -> None:
-        self._current = msg.get("current")
-        for info in msg.get("runs") or []:
+    def _runs(self, msg: Mapping[str, object]) -> None:
+        current = msg.get("current")
+        self._current = current if isinstance(current, int) else None
+        runs = msg.get("runs") or []
+        for info in runs if isinstance(runs, list) else []:
+            if not isinstance(info, dict):
+                continue
             rid = info.get("id")
             if not isinstance(rid, int):
                 continue
-            self._run_steps[rid] = int(info.get("steps") or 0)
+            self._run_steps[rid] = _int(info.get("steps"))
             self._latest = rid if self._latest is None else max(self._latest, rid)
             self.conn.execute(
                 "INSERT OR REPLACE INTO runs VALUES (?, ?, ?)",
                 (self.kernel_id, rid, json.dumps(info)),
             )
 
-    def _alert(self, msg: dict[str, Any]) -> None:
-        for item in msg.get("alerts") or []:
+    def _alert(self, msg: Mapping[str, object]) -> None:
+        alerts = msg.get("alerts") or []
+        for item in alerts if isinstance(alerts, list) else []:
             if self._alerts >= MAX_ALERTS or not isinstance(item, dict):
                 return
             self._alerts += 1
@@ -240,19 +251,24 @@ class Writer:
                 (self.kernel_id, str(item.get("id")), item.get("run"), json.dumps(item)),
             )
 
-    def _exception(self, msg: dict[str, Any]) -> None:
+    def _exception(self, msg: Mapping[str, object]) -> None:
         if msg.get("replay"):
             return
         info = msg.get("exception") or {}
+        if not isinstance(info, Mapping):
+            info = {}
         frames = msg.get("frames") or []
+        if not isinstance(frames, list):
+            frames = []
         focus = msg.get("focus")
         frame = frames[focus] if isinstance(focus, int) and 0 <= focus < len(frames) else None
+        when = msg.get("time")
         summary = {
             "ename": str(info.get("type", "")),
             "evalue": str(info.get("message", ""))[:2000],
             "cell_id": msg.get("cell_id"),
             "line": frame.get("lineno") if isinstance(frame, dict) else None,
-            "time": float(msg.get("time") or self._clock()),
+            "time": float(when) if isinstance(when, int | float) and when else self._clock(),
         }
         self.conn.execute(
             "UPDATE kernels SET exception=? WHERE id=?", (json.dumps(summary), self.kernel_id)
@@ -277,7 +293,7 @@ class Writer:
             if live is not None and live[0] == run:
                 seen = max(seen, live[1])
             step = seen if seen > 0 else None
-        facts: dict[str, Any] = {}
+        facts: Mapping[str, object] = {}
         try:
             facts = self._facts() or {}
         except Exception:
@@ -295,3 +311,8 @@ class Writer:
                 self.kernel_id,
             ),
         )
+
+
+def _int(value: object) -> int:
+    """A header's number (``id``, ``count``, ``run``, ``steps``) as an int; 0 when absent."""
+    return int(value) if isinstance(value, int | float) else 0

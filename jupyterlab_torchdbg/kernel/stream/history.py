@@ -17,7 +17,7 @@ Only the stream touches a history, under its store lock.
 from __future__ import annotations
 
 from array import array
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
     import torch
@@ -26,8 +26,12 @@ from . import limits
 from .packed import PackedRows
 from .wire import le_bytes, tensor_bytes
 
+#: What ``History.add`` takes: a scalar series' floats, or a block's ``rows x width``
+#: float32 chunk (a CPU tensor or ``PackedRows``).
+YRows = TypeVar("YRows")
 
-class History:
+
+class History(Generic[YRows]):
     """x values (float64) and their kept y rows; the storage of y is the subclass's."""
 
     def __init__(self) -> None:
@@ -40,7 +44,7 @@ class History:
     def __len__(self) -> int:
         return len(self.x)
 
-    def add(self, xs: list[float], ys: Any) -> None:
+    def add(self, xs: list[float], ys: YRows) -> None:
         """Add the kept rows of ``ys`` (one per x) to the history, decimating when full.
 
         Row number ``seen + i`` is kept when it is a multiple of ``keep_every``. Kept rows
@@ -74,7 +78,7 @@ class History:
         """The y rows for a snapshot, float32 row-major; valid while it waits to be sent."""
         raise NotImplementedError
 
-    def _keep(self, ys: Any, first: int, stop: int, step: int, whole: bool) -> None:
+    def _keep(self, ys: YRows, first: int, stop: int, step: int, whole: bool) -> None:
         """Store ``ys[first:stop:step]``; ``whole`` when that is all of ``ys``."""
         raise NotImplementedError
 
@@ -83,14 +87,14 @@ class History:
         raise NotImplementedError
 
 
-class ScalarHistory(History):
+class ScalarHistory(History[list[float]]):
     """History of one name: y values in a float32 array."""
 
     def __init__(self) -> None:
         super().__init__()
         self.y = array("f")
 
-    def _keep(self, ys: Any, first: int, stop: int, step: int, whole: bool) -> None:
+    def _keep(self, ys: list[float], first: int, stop: int, step: int, whole: bool) -> None:
         self.y.extend(ys[first:stop:step])
 
     def _halve(self) -> None:
@@ -100,7 +104,7 @@ class ScalarHistory(History):
         return le_bytes(self.y)
 
 
-class BlockHistory(History):
+class BlockHistory(History["torch.Tensor | PackedRows"]):
     """History of a block: ``rows x width`` float32 chunks (CPU tensors or
     ``PackedRows``), one per flush."""
 
@@ -110,7 +114,9 @@ class BlockHistory(History):
         #: Never written after they are added (joined on snapshot and decimation).
         self._chunks: list[torch.Tensor | PackedRows] = []
 
-    def _keep(self, ys: Any, first: int, stop: int, step: int, whole: bool) -> None:
+    def _keep(
+        self, ys: torch.Tensor | PackedRows, first: int, stop: int, step: int, whole: bool
+    ) -> None:
         if whole:  # every row kept: a reference, no copy
             self._chunks.append(ys)
         else:  # only the kept rows, not a view holding all of ``ys``
@@ -119,7 +125,7 @@ class BlockHistory(History):
     def _halve(self) -> None:
         self._chunks = [self.rows()[::2].clone()]
 
-    def rows(self) -> Any:
+    def rows(self) -> torch.Tensor | PackedRows:
         """The whole history as one ``rows x width`` chunk (joins the chunks once): a
         ``PackedRows`` when every chunk is one (or there are none), else a tensor."""
         chunks = self._chunks

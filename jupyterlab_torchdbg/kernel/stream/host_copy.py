@@ -12,17 +12,20 @@ Both run on the flushing thread only; torch is imported when there is a tensor t
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Union, cast
 
 if TYPE_CHECKING:
-    pass
+    import torch
 
-Transform = Callable[[Any], Any]
+#: A block's transform: host tensor ``rows x width_in`` -> ``rows x width``.
+Transform = Callable[["torch.Tensor"], "torch.Tensor"]
+#: One pending row: a 1-D tensor on any device, ``log()``'s native float32 bytes, or floats.
+Row = Union["torch.Tensor", bytes, Sequence[float]]
 
 
-def resolve_values(values: list[Any]) -> list[float]:
+def resolve_values(values: list[object]) -> list[float]:
     """Turn recorded values into floats with at most one host copy per device.
 
     Plain numbers pass through. Tensors (already detached, one element) are grouped by
@@ -32,12 +35,15 @@ def resolve_values(values: list[Any]) -> list[float]:
     unreadable becomes NaN.
     """
     out: list[float] = [0.0] * len(values)
-    by_device: dict[Any, list[int]] = {}
+    by_device: dict[object, list[int]] = {}
+    tensors: dict[int, torch.Tensor] = {}
     for i, v in enumerate(values):
         if isinstance(v, float):
             out[i] = v
         elif hasattr(v, "device") and hasattr(v, "reshape"):
-            by_device.setdefault(v.device, []).append(i)
+            # duck-typed, so that no torch import is needed when every value is a float
+            tensors[i] = cast("torch.Tensor", v)
+            by_device.setdefault(tensors[i].device, []).append(i)
         else:
             out[i] = float("nan")
     if by_device:
@@ -45,16 +51,16 @@ def resolve_values(values: list[Any]) -> list[float]:
 
         for idx in by_device.values():
             try:
-                stacked = torch.stack([values[i].reshape(()) for i in idx]).to(torch.float32)
+                stacked = torch.stack([tensors[i].reshape(()) for i in idx]).to(torch.float32)
                 host = stacked.cpu().tolist()
             except Exception:
-                host = [_one_value(values[i]) for i in idx]
+                host = [_one_value(tensors[i]) for i in idx]
             for i, h in zip(idx, host, strict=True):
                 out[i] = float(h)
     return out
 
 
-def _one_value(v: Any) -> float:
+def _one_value(v: torch.Tensor) -> float:
     """One tensor's value as a float (the slow path of ``resolve_values``), or NaN."""
     import torch
 
@@ -69,8 +75,8 @@ class _Segment:
     """Consecutive pending rows that resolve together (same transform, device, width)."""
 
     xs: list[float]
-    host: Any  # a CPU tensor (rows x width) once the copy has completed
-    event: Any  # a CUDA event for an in-flight non-blocking copy, else None
+    host: torch.Tensor  # a CPU tensor (rows x width) once the copy has completed
+    event: torch.cuda.Event | None  # a CUDA event for an in-flight non-blocking copy
     transform: Transform | None
 
 
@@ -94,7 +100,7 @@ class HostCopies:
         """Forget every copy in flight (its rows are lost; used after a failure)."""
         self._inflight.clear()
 
-    def start(self, xs: list[float], rows: list[Any], tfs: list[Transform | None]) -> None:
+    def start(self, xs: list[float], rows: list[Row], tfs: list[Transform | None]) -> None:
         """Stack pending rows per segment and start their copies to the host."""
         import torch
 
@@ -105,14 +111,16 @@ class HostCopies:
             # block usually sends them without torch, series.py): joined in C, one tensor
             size = len(rows[0])
             width = size // 4
-            if all(type(r) is bytes and len(r) == size for r in rows) and not any(tfs):
-                flat = array("f", b"".join(rows))
+            raw = [r for r in rows if type(r) is bytes and len(r) == size]
+            if len(raw) == len(rows) and not any(tfs):
+                flat = array("f", b"".join(raw))
                 self._copy(xs, torch.frombuffer(flat, dtype=torch.float32).view(-1, width), None)
                 return
         if tfs.count(tfs[0]) == len(tfs) and isinstance(rows[0], torch.Tensor):
             try:
-                # The common case: one stack for the whole flush.
-                self._copy(xs, torch.stack(rows), tfs[0])
+                # The common case: one stack for the whole flush (a non-tensor row among
+                # them: torch.stack raises TypeError).
+                self._copy(xs, torch.stack(cast("list[torch.Tensor]", rows)), tfs[0])
                 return
             except (RuntimeError, TypeError):
                 pass  # rows of different widths or devices: segment them
@@ -121,8 +129,8 @@ class HostCopies:
             if end < len(rows) and _same_segment(rows[start], rows[end], tfs[start], tfs[end]):
                 continue
             seg_rows = rows[start:end]
-            if isinstance(seg_rows[0], torch.Tensor):
-                m = torch.stack([r.reshape(-1) for r in seg_rows])
+            if isinstance(seg_rows[0], torch.Tensor):  # a segment is all tensors, or none
+                m = torch.stack([cast("torch.Tensor", r).reshape(-1) for r in seg_rows])
             else:
                 m = torch.tensor(
                     [array("f", r) if type(r) is bytes else list(r) for r in seg_rows],
@@ -131,12 +139,12 @@ class HostCopies:
             self._copy(xs[start:end], m, tfs[start])
             start = end
 
-    def _copy(self, xs: list[float], m: Any, transform: Transform | None) -> None:
+    def _copy(self, xs: list[float], m: torch.Tensor, transform: Transform | None) -> None:
         import torch
 
         if m.requires_grad:  # rows recorded without detaching: keep no autograd graph
             m = m.detach()
-        event = None
+        event: torch.cuda.Event | None = None
         device = m.device.type
         if device == "cuda":
             # No host sync (R26): copy into pinned memory without blocking and send the
@@ -151,11 +159,11 @@ class HostCopies:
             host = m
         self._inflight.append(_Segment(xs, host, event, transform))
 
-    def ready(self, wait: bool) -> list[tuple[list[float], Any]]:
+    def ready(self, wait: bool) -> list[tuple[list[float], torch.Tensor]]:
         """Completed segments in order, transformed to ``rows x width`` float32 tensors."""
         import torch
 
-        out: list[tuple[list[float], Any]] = []
+        out: list[tuple[list[float], torch.Tensor]] = []
         while self._inflight:
             seg = self._inflight[0]
             if seg.event is not None and not seg.event.query():
@@ -174,7 +182,7 @@ class HostCopies:
         return out
 
 
-def _same_segment(a: Any, b: Any, ta: Any, tb: Any) -> bool:
+def _same_segment(a: Row, b: Row, ta: Transform | None, tb: Transform | None) -> bool:
     if ta is not tb:
         return False
     da, db = getattr(a, "device", None), getattr(b, "device", None)
@@ -182,4 +190,5 @@ def _same_segment(a: Any, b: Any, ta: Any, tb: Any) -> bool:
         return False
     if da is None:
         return len(a) == len(b)
-    return bool(a.numel() == b.numel())
+    # both on a device: both tensors
+    return bool(cast("torch.Tensor", a).numel() == cast("torch.Tensor", b).numel())

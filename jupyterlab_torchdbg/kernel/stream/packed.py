@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import sys
 from array import array
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 #: Bytes of one packed value (native float32).
 ITEM = 4
@@ -78,7 +81,7 @@ class PackedRows:
         """Every value, row-major (for tests and small reads)."""
         return array("f", self.data).tolist()
 
-    def tensor(self) -> Any:
+    def tensor(self) -> torch.Tensor:
         """A ``rows x width`` float32 CPU tensor of the values (a copy)."""
         import torch
 

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from itertools import chain
-from typing import Any
+from typing import TYPE_CHECKING
 
 from . import limits
 from .series import BlockSeries, Series
 
+if TYPE_CHECKING:
+    from ...protocol import messages as m
 
-def with_run(header: dict[str, Any], s: Series | BlockSeries) -> dict[str, Any]:
+
+def with_run(header: m.Block, s: Series | BlockSeries) -> m.Block:
     """A block header with its ``run`` (when it has one)."""
     if s.run is not None:
         header["run"] = s.run

@@ -15,11 +15,13 @@ rows (chunks are never written once kept); the columns are split outside it.
 from __future__ import annotations
 
 from array import array
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .packed import PackedRows
 
 if TYPE_CHECKING:
+    import torch
+
     from .stream import Stream
 
 Points = list[tuple[str, list[float], list[float]]]
@@ -31,7 +33,7 @@ WALL_PREFIX = "mem/"
 def run_points(stream: Stream, run: int, since: float, until: float) -> Points:
     """The series of run ``run`` (see the module docstring), empty ones left out."""
     scalars: list[tuple[str, list[float], list[float]]] = []
-    blocks: list[tuple[tuple[str, ...], list[float], Any]] = []
+    blocks: list[tuple[tuple[str, ...], list[float], torch.Tensor | PackedRows]] = []
     with stream._lock:
         for s in stream.retired.series(stream._series.values()):
             if _picks(s.per_run, s.run, (s.name,), run):
@@ -54,7 +56,7 @@ def _picks(per_run: bool, of_run: int | None, names: tuple[str, ...], run: int) 
     return all(n.startswith(WALL_PREFIX) for n in names)
 
 
-def _columns(rows: Any, width: int) -> list[list[float]]:
+def _columns(rows: torch.Tensor | PackedRows, width: int) -> list[list[float]]:
     """The ``rows x width`` float32 rows (``PackedRows`` or a tensor) as columns."""
     if isinstance(rows, PackedRows):
         values = array("f", rows.data)

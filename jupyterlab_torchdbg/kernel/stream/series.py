@@ -19,14 +19,18 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from struct import Struct
-from typing import Any
+from typing import TYPE_CHECKING
 
 from . import limits
 from .history import BlockHistory, ScalarHistory
-from .host_copy import HostCopies, Transform
+from .host_copy import HostCopies, Row, Transform
 from .packed import ITEM, PackedRows
 
-RowsListener = Callable[[list[float], Any], None]
+if TYPE_CHECKING:
+    import torch
+
+#: Sees a flush's ready rows: x and a ``rows x width`` float32 CPU tensor.
+RowsListener = Callable[[list[float], "torch.Tensor"], None]
 
 
 @dataclass
@@ -96,7 +100,7 @@ class PendingRows:
     """
 
     xs: list[float] = field(default_factory=list)
-    rows: list[Any] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
     transforms: list[Transform | None] = field(default_factory=list)
     dropped: int = 0
     packed: bytearray | None = None
@@ -160,7 +164,7 @@ class BlockSeries:
         #: Rows a pending buffer of packed rows starts with room for (``record_packed``).
         self._expect_rows = 8
 
-    def record_packed(self, pack: Struct, values: tuple[Any, ...], x: float) -> None:
+    def record_packed(self, pack: Struct, values: tuple[object, ...], x: float) -> None:
         """Queue one row: ``values`` packed by ``pack`` (``width`` native float32s,
         ``log_rows``) straight into the pending buffer, sent as it is at the flush (no
         torch, ``PackedRows``). Raises what ``pack`` raises (nothing is queued then).
@@ -189,14 +193,14 @@ class BlockSeries:
             p.xs.append(x)
             self.last_x = x
 
-    def record(self, values: Any, x: float, transform: Transform | None = None) -> None:
+    def record(self, values: Row, x: float, transform: Transform | None = None) -> None:
         """Queue one row. Never synchronises with a device."""
         with self._lock:
             p = self._pending
             p.unpack(self.width)
             self._queue(p, values, x, transform)
 
-    def _queue(self, p: PendingRows, values: Any, x: float, transform: Transform | None) -> None:
+    def _queue(self, p: PendingRows, values: Row, x: float, transform: Transform | None) -> None:
         """Queue one row in ``rows`` (under ``_lock``)."""
         if len(p.xs) >= limits.BLOCK_PENDING_ROWS:
             del p.xs[0], p.rows[0], p.transforms[0]
@@ -228,7 +232,9 @@ class BlockSeries:
             taken, self._pending = self._pending, PendingRows()
             return taken
 
-    def collect(self, pending: PendingRows, wait: bool) -> tuple[list[float], Any] | None:
+    def collect(
+        self, pending: PendingRows, wait: bool
+    ) -> tuple[list[float], torch.Tensor | PackedRows] | None:
         """Start the host copies of ``pending``; return the rows ready to send (x and a
         ``rows x width`` float32 tensor), or None when none is ready and none dropped.
 
@@ -242,7 +248,9 @@ class BlockSeries:
             self._copies.clear()
             raise
 
-    def _collect(self, pending: PendingRows, wait: bool) -> tuple[list[float], Any] | None:
+    def _collect(
+        self, pending: PendingRows, wait: bool
+    ) -> tuple[list[float], torch.Tensor | PackedRows] | None:
         if pending.packed is not None:
             self._expect_rows = max(8, len(pending.xs) + len(pending.xs) // 2)
             if not self._copies:  # log()'s packed rows: sent as they are, no torch

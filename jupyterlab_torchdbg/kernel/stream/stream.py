@@ -22,23 +22,21 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from . import budget, limits, reads
 from .host_copy import resolve_values
 from .names import bound_name
 from .retired import Retired, with_run
 from .series import BlockSeries, PendingRows, Series
-from .wire import (
-    Buffers,
-    Header,
-    scalar_bytes,
-    series_header,
-    snapshot_blocks,
-    tensor_bytes,
-    x_bytes,
-)
+from .wire import Buffers, scalar_bytes, series_header, snapshot_blocks, tensor_bytes, x_bytes
+
+if TYPE_CHECKING:
+    import torch
+
+    from ...protocol import messages as m
+    from .packed import PackedRows
 
 
 class Stream:
@@ -51,7 +49,7 @@ class Stream:
 
     def __init__(
         self,
-        send: Callable[[Header, Buffers], None],
+        send: Callable[[Mapping[str, object], Buffers], None],
         *,
         interval_s: float = limits.DEFAULT_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
@@ -327,7 +325,7 @@ class Stream:
         # Device values are resolved to floats here, once per flush (one host copy).
         flat: list[object] = [v for _, _, ys, _ in taken for v in ys]
         floats = self._resolve(flat) if flat else []
-        header_blocks: list[Header] = []
+        header_blocks: list[m.Block] = []
         buffers: Buffers = []
         pos = 0
         with self._lock:
@@ -357,9 +355,9 @@ class Stream:
 
     def _collect_blocks(
         self, taken: list[tuple[BlockSeries, PendingRows]], wait: bool
-    ) -> list[tuple[BlockSeries, list[float], Any, int]]:
+    ) -> list[tuple[BlockSeries, list[float], torch.Tensor | PackedRows, int]]:
         """Start the host copies of newly taken rows; return what is ready to send."""
-        out: list[tuple[BlockSeries, list[float], Any, int]] = []
+        out: list[tuple[BlockSeries, list[float], torch.Tensor | PackedRows, int]] = []
         for b, pending in taken:
             try:
                 ready = b.collect(pending, wait)
@@ -373,7 +371,7 @@ class Stream:
                 out.append((b, *ready, pending.dropped))
         return out
 
-    def snapshot(self) -> tuple[list[Header], Buffers, int]:
+    def snapshot(self) -> tuple[list[m.SnapshotBlock], Buffers, int]:
         """History of every series as blocks + buffers, and the current ``seq``.
 
         Pending points are not included: they arrive in the next ``series`` message,
@@ -386,7 +384,7 @@ class Stream:
             )
             return blocks, buffers, self.seq
 
-    def send_snapshot(self, send: Callable[[list[Header], Buffers, int], None]) -> None:
+    def send_snapshot(self, send: Callable[[list[m.SnapshotBlock], Buffers, int], None]) -> None:
         """Take a snapshot and call ``send(blocks, buffers, seq)`` with no flush in between.
 
         ``send`` sends the snapshot and, for a new comm, adds it to the broadcast: that

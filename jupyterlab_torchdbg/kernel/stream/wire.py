@@ -12,12 +12,49 @@ from __future__ import annotations
 import sys
 from array import array
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from .packed import PackedRows
 
+if TYPE_CHECKING:
+    import torch
+
+    from ...protocol import messages as m
+
 Buffers = list[memoryview]
-Header = dict[str, Any]
+
+
+class _History(Protocol):
+    def __len__(self) -> int: ...
+
+    def x_bytes(self) -> memoryview: ...
+
+    def y_bytes(self) -> memoryview: ...
+
+
+class _Recorded(Protocol):
+    """A ``Series`` or ``BlockSeries`` as a snapshot reads it (series.py imports this)."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def run(self) -> int | None: ...
+
+    @property
+    def history(self) -> _History: ...
+
+
+class _Scalar(_Recorded, Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class _Block(_Recorded, Protocol):
+    @property
+    def names(self) -> tuple[str, ...]: ...
+
+
 _LITTLE = sys.byteorder == "little"
 
 
@@ -45,29 +82,29 @@ def scalar_bytes(ys: Sequence[float]) -> memoryview:
     return le_bytes(array("f", ys), copy=False)
 
 
-def tensor_bytes(t: Any) -> memoryview:
+def tensor_bytes(t: torch.Tensor | PackedRows) -> memoryview:
     """Little-endian float32 bytes of a 2-D CPU float32 tensor (or ``PackedRows``),
     row-major.
 
     numpy (present beside torch in practice) gives a zero-copy view of a contiguous
     tensor; without it, a list round-trip. ``PackedRows`` are their own bytes.
     """
-    if type(t) is PackedRows:
+    if isinstance(t, PackedRows):
         return t.le_bytes()
     if sys.byteorder == "little":
         try:
             a = t.numpy()
             if not a.flags.c_contiguous:
                 a = a.copy()
-            return memoryview(a).cast("B")
+            return a.data.cast("B")
         except Exception:  # torch without numpy
             pass
     return le_bytes(array("f", t.contiguous().reshape(-1).tolist()))
 
 
-def series_header(block_id: int, count: int, names: list[str] | None, dropped: int) -> Header:
+def series_header(block_id: int, count: int, names: list[str] | None, dropped: int) -> m.Block:
     """One block of a ``series`` message: ``names`` only when not announced yet."""
-    header: Header = {"id": block_id, "count": count}
+    header: m.Block = {"id": block_id, "count": count}
     if names is not None:
         header["names"] = names
     if dropped:
@@ -75,15 +112,17 @@ def series_header(block_id: int, count: int, names: list[str] | None, dropped: i
     return header
 
 
-def snapshot_header(block_id: int, names: list[str], count: int) -> Header:
+def snapshot_header(block_id: int, names: list[str], count: int) -> m.SnapshotBlock:
     """One block of a snapshot: every block carries its names (R05, R06)."""
     return {"id": block_id, "names": names, "count": count}
 
 
-def snapshot_blocks(series: Iterable[Any], blocks: Iterable[Any]) -> tuple[list[Header], Buffers]:
+def snapshot_blocks(
+    series: Iterable[_Scalar], blocks: Iterable[_Block]
+) -> tuple[list[m.SnapshotBlock], Buffers]:
     """A snapshot's headers and buffers: every scalar series (a ``Series``), then every
     block (a ``BlockSeries``), each with its names, its ``run`` and its whole history."""
-    headers: list[Header] = []
+    headers: list[m.SnapshotBlock] = []
     buffers: Buffers = []
     for s in series:
         headers.append(_run(snapshot_header(s.id, [s.name], len(s.history)), s))
@@ -96,7 +135,7 @@ def snapshot_blocks(series: Iterable[Any], blocks: Iterable[Any]) -> tuple[list[
     return headers, buffers
 
 
-def _run(header: Header, s: Any) -> Header:
+def _run(header: m.SnapshotBlock, s: _Recorded) -> m.SnapshotBlock:
     if s.run is not None:
         header["run"] = s.run
     return header
