@@ -45,23 +45,24 @@ gradients; that pass is the optimizer's first step, not a run of its own
 (``StepBoundary._hand_over``: one run, one track, one control target).
 
 No strong reference to a model (R24): ``ModelSource`` holds it by weakref and a finalizer
-removes its hooks when it dies. Unload removes and closes every hook (R01, R41, the rule
-of kernel/module_hooks.py): a call from a backward in flight does nothing, a scan
-racing the unload adds none. An empty C++ hook dict stays on each parameter that had one.
-"""
+removes its hooks when it dies. Unload removes and closes every hook (R01, R41, the rule of
+kernel/module_hooks.py): a call from a backward in flight does nothing, a scan racing the
+unload adds none. An empty C++ hook dict stays on each parameter that had one."""
 
 from __future__ import annotations
 
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from .thread_stacks import any_thread_inside
 
 if TYPE_CHECKING:
     import torch
+    from torch.optim import Optimizer
     from torch.utils.hooks import RemovableHandle
 
 #: ``GradTrack.boundary``: where a track's steps are read.
@@ -70,7 +71,9 @@ END_OF_BACKWARD = "end_of_backward"
 #: Models looked at per scan at most (the largest namespaces stay cheap).
 MAX_MODELS = 256
 #: (name or None, model) of each active watch without an optimizer; None: no watch.
-Watched = list[tuple[str | None, Any]] | None
+Watched = list[tuple[str | None, "torch.nn.Module"]] | None
+Wanted = tuple[str, "torch.nn.Module", list["torch.Tensor"]]  # (name, model, params to hook)
+_Sig = tuple[tuple[int, int], ...]  # (id, length) of an optimizer's param lists
 
 
 class ModelSource:
@@ -86,7 +89,7 @@ class ModelSource:
     def __init__(self, model: torch.nn.Module, name: str, params: list[torch.Tensor]) -> None:
         self.model_ref = weakref.ref(model)
         self.name = name
-        self.param_groups: list[dict[str, Any]] = [{"params": params}]
+        self.param_groups: list[dict[str, Any]] = [{"params": params}]  # Any: as an optimizer's
         #: The clip this loop calls on the model's gradients, once seen (user_clip.py):
         #: a ``clip_grad_norm_`` loop is read at its clip, after it (grads/monitor.py).
         self.user_clip: tuple[str, float] | None = None
@@ -124,7 +127,7 @@ class _Hooked:
         self.on_error = on_error
         self.handles: dict[int, RemovableHandle] = {}  # id(param) -> its hook's handle
         self.task = -2  # the autograd graph task whose end is queued (or was last)
-        self.finalizer: weakref.finalize[Any, Any] | None = None
+        self.finalizer: weakref.finalize[[int, _Hooked], torch.nn.Module] | None = None
         self.closed = False  # unloaded: a call from a backward in flight does nothing
 
     def on_grad(self, param: torch.Tensor) -> None:
@@ -148,9 +151,8 @@ class _Hooked:
             self.at_end_final()
 
     def at_end_final(self) -> None:
-        """The whole backward has finished, and every other end-of-backward callback
-        of it has run. Only the user's KeyboardInterrupt (while paused here) goes on
-        into ``backward()``."""
+        """The whole backward has finished, and every other end-of-backward callback of it has run.
+        Only the user's KeyboardInterrupt (while paused here) goes on into ``backward()``."""
         try:
             if not self.closed:
                 self.fire(self.source)
@@ -206,9 +208,7 @@ class BackwardHooks:
         self._lock = threading.Lock()
         self._hooked: dict[int, _Hooked] = {}  # id(model) -> its hooks
         #: Optimizers seen stepping, with the parameter lists they had then.
-        self._stepped: weakref.WeakKeyDictionary[Any, tuple[tuple[int, int], ...]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._stepped: weakref.WeakKeyDictionary[Optimizer, _Sig] = weakref.WeakKeyDictionary()
         self.attached = False
 
     def attach(self) -> None:
@@ -264,7 +264,9 @@ class BackwardHooks:
 
     # --- scans (cell starts, watch(), a running cell's backward: backward_start.py) -----
 
-    def scan(self, ns: dict[str, Any], watched: Watched, starting: Any = None) -> bool:
+    def scan(
+        self, ns: Mapping[str, object], watched: Watched, starting: FrameType | None = None
+    ) -> bool:
         """Hook new models, re-hook changed ones, unhook those gone out of scope (also a
         worker's, with the model it found at its first call: ranks/worker/manual.py).
 
@@ -284,20 +286,18 @@ class BackwardHooks:
                 wanted = {k: w for k, w in wanted.items() if not have & {id(p) for p in w[2]}}
             for key in [k for k in self._hooked if k not in wanted and starting is None]:
                 self._hooked.pop(key).remove()
-            changes: list[tuple[Any, str, list[torch.Tensor]]] = []
+            changes: list[Wanted] = []
             for key, (name, model, params) in wanted.items():
                 h = self._hooked.get(key)
                 if h is not None and h.source.model is model:
                     if [id(p) for p in h.source.params] == [id(p) for p in params]:
                         continue
-                changes.append((model, name, params))
+                changes.append((name, model, params))
             if not changes:
                 return True
             return self._hook_all(changes, starting)
 
-    def _wanted(
-        self, ns: dict[str, Any], watched: list[tuple[str | None, Any]] | None
-    ) -> dict[int, tuple[str, Any, list[torch.Tensor]]]:
+    def _wanted(self, ns: Mapping[str, object], watched: Watched) -> dict[int, Wanted]:
         import torch
 
         names: dict[int, str] = {}
@@ -316,7 +316,7 @@ class BackwardHooks:
                 for k, v in list(ns.items())
                 if isinstance(k, str) and not k.startswith("_") and isinstance(v, torch.nn.Module)
             ]
-        models: list[tuple[int, str, Any, list[torch.Tensor]]] = []
+        models: list[tuple[int, str, torch.nn.Module, list[torch.nn.Parameter]]] = []
         seen: set[int] = set()
         for name, model in found[:MAX_MODELS]:
             if id(model) in seen:
@@ -329,23 +329,23 @@ class BackwardHooks:
             if params:
                 models.append((-len(params), name, model, params))
         models.sort(key=lambda t: t[0])  # the largest first (stable: namespace order)
-        covered: set[int] = set()
-        out: dict[int, tuple[str, Any, list[torch.Tensor]]] = {}
+        covered: set[int] = set(stepped)  # stepped by an optimizer, or by a larger model
+        out: dict[int, Wanted] = {}
         for _, name, model, params in models:
-            mine = [p for p in params if id(p) not in stepped and id(p) not in covered]
+            mine: list[torch.Tensor] = [p for p in params if id(p) not in covered]
             covered.update(id(p) for p in params)
             if mine:
                 out[id(model)] = (name, model, mine)
         return out
 
-    def _hook_all(self, changes: list[tuple[Any, str, list[torch.Tensor]]], starting: Any) -> bool:
+    def _hook_all(self, changes: list[Wanted], starting: FrameType | None) -> bool:
         """Register in one stretch without a thread switch, if no thread is in backward."""
         old = sys.getswitchinterval()
         sys.setswitchinterval(1.0)
         try:
             if any_thread_inside("_engine_run_backward", _torch.graph_file, starting):
                 return False
-            for model, name, params in changes:
+            for name, model, params in changes:
                 key = id(model)
                 h = self._hooked.get(key)
                 if h is None or h.source.model is not model:
@@ -380,7 +380,7 @@ class BackwardHooks:
             self._on_error("backward:forget")
 
 
-def _one_per_module(model: Any, params: list[torch.Tensor]) -> list[torch.Tensor]:
+def _one_per_module(model: torch.nn.Module, params: list[torch.Tensor]) -> list[torch.Tensor]:
     """The first of ``params`` each module owns directly (in model order); parameters
     no module owns directly are all kept."""
     wanted = {id(p): p for p in params}

@@ -19,22 +19,24 @@ exceptions pass through untouched.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 
-def _position(optimizer: object, args: Any) -> int:
+def _position(optimizer: object, args: object) -> int:
     """Where a positional closure sits in the hook's ``args`` (torch passes the
     optimizer itself first: ``step(self, closure)``)."""
     return 1 if isinstance(args, tuple) and args and args[0] is optimizer else 0
 
 
-def closure_of(optimizer: object, args: Any, kwargs: Any) -> Callable[..., Any] | None:
+def closure_of(optimizer: object, args: object, kwargs: object) -> Callable[..., object] | None:
     """The closure ``step`` was called with (positional or keyword), or None."""
-    if isinstance(kwargs, dict) and callable(kwargs.get("closure")):
-        return kwargs["closure"]  # type: ignore[no-any-return]
+    if isinstance(kwargs, dict):
+        closure: object = kwargs.get("closure")
+        if callable(closure):
+            return closure
     i = _position(optimizer, args)
     if isinstance(args, tuple) and len(args) > i and callable(args[i]):
-        return args[i]  # type: ignore[no-any-return]
+        found: Callable[..., object] = args[i]
+        return found
     return None
 
 
@@ -43,7 +45,7 @@ class ClosureCalls:
 
     def __init__(
         self,
-        closure: Callable[..., Any],
+        closure: Callable[..., object],
         after: Callable[[int], None],
         on_error: Callable[[str], None],
     ) -> None:
@@ -52,7 +54,7 @@ class ClosureCalls:
         self._on_error = on_error
         self.calls = 0
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> object:
         loss = self._closure(*args, **kwargs)
         self.calls += 1
         try:
@@ -64,22 +66,22 @@ class ClosureCalls:
 
 def wrap(
     optimizer: object,
-    args: Any,
-    kwargs: Any,
+    args: object,
+    kwargs: object,
     after: Callable[[int], None],
     on_error: Callable[[str], None],
-) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+) -> tuple[tuple[object, ...], dict[str, object]] | None:
     """``step``'s arguments (as the pre-hook got them) with its closure wrapped
     (``after(n)`` after its n-th call), or None when it was called without one."""
     closure = closure_of(optimizer, args, kwargs)
     if closure is None:
         return None
     wrapped = ClosureCalls(closure, after, on_error)
-    args = tuple(args) if isinstance(args, tuple) else ()
-    kwargs = dict(kwargs) if isinstance(kwargs, dict) else {}
-    if callable(kwargs.get("closure")):
-        kwargs["closure"] = wrapped
+    new_args: tuple[object, ...] = tuple(args) if isinstance(args, tuple) else ()
+    new_kwargs: dict[str, object] = dict(kwargs) if isinstance(kwargs, dict) else {}
+    if callable(new_kwargs.get("closure")):
+        new_kwargs["closure"] = wrapped
     else:
-        i = _position(optimizer, args)
-        args = (*args[:i], wrapped, *args[i + 1 :])
-    return args, kwargs
+        i = _position(optimizer, new_args)
+        new_args = (*new_args[:i], wrapped, *new_args[i + 1 :])
+    return new_args, new_kwargs

@@ -25,7 +25,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from .. import ranks
 from ..protocol import jsonable
@@ -349,8 +349,9 @@ class Extension:
         self.hub.resend_snapshot()  # to the requesting comm only, with the name table
         return {"series": len(self.stream.names())}
 
-    def _action_clear_history(self, args: dict[str, Any]) -> dict[str, object]:
-        return {"cleared": self.stream.clear(args.get("names"))}
+    def _action_clear_history(self, args: dict[str, object]) -> dict[str, object]:
+        names = args.get("names")  # a list of strings (_clear_args)
+        return {"cleared": self.stream.clear(names if isinstance(names, list) else None)}
 
 
 def _clear_args(args: dict[str, object]) -> dict[str, object]:

@@ -32,9 +32,8 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 #: No step boundary for this long ends the run (and makes control idle).
 RUN_IDLE_S = 5.0
@@ -70,7 +69,7 @@ class Run:
     #: monotonic time of the last step boundary (or log() for a run without steps).
     last_active: float = 0.0
     last_step: float | None = None
-    opt_refs: list[weakref.ref[Any]] = field(default_factory=list)
+    opt_refs: list[weakref.ref[object]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -91,7 +90,7 @@ class Runs:
 
     def __init__(
         self,
-        broadcast: Callable[[dict[str, Any]], None],
+        broadcast: Callable[[Mapping[str, object]], None],
         on_error: Callable[[str], None],
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
@@ -107,10 +106,10 @@ class Runs:
         self._cells: dict[int, CellExec] = {}
         self._cell_serial = 0
         #: Optimizer objects (and hand-updated models) ever seen stepping.
-        self._seen: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._seen: weakref.WeakSet[object] = weakref.WeakSet()
         #: Hand-updated models' boundaries in this run; optimizers handed a counted step.
-        self._source_steps: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-        self._counted: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._source_steps: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
+        self._counted: weakref.WeakSet[object] = weakref.WeakSet()
         self._listeners: list[Listener] = []
         #: While True (a paused loop), the current run never goes idle.
         self.held = False
@@ -388,7 +387,7 @@ class Runs:
         self._listeners.clear()
 
 
-def name_of(obj: object, ns: dict[str, Any]) -> str:
+def name_of(obj: object, ns: Mapping[str, object]) -> str:
     """The user's variable name for an optimizer (or a hand-updated model's source)."""
     shown = getattr(obj, "name", None)
     if isinstance(shown, str) and not hasattr(obj, "step"):

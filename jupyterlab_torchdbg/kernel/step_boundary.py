@@ -5,9 +5,9 @@ Zero code change: ``torch.optim.optimizer.register_optimizer_step_pre_hook`` and
 is the only place that registers them (a test checks it); each feature is called from
 here, in this order, written here and nowhere else:
 
-0. **runs** (``Runs.at_step``) — which run this step belongs to: a step after idle, in
-   another cell execution with a new optimizer, starts one (runs.py); the stream, the
-   gradient monitor and control number their steps per run from there.
+0. **runs** (``Runs.at_step``) — which run this step belongs to: a step after idle, in another cell
+   execution with a new optimizer, starts one (runs.py); the stream, the gradient monitor and
+   control number their steps per run from there.
 1. **gradients** (``GradMonitor.on_step``) — before the step: gradients are final (after
    DDP's all-reduce, after GradScaler's ``unscale_``). The monitor reads this step's
    per-tensor norms if the step is sampled (every step while clipping is on) and returns
@@ -21,45 +21,43 @@ here, in this order, written here and nowhere else:
    breakdown see the optimizer state the step just created; actions waiting for a safe
    point (save_checkpoint) run here, between two steps.
 
-Each feature catches its own failures (R11): nothing raises into ``step()`` except the
-user's own KeyboardInterrupt while paused. A worker process of a multi-process job
-(ranks/worker/boundary.py) has its own boundary, which the same hooks call (``HOOKS.adopt``; in a
-forked child ``HOOKS.pin``, which the parent's load can no longer replace).
+Each feature catches its own failures (R11): nothing raises into ``step()`` except the user's own
+KeyboardInterrupt while paused. A worker process of a multi-process job (ranks/worker/boundary.py)
+has its own boundary, which the same hooks call (``HOOKS.adopt``; in a forked child ``HOOKS.pin``,
+which the parent's load can no longer replace).
 
 The loop's own clip (user_clip.py) tells this boundary what it clipped (``user_clip``):
 remedies never advise that clip, and a loop without torch.optim that clips by norm is
 read there, after its clip (the end of backward counts the step, defers the read).
 
-The end of backward, for loops without torch.optim (``p.data.add_(p.grad, alpha=-lr)``):
-models whose parameters no optimizer steps are read when their backward pass ends
-(``at_backward_end``, called by the hooks of backward_boundary.py, which this boundary
-owns): gradients (``GradMonitor.on_backward``, the same read and alarms on a track named
-after the model) -> control (clipping and pause work there, before the manual update;
-learning-rate scaling is refused: there is no optimizer to scale). Memory is left to the
-next optimizer step or the cell's end. Models are hooked at cell starts, ``watch()``
-(``scan_models``) and before a running cell's backward (backward_start.py); an
-optimizer stepping a hooked parameter takes it over (``before_step``).
+The end of backward, for loops without torch.optim (``p.data.add_(p.grad, alpha=-lr)``): models
+whose parameters no optimizer steps are read when their backward pass ends (``at_backward_end``,
+called by the hooks of backward_boundary.py, which this boundary owns): gradients
+(``GradMonitor.on_backward``, the same read and alarms on a track named after the model) -> control
+(clipping and pause work there, before the manual update; learning-rate scaling is refused: there
+is no optimizer to scale). Memory is left to the next optimizer step or the cell's end. Models are
+hooked at cell starts, ``watch()`` (``scan_models``) and before a running cell's backward
+(backward_start.py); an optimizer stepping a hooked parameter takes it over (``before_step``).
 
-Loading and unloading while another thread trains (R41, R01). torch iterates its global
-hook dicts inside ``Optimizer.step``'s wrapper without a lock: adding or removing a hook
-while a thread is in that loop raises ``OrderedDict mutated during iteration`` in the
-user's ``step()``. So the process has one pair of hooks (``TorchHooks``), and a load or
-unload only switches which ``StepBoundary`` they call. torch's dicts are changed only
-when no thread is inside an optimizer step: checked on every thread's stack
-(``sys._current_frames``) and changed in the same uninterrupted stretch (the GIL is held
-throughout: no thread can enter a step between the check and the change). When a thread
-is inside a step, the change waits (``MaintainerThread``, polling, touching no tensors,
-R36) until none is: an unload then leaves torch exactly as it found it once no step is in
-flight; a load starts monitoring at the next step after that. Every other hook of the tool on
-the user's modules follows the same rule (module_hooks.py, backward_boundary.py).
+Loading and unloading while another thread trains (R41, R01). torch iterates its global hook dicts
+inside ``Optimizer.step``'s wrapper without a lock: adding or removing a hook while a thread is in
+that loop raises ``OrderedDict mutated during iteration`` in the user's ``step()``. So the process
+has one pair of hooks (``TorchHooks``), and a load or unload only switches which ``StepBoundary``
+they call. torch's dicts are changed only when no thread is inside an optimizer step: checked on
+every thread's stack (``sys._current_frames``) and changed in the same uninterrupted stretch (the
+GIL is held throughout: no thread can enter a step between the check and the change). When a thread
+is inside a step, the change waits (``MaintainerThread``, polling, touching no tensors, R36) until
+none is: an unload then leaves torch exactly as it found it once no step is in flight; a load
+starts monitoring at the next step after that. Every other hook of the tool on the user's modules
+follows the same rule (module_hooks.py, backward_boundary.py).
 """
 
 from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from . import closure_step
 from .backward_boundary import BackwardHooks, ModelSource, Watched
@@ -70,7 +68,8 @@ from .user_clip import CLIPS
 from .watches import watches
 
 if TYPE_CHECKING:
-    import torch
+    from torch import Tensor
+    from torch.optim.optimizer import Args, Kwargs, Optimizer
     from torch.utils.hooks import RemovableHandle
 
     from .control import Control
@@ -87,9 +86,13 @@ class Boundary(Protocol):
     """What torch's step hooks call: the kernel's ``StepBoundary``, or a worker
     process's boundary (ranks/worker/boundary.py)."""
 
-    def before_step(self, optimizer: Any, args: Any = None, kwargs: Any = None) -> Any: ...
+    def before_step(
+        self, optimizer: Optimizer, args: Args | None = None, kwargs: Kwargs | None = None
+    ) -> tuple[Args, Kwargs] | None: ...
 
-    def after_step(self, optimizer: Any, args: Any = None, kwargs: Any = None) -> None: ...
+    def after_step(
+        self, optimizer: Optimizer, args: Args | None = None, kwargs: Kwargs | None = None
+    ) -> None: ...
 
 
 class StepBoundary:
@@ -163,8 +166,8 @@ class StepBoundary:
         self.backward.detach()
 
     def before_step(
-        self, optimizer: torch.optim.Optimizer, args: Any = None, kwargs: Any = None
-    ) -> Any:
+        self, optimizer: Optimizer, args: Args | None = None, kwargs: Kwargs | None = None
+    ) -> tuple[Args, Kwargs] | None:
         """torch's step pre-hook: gradients, then control (which may hold here). The
         parameters this optimizer steps leave the end-of-backward boundary first. A step
         with a closure returns its arguments with the closure wrapped: gradients and
@@ -192,7 +195,7 @@ class StepBoundary:
         self.control.at_step(optimizer, read)
         return None
 
-    def _in_closure(self, optimizer: torch.optim.Optimizer, call: int) -> None:
+    def _in_closure(self, optimizer: Optimizer, call: int) -> None:
         """The step's closure returned (its ``call``-th time in this step)."""
         if call == 1:
             self.control.at_step(optimizer, self.grads.on_step(optimizer, pending=False))
@@ -208,7 +211,7 @@ class StepBoundary:
         except Exception:
             self._on_error("runs")
 
-    def _hand_over(self, source: ModelSource, optimizer: torch.optim.Optimizer) -> None:
+    def _hand_over(self, source: ModelSource, optimizer: Optimizer) -> None:
         """``optimizer`` took over every parameter of ``source`` (a model made in one cell
         whose optimizer is made in the training cell: hooked at the cell start, its first
         backward pass ended at this boundary before the optimizer's first step). When
@@ -233,13 +236,13 @@ class StepBoundary:
         read = self.grads.on_backward(source)
         self.control.at_step(source, read)
 
-    def user_clip(self, tensors: Any, kind: str, bound: float, grads: bool) -> None:
+    def user_clip(self, tensors: Sequence[Tensor], kind: str, bound: float, grads: bool) -> None:
         """The loop's own ``clip_grad_norm_`` / ``clip_grad_value_`` has just run on
         these parameters (or gradients; user_clip.py): gradients learn that this loop
         clips, and a loop without torch.optim is read now, after its clip."""
         self.grads.user_clip(tensors, kind, bound, grads)
 
-    def scan_models(self, ns: dict[str, Any]) -> None:
+    def scan_models(self, ns: dict[str, object]) -> None:
         """The kernel's thread, at a cell start or ``watch()``: the gradient monitor
         keeps the batches of the namespace's models from their first step on
         (grads/nonfinite.py); hook the models no optimizer steps (backward_boundary.py
@@ -255,7 +258,7 @@ class StepBoundary:
             self.look.cell_started(watching=bool(active))
 
     def after_step(
-        self, optimizer: torch.optim.Optimizer, args: Any = None, kwargs: Any = None
+        self, optimizer: Optimizer, args: Args | None = None, kwargs: Kwargs | None = None
     ) -> None:
         """torch's step post-hook: a skipped step's gradients back, then memory."""
         self.grads.after_step(optimizer)
@@ -287,13 +290,13 @@ class TorchHooks:
     # --- torch's hooks (training threads) ----------------------------------------------
 
     def before_step(
-        self, optimizer: torch.optim.Optimizer, args: Any = None, kwargs: Any = None
-    ) -> Any:
+        self, optimizer: Optimizer, args: Args | None = None, kwargs: Kwargs | None = None
+    ) -> tuple[Args, Kwargs] | None:
         target = self.target
         return None if target is None else target.before_step(optimizer, args, kwargs)
 
     def after_step(
-        self, optimizer: torch.optim.Optimizer, args: Any = None, kwargs: Any = None
+        self, optimizer: Optimizer, args: Args | None = None, kwargs: Kwargs | None = None
     ) -> None:
         target = self.target
         if target is not None:

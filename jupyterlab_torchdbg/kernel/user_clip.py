@@ -39,11 +39,15 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Sequence
+from types import CodeType, FrameType, ModuleType
+from typing import TYPE_CHECKING, ParamSpec, TypeVar, cast
 
 if TYPE_CHECKING:
     from torch import Tensor
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 #: ``listener(tensors, kind, bound, grads)``: kind "clip_grad_norm_" or "clip_grad_value_";
 #: ``tensors`` are the clipped parameters, or their gradients when ``grads`` (a value
@@ -62,8 +66,10 @@ class UserClipHooks:
         self.listener: Listener | None = None
         self.on_error: Callable[[str], None] = lambda where: None
         #: (module, name, original, ours) of each installed wrapper.
-        self._installed: list[tuple[Any, str, Any, Any]] = []
-        self._value_code: Any = None
+        self._installed: list[
+            tuple[ModuleType, str, Callable[..., object], Callable[..., object]]
+        ] = []
+        self._value_code: CodeType | None = None
 
     @property
     def installed(self) -> bool:
@@ -114,22 +120,28 @@ class UserClipHooks:
             setattr(clip_grad, "_group_tensors_by_device_and_dtype", ours)  # noqa: B010
             self._installed.append((clip_grad, "_group_tensors_by_device_and_dtype", group, ours))
 
-    def _tell(self, tensors: Any, kind: str, bound: Any, grads: bool = False) -> None:
+    def _tell(self, tensors: object, kind: str, bound: float, grads: bool = False) -> None:
         listener = self.listener
         if listener is None:
             return
         try:
             if not isinstance(tensors, (list, tuple)):
                 tensors = [tensors]
-            listener(tensors, kind, float(bound), grads)
+            # what torch's clip helper was given: a list or tuple of tensors, or one tensor
+            listener(cast("Sequence[Tensor]", tensors), kind, float(bound), grads)
         except Exception:
             self.on_error("user_clip")
 
-    def _norm_wrapper(self, original: Any) -> Any:
+    def _norm_wrapper(
+        self, original: Callable[[Tensor | Iterable[Tensor], float, Tensor, bool | None], None]
+    ) -> Callable[..., None]:
         tell = self._tell
 
         def _clip_grads_with_norm_(
-            parameters: Any, max_norm: Any, total_norm: Any, foreach: Any = None
+            parameters: Tensor | Iterable[Tensor],
+            max_norm: float,
+            total_norm: Tensor,
+            foreach: bool | None = None,
         ) -> None:
             original(parameters, max_norm, total_norm, foreach)
             tell(parameters, NORM, max_norm)
@@ -137,15 +149,15 @@ class UserClipHooks:
         _clip_grads_with_norm_.__wrapped__ = original  # type: ignore[attr-defined]
         return _clip_grads_with_norm_
 
-    def _group_wrapper(self, original: Any) -> Any:
+    def _group_wrapper(self, original: Callable[_P, _R]) -> Callable[_P, _R]:
         hooks = self
 
-        def _group_tensors_by_device_and_dtype(*args: Any, **kwargs: Any) -> Any:
+        def _group_tensors_by_device_and_dtype(*args: _P.args, **kwargs: _P.kwargs) -> _R:
             try:
                 caller = sys._getframe(1)
                 if caller.f_code is hooks._value_code and hooks.listener is not None:
                     local = caller.f_locals
-                    hooks._tell(local.get("grads"), VALUE, local.get("clip_value"), True)
+                    hooks._tell(local.get("grads"), VALUE, local["clip_value"], True)
             except Exception:
                 hooks.on_error("user_clip")
             return original(*args, **kwargs)
@@ -154,7 +166,7 @@ class UserClipHooks:
         return _group_tensors_by_device_and_dtype
 
 
-def names_norm_clip(frame: Any, user_frames: int = 3) -> bool:
+def names_norm_clip(frame: FrameType | None, user_frames: int = 3) -> bool:
     """Whether the code that called ``backward()`` (the first ``user_frames`` frames up
     the stack outside torch and this package) names ``clip_grad_norm_``."""
     import torch

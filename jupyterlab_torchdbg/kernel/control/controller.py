@@ -27,7 +27,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from ..action_registry import ActionError
 from ..backward_boundary import ModelSource
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     import torch
 
     from ..host import Host
+    from ..runs import Runs
     from ..step_read import StepRead
 
 
@@ -78,7 +79,7 @@ class Control:
 
     # --- state message ---------------------------------------------------------------
 
-    def _runs(self) -> Any:
+    def _runs(self) -> Runs | None:
         return self._ext.runs
 
     def idle(self) -> bool:
@@ -135,9 +136,10 @@ class Control:
         if self.idle():
             raise ActionError(why, code="refused")
 
-    def act_clip(self, args: dict[str, Any]) -> dict[str, object]:
+    def act_clip(self, args: dict[str, object]) -> dict[str, object]:
+        max_norm = _number(args, "max_norm")
         with self._lock:
-            self.clip = args["max_norm"]
+            self.clip = max_norm
             self.last_refusal = None
         self.broadcast()
         return {"clip": self.clip, "applies": "from the next optimizer step"}
@@ -180,12 +182,13 @@ class Control:
         self._wake.set()
         return {"step": "one optimizer step"}
 
-    def _lr_target(self, args: dict[str, Any], *, idle_ok: bool = False) -> Target:
+    def _lr_target(self, args: dict[str, object], *, idle_ok: bool = False) -> Target:
         """The target an LR action is for (under the lock); refused or invalid. Only
         Reset (``idle_ok``) acts on the last run's targets while nothing trains."""
         if self.idle() and not idle_ok:
             raise ActionError(IDLE_LR, "refused")
-        t = self.lr.resolve(args.get("optimizer"))
+        key = args.get("optimizer")
+        t = self.lr.resolve(key if isinstance(key, str) else None)
         if t is None:
             if "optimizer" in args:
                 raise ActionError(f"no optimizer {args['optimizer']!r} in this run")
@@ -194,7 +197,7 @@ class Control:
             raise ActionError(_NO_OPTIMIZER, "refused")
         return t
 
-    def _queue(self, args: dict[str, Any], change: Change) -> dict[str, object]:
+    def _queue(self, args: dict[str, object], change: Change) -> dict[str, object]:
         with self._lock:
             t = self._lr_target(args)
             if change[2] is not None and change[2] >= len(t.lrs):
@@ -203,12 +206,15 @@ class Control:
             key = t.key
         return {"optimizer": key, "pending": True, "applies": "at the next optimizer step"}
 
-    def act_set_lr(self, args: dict[str, Any]) -> dict[str, object]:
-        out = self._queue(args, ("set", float(args["lr"]), args.get("group")))
+    def act_set_lr(self, args: dict[str, object]) -> dict[str, object]:
+        group = args.get("group")
+        out = self._queue(
+            args, ("set", float(_number(args, "lr")), group if isinstance(group, int) else None)
+        )
         return {**out, "lr": args["lr"]}
 
-    def act_scale_lr(self, args: dict[str, Any]) -> dict[str, object]:
-        out = self._queue(args, ("scale", float(args["factor"]), None))
+    def act_scale_lr(self, args: dict[str, object]) -> dict[str, object]:
+        out = self._queue(args, ("scale", float(_number(args, "factor")), None))
         with self._lock:
             t = self.lr.resolve(cast("str", out["optimizer"]))
             scale = (t.scale if t is not None else None) or 1.0
@@ -216,7 +222,7 @@ class Control:
                 scale = scale * value if op == "scale" else scale
         return {**out, "lr_scale": scale}
 
-    def act_reset_lr(self, args: dict[str, Any]) -> dict[str, object]:
+    def act_reset_lr(self, args: dict[str, object]) -> dict[str, object]:
         """Back to the lr from before the panel's first change. While a run steps, at
         its next step; while idle (the run ended), at once: the user asked for it and
         nothing steps, so nothing waits for a boundary that may never come (issue #22)."""
@@ -379,5 +385,13 @@ class Control:
     def _name_of(self, optimizer: torch.optim.Optimizer | ModelSource) -> str:
         if isinstance(optimizer, ModelSource):
             return f"{optimizer.name} (end of backward)"
-        ns: dict[str, Any] = getattr(self._ext.shell, "user_ns", {}) or {}
+        ns: dict[str, object] = getattr(self._ext.shell, "user_ns", {}) or {}
         return name_of(optimizer, ns)
+
+
+def _number(args: dict[str, object], key: str) -> float:
+    """A numeric argument its validator checked (``schema_number``)."""
+    value = args[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ActionError(f"{key} must be a number")
+    return value

@@ -23,12 +23,20 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 from ..backward_boundary import ModelSource
 from ..lr_value import read_lr
+
+
+class Stepped(Protocol):
+    """What steps: a ``torch.optim.Optimizer`` or a ``ModelSource`` (its param groups)."""
+
+    @property
+    def param_groups(self) -> Sequence[MutableMapping[str, object]]: ...
+
 
 #: ("set", lr, group | None), ("scale", factor, None) or ("reset", 0.0, None).
 Change = tuple[str, float, int | None]
@@ -38,7 +46,7 @@ Change = tuple[str, float, int | None]
 class Target:
     key: str
     name: str
-    ref: weakref.ref[Any]
+    ref: weakref.ref[Stepped]
     by_hand: bool
     lrs: list[float | None] = field(default_factory=list)
     #: Each group's lr before the panel's first change in this run (None: no change).
@@ -86,8 +94,8 @@ class _Carry:
     lrs: list[float | None]
 
 
-def _write(group: dict[str, Any], value: float) -> None:
-    lr: Any = group.get("lr")
+def _write(group: MutableMapping[str, object], value: float) -> None:
+    lr = group.get("lr")
     if hasattr(lr, "fill_"):  # tensor LR (capturable optimizers)
         lr.fill_(value)
     else:
@@ -98,13 +106,13 @@ class LrTargets:
     """The current run's targets (see the module docstring). Guarded by Control's lock."""
 
     def __init__(self) -> None:
-        self._keys: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self._keys: weakref.WeakKeyDictionary[Stepped, str] = weakref.WeakKeyDictionary()
         self._serial = itertools.count(1)
         self.targets: dict[str, Target] = {}
         #: The target that stepped most recently (the default of the actions).
         self.last_key: str | None = None
         #: optimizer -> the panel's change it carries into its next run (weakly held).
-        self._carry: weakref.WeakKeyDictionary[Any, _Carry] = weakref.WeakKeyDictionary()
+        self._carry: weakref.WeakKeyDictionary[Stepped, _Carry] = weakref.WeakKeyDictionary()
 
     def run_ended(self) -> None:
         """The run ended: read each group's lr as it is left (after the last
@@ -122,7 +130,7 @@ class LrTargets:
         self.targets = {}
         self.last_key = None
 
-    def _take_carry(self, t: Target, opt: Any) -> None:
+    def _take_carry(self, t: Target, opt: Stepped) -> None:
         """A target new in this run: the panel's change of the last run, for the groups
         whose lr is still what that run left (see the module docstring)."""
         carry = self._carry.pop(opt, None)
@@ -144,7 +152,7 @@ class LrTargets:
             t.pending.clear()
         return dropped
 
-    def seen(self, opt: Any, name: Callable[[], str]) -> Target:
+    def seen(self, opt: Stepped, name: Callable[[], str]) -> Target:
         """The target of ``opt`` in this run (created on its first boundary)."""
         key = self._keys.get(opt)
         if key is None:
@@ -160,7 +168,7 @@ class LrTargets:
         self.last_key = key
         return t
 
-    def forget(self, opt: Any) -> bool:
+    def forget(self, opt: Stepped) -> bool:
         """Drop ``opt``'s target of this run (a hand-updated model an optimizer took over
         at its first step: the step boundary's hand-over). True when there was one."""
         key = self._keys.pop(opt, None)
@@ -174,7 +182,7 @@ class LrTargets:
         """The target an action names (``key``), else the default; None when unknown."""
         return self.targets.get(key if key is not None else self.last_key or "")
 
-    def read(self, t: Target, opt: Any) -> bool:
+    def read(self, t: Target, opt: Stepped) -> bool:
         """Read the groups' real lrs; True when they differ from the last reading."""
         if t.by_hand:
             return False
@@ -184,7 +192,7 @@ class LrTargets:
         t.lrs = lrs
         return True
 
-    def apply(self, t: Target, opt: Any, changes: list[Change]) -> None:
+    def apply(self, t: Target, opt: Stepped, changes: list[Change]) -> None:
         """Apply the panel's changes to ``opt`` (training thread, at its boundary)."""
         groups = opt.param_groups
         cur = [read_lr(g.get("lr")) for g in groups]
