@@ -35,13 +35,24 @@ child drops the listener.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
 import time
 from collections.abc import Callable
-from types import FrameType
-from typing import Any
+from types import CodeType, FrameType, ModuleType
+from typing import Any, Protocol
+
+
+class _Hooks(Protocol):
+    """backward_boundary.py's ``BackwardHooks`` (not imported: the step boundary owns it)."""
+
+    @property
+    def attached(self) -> bool: ...
+
+    def scan(self, ns: dict[str, object], watched: None, starting: FrameType | None) -> bool: ...
+
 
 #: The user's frames looked at above ``backward()`` (innermost first).
 USER_FRAMES = 8
@@ -60,7 +71,7 @@ class _LevelProbe:
 
     __slots__ = ("_hook", "_real")
 
-    def __init__(self, real: Any, hook: BackwardStartHook) -> None:
+    def __init__(self, real: logging.Logger, hook: BackwardStartHook) -> None:
         object.__setattr__(self, "_real", real)
         object.__setattr__(self, "_hook", hook)
 
@@ -68,10 +79,10 @@ class _LevelProbe:
         self._hook.engine_starts(sys._getframe(1))
         return int(self._real.getEffectiveLevel())
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # Any: whatever the real logger's attribute is
         return getattr(self._real, name)
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         setattr(self._real, name, value)
 
 
@@ -83,8 +94,8 @@ class BackwardStartHook:
         self.listener: Listener | None = None
         self.on_error: Callable[[str], None] = lambda where: None
         #: (module, real logger, stand-in) when installed.
-        self._installed: tuple[Any, Any, _LevelProbe] | None = None
-        self._backward_code: Any = None
+        self._installed: tuple[ModuleType, logging.Logger, _LevelProbe] | None = None
+        self._backward_code: CodeType | None = None
 
     @property
     def installed(self) -> bool:
@@ -108,7 +119,7 @@ class BackwardStartHook:
             if self._installed is not None:
                 module, real, probe = self._installed
                 if getattr(module, "log", None) is probe:
-                    module.log = real
+                    setattr(module, "log", real)  # noqa: B010 (a module attribute)
                 self._installed = None
 
     def forked(self) -> None:
@@ -157,7 +168,7 @@ class CellLook:
     models (``on``), at most once per ``SCAN_INTERVAL_S``. ``hooks`` is the step
     boundary's ``BackwardHooks``."""
 
-    def __init__(self, hooks: Any) -> None:
+    def __init__(self, hooks: _Hooks) -> None:
         self.hooks = hooks
         self.on = False
         self._next = 0.0
@@ -176,7 +187,7 @@ class CellLook:
         self.hooks.scan(user_names(engine_frame.f_back), None, starting=engine_frame)
 
 
-def user_names(frame: FrameType | None) -> dict[str, Any]:
+def user_names(frame: FrameType | None) -> dict[str, object]:
     """The names the user's code sees above ``frame`` (torch's own and this package's
     frames skipped): the module-level namespaces of the first user frames (a notebook
     cell's code runs in the notebook's namespace; a function defined there sees it as
@@ -185,7 +196,7 @@ def user_names(frame: FrameType | None) -> dict[str, Any]:
     import torch
 
     skip = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)))
-    ns: dict[str, Any] = {}
+    ns: dict[str, object] = {}
     f, seen = frame, 0
     while f is not None and seen < USER_FRAMES:
         if not f.f_code.co_filename.startswith(skip):

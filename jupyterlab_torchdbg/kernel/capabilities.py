@@ -70,7 +70,7 @@ class Nvml:
     """A lazily initialised NVML session (nvidia-ml-py). Never raises."""
 
     def __init__(self) -> None:
-        self.module: Any = None
+        self.module: Any = None  # Any: the pynvml module (untyped), once initialised
         self.reason: str | None = None
         self.driver: str | None = None
         self._tried = False

@@ -24,7 +24,7 @@ from __future__ import annotations
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from torch.nn import Module
@@ -55,9 +55,9 @@ def protect(module: Module, hook_id: int, on_script: Callable[[Module], None]) -
         return
     ref = weakref.ref(module)
     # object.__getstate__ exists from Python 3.11; before, the state is the __dict__.
-    cls_getstate: Callable[[Any], Any] | None = getattr(type(module), _STATE, None)
+    cls_getstate: Callable[[Module], object] | None = getattr(type(module), _STATE, None)
 
-    def getstate() -> dict[str, Any]:
+    def getstate() -> dict[str, object]:
         m = ref()
         if m is None:  # pragma: no cover - the module is being pickled, so alive
             return {}
@@ -89,7 +89,7 @@ def unprotect(module: Module, hook_id: int | None) -> None:
             module.__dict__.pop(key, None)
 
 
-def _without(state: dict[str, Any], ours: set[int]) -> dict[str, Any]:
+def _without(state: dict[str, object], ours: set[int]) -> dict[str, object]:
     for key in ("_torchdbg_hook_ids", _STATE, _SCRIPT):
         state.pop(key, None)
     for key in _HOOK_DICTS:

@@ -10,7 +10,7 @@ passed to it as an argument where ``extension.py`` wires them (see ``Extension.s
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from .action_registry import ActionRegistry
@@ -23,9 +23,9 @@ if TYPE_CHECKING:
 class ShellEvents(Protocol):
     """IPython's ``shell.events`` (an ``EventManager``): what the extension calls."""
 
-    def register(self, name: str, cb: Callable[..., Any], /) -> None: ...
+    def register(self, name: str, cb: Callable[..., object], /) -> None: ...
 
-    def unregister(self, name: str, cb: Callable[..., Any], /) -> None: ...
+    def unregister(self, name: str, cb: Callable[..., object], /) -> None: ...
 
     def trigger(self, name: str, /, *args: object) -> None: ...
 
@@ -38,7 +38,7 @@ class Shell(Protocol):
     """
 
     @property
-    def user_ns(self) -> dict[str, Any]: ...
+    def user_ns(self) -> dict[str, object]: ...
 
     @property
     def events(self) -> ShellEvents: ...

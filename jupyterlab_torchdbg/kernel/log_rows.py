@@ -25,7 +25,6 @@ import operator
 import struct
 from collections.abc import Callable
 from operator import countOf
-from typing import Any
 
 from .stream import BlockSeries, Stream
 
@@ -60,7 +59,7 @@ class _Layout:
         row = [i for i, n in enumerate(names) if "loss" not in n.lower()]
         rest = [i for i, n in enumerate(names) if "loss" in n.lower()]
         self.row_names = tuple(names[i] for i in row)
-        self.take_row: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = (
+        self.take_row: Callable[[tuple[object, ...]], tuple[float, ...]] | None = (
             None if len(row) == len(names) else _getter(row)
         )
         self.scalar_names = tuple(names[i] for i in rest)
@@ -81,7 +80,8 @@ class _Layout:
         return block
 
 
-def _getter(idx: list[int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+def _getter(idx: list[int]) -> Callable[[tuple[object, ...]], tuple[float, ...]]:
+    """Picks values by index (``log_row`` calls it once they are checked plain numbers)."""
     if len(idx) == 1:
         one = operator.itemgetter(idx[0])
         return lambda t: (one(t),)

@@ -41,7 +41,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import hook_guard
 from .thread_stacks import any_thread_inside
@@ -55,6 +55,8 @@ RETRY_S = 0.01
 PRE, POST = "pre", "post"
 
 HookFn = Callable[..., None]
+#: ``(module, PRE or POST, fn, with_kwargs[, always_call])``: one hook ``HookSet.add`` makes.
+HookSpec = tuple["Module", str, HookFn, bool] | tuple["Module", str, HookFn, bool, bool]
 
 
 class ModuleHook:
@@ -83,7 +85,7 @@ class ModuleHook:
         """torch's id of the registered hook (None: not in torch's dicts)."""
         return None if self.handle is None else self.handle.id
 
-    def __call__(self, module: Any, args: Any, *rest: Any) -> None:
+    def __call__(self, module: Module, args: tuple[object, ...], *rest: object) -> None:
         """torch's call: ``rest`` is ``(kwargs,)``, ``(output,)``, ``(kwargs, output)``
         or nothing. Another arity than registered (a switch in flight) or a removed hook:
         nothing happens. Never raises; returns None (inputs and outputs stay as they are)."""
@@ -105,7 +107,7 @@ class HookSet:
     """One feature's hooks; ``close`` removes them all and refuses new ones."""
 
     def __init__(
-        self, on_error: Callable[[str], None], site: str, on_script: Callable[[Any], None] | None
+        self, on_error: Callable[[str], None], site: str, on_script: Callable[[Module], None] | None
     ) -> None:
         self._on_error = on_error
         self._site = site
@@ -115,7 +117,7 @@ class HookSet:
         self.hooks: set[ModuleHook] = set()
         self.closed = False
 
-    def add(self, specs: Iterable[tuple[Any, ...]], now: bool = False) -> list[ModuleHook]:
+    def add(self, specs: Iterable[HookSpec], now: bool = False) -> list[ModuleHook]:
         """One hook per ``(module, PRE or POST, fn, with_kwargs[, always_call])``, in one
         stretch; [] once closed. ``now``: into torch's dicts at once (the at-step probe on
         the training thread's own models, which no thread is calling at its step)."""

@@ -23,6 +23,7 @@ def _bytes(m: re.Match[str] | None, at: int = 1) -> int | None:
     return int(float(m.group(at)) * _UNITS[m.group(at + 1)])
 
 
+# Any: read by key with numeric use by exceptions/diagnose and memory/autopsy, which add keys
 def parse_oom(message: str, exc_type: str = "") -> dict[str, Any] | None:
     """The numbers in an out-of-memory message, or None when it is not one.
 
@@ -38,7 +39,7 @@ def parse_oom(message: str, exc_type: str = "") -> dict[str, Any] | None:
     mps = "mps backend out of memory" in low
     if not (cuda or cpu or mps or "out of memory" in low):
         return None
-    facts: dict[str, Any] = {}
+    facts: dict[str, int | str | None] = {}
     gpu = re.search(r"GPU (\d+) has a total capacity of " + _SIZE + r" of which " + _SIZE, msg)
     device = "cpu" if cpu else "mps" if mps else "cuda"
     if gpu is not None:

@@ -27,7 +27,27 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol, cast
+
+
+class _Session(Protocol):
+    def send(
+        self,
+        stream: object,
+        msg_type: str,
+        content: dict[str, object],
+        *,
+        parent: object,
+        ident: bytes,
+    ) -> object: ...
+
+
+class _Kernel(Protocol):
+    """ipykernel's kernel, as far as re-publishing a status goes."""
+
+    session: _Session
+    iopub_socket: object
+    ident: str
 
 
 class MainShellBusy:
@@ -38,7 +58,7 @@ class MainShellBusy:
         self._on_error = on_error
         self._lock = threading.Lock()
         #: The header of the execute_request the main shell runs now; None when idle.
-        self._parent: dict[str, Any] | None = None
+        self._parent: dict[str, object] | None = None
         #: How many ``busy`` were re-published (for tests and the stats).
         self.reasserted = 0
 
@@ -76,7 +96,7 @@ class MainShellBusy:
                 parent = self._parent
                 if parent is None:
                     return  # the cell ended meanwhile: its own idle is the truth
-                kernel: Any = self._kernel
+                kernel = cast("_Kernel", self._kernel)  # an ipykernel kernel (get_parent seen)
                 kernel.session.send(
                     kernel.iopub_socket,
                     "status",

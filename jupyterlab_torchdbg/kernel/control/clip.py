@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from ..gradscaler import kernel_scale, still_scaled
 
@@ -39,7 +39,7 @@ class Clipper:
         #: Clipped steps whose total norm came from the monitor's read (not a second one).
         self.reused = 0
         #: Accelerator steps whose "was the norm finite" flag is on its way to the host.
-        self._checks: deque[tuple[int, torch.Tensor, Any]] = deque()
+        self._checks: deque[tuple[int, torch.Tensor, torch.cuda.Event | None]] = deque()
 
     def clip(
         self, optimizer: torch.optim.Optimizer, max_norm: float, step: int, read: StepRead | None
@@ -86,7 +86,11 @@ class Clipper:
         )
 
     def _watch_finite(
-        self, step: int, finite: torch.Tensor, total: torch.Tensor, found_inf: Any = None
+        self,
+        step: int,
+        finite: torch.Tensor,
+        total: torch.Tensor,
+        found_inf: torch.Tensor | None = None,
     ) -> None:
         """Start a non-blocking copy of this step's finiteness flag to the host (a step
         GradScaler skips counts as finite: nothing to report)."""

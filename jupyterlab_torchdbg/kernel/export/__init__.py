@@ -21,9 +21,9 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..action_args import only_keys, schema_number
 from ..action_registry import ActionError
@@ -38,7 +38,9 @@ __all__ = ["attach", "validate_export"]
 
 #: The run store's reader: ``(kernel_id, run) -> (info, series, alerts)``.
 Points = list[tuple[str, list[float], list[float]]]
-LoadRecordRun = Callable[[str, int], tuple[dict[str, Any], Points, list[dict[str, Any]]]]
+LoadRecordRun = Callable[
+    [str, int], tuple[Mapping[str, object], Points, Sequence[Mapping[str, object]]]
+]
 _KERNEL_ID = re.compile(r"[0-9a-f]{16}")
 
 
@@ -61,14 +63,17 @@ def attach(
     """Register ``export_tensorboard``; ``alerts``: this kernel's recent alerts (JSON
     dicts, each with its ``run``). Returns the cleanup."""
 
-    def export(args: dict[str, Any]) -> dict[str, object]:
-        run, kernel = int(args["run"]), args["kernel"]
+    def export(args: dict[str, object]) -> dict[str, object]:
+        run, kernel = args["run"], args["kernel"]  # checked by validate_export
+        if not isinstance(run, int) or not (kernel is None or isinstance(kernel, str)):
+            raise ActionError("run must be an integer, kernel null or a recorded kernel's id")
         if not tensorboard_installed():
             raise ActionError(
                 "tensorboard is not installed in the kernel's environment "
                 "(pip install tensorboard, then export again)",
                 "refused",
             )
+        alarms: Sequence[Mapping[str, object]]
         if kernel is None:
             series, alarms = _this_kernels_run(host, alerts, run)
         elif load_record_run is None:

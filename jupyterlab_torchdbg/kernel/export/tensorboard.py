@@ -25,9 +25,8 @@ from __future__ import annotations
 import re
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from ..stream.run_points import WALL_PREFIX
 
@@ -39,21 +38,21 @@ MAX_STEM = 64
 Series = Sequence[tuple[str, Sequence[float], Sequence[float]]]
 
 
-def alarm_line(alert: dict[str, Any]) -> str:
+def alarm_line(alert: Mapping[str, object]) -> str:
     """``step N · layer · message`` (the model's track when no layer is named)."""
     where = alert.get("layer") or alert.get("track") or "-"
     message = " ".join(str(alert.get("message", "")).split())
     return f"step {alert.get('step', '?')} · {where} · {message}"
 
 
-def write_run(directory: str | Path, series: Series, alerts: Iterable[dict[str, Any]]) -> int:
+def write_run(directory: str | Path, series: Series, alerts: Iterable[Mapping[str, object]]) -> int:
     """Write ``series`` and ``alerts`` (see the module docstring) as event files in
     ``directory``; returns the number of scalar points written."""
     from tensorboard.compat.proto.summary_pb2 import Summary
     from torch.utils.tensorboard import SummaryWriter
 
-    steps: dict[int, list[Any]] = defaultdict(list)
-    timed: list[tuple[float, int, Any]] = []
+    steps: dict[int, list[Summary.Value]] = defaultdict(list)
+    timed: list[tuple[float, int, Summary.Value]] = []
     count = 0
     for name, xs, ys in series:
         wall = name.startswith(WALL_PREFIX)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from ...module_hooks import POST, PRE, HookSet, ModuleHook
+from ...module_hooks import POST, PRE, HookSet, HookSpec, ModuleHook
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -99,7 +99,7 @@ class SavedBytes:
         self._cancelled = False
         self.result: Saved | None = None
         self.finished = False
-        specs: list[tuple[object, ...]] = []
+        specs: list[HookSpec] = []
         for name, root in roots:
             specs.append((root, PRE, self._root_pre(name, root), True))
             specs.append((root, POST, self._root_post, True, True))
