@@ -30,6 +30,7 @@ class Bounds:
 
 
 @cache
+# Any: a JSON Schema fragment, read by chained lookups here and in grads/ and memory/
 def action_args_schema(action: str) -> dict[str, Any]:
     """The schema of ``args`` for ``action`` (the ``Action*`` definition whose const it is)."""
     defs = load_schema()["$defs"]

@@ -37,11 +37,15 @@ import threading
 import warnings
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Union
 
 from .extension import current
 from .log_rows import ROW_MIN_NAMES, log_row
 from .stream import limits
+
+if TYPE_CHECKING:
+    from torch import Tensor, dtype
 
 #: Distinct warnings ``log()`` shows per kernel process before it goes quiet.
 MAX_WARNINGS = 20
@@ -55,9 +59,14 @@ _warned: set[str] = set()
 _suppressed = False
 
 #: Tensor dtypes a device value is kept in as it is (stacked with the others at flush).
-_PLAIN_DTYPES: frozenset[Any] | None = None
+_PLAIN_DTYPES: frozenset[dtype] | None = None
 #: ``torch.Tensor`` once torch is imported (checked first: the common case).
-_TENSOR: type | None = None
+_TENSOR: type[Tensor] | None = None
+
+
+#: What a logged value reads as: a float, a detached device tensor (resolved at flush), or
+#: why it is not recorded.
+Read = Union[float, "Tensor", "_Skip"]
 
 
 class _Skip:
@@ -134,6 +143,8 @@ def _warn(key: str, message: str) -> None:
         pass  # e.g. warnings turned into errors by the user's filters
 
 
+# A number-like user value (int, Decimal, Fraction, numpy scalar, __float__), compared with 0
+# Any: when too large for a float (no protocol says "float() and > 0")
 def _real(value: Any) -> float:
     """``float(value)``; a value too large for a float becomes ±Inf."""
     try:
@@ -142,14 +153,14 @@ def _real(value: Any) -> float:
         return math.inf if value > 0 else -math.inf
 
 
-def _plain_dtypes(torch: Any) -> frozenset[Any]:
+def _plain_dtypes(torch: ModuleType) -> frozenset[dtype]:
     global _PLAIN_DTYPES
     if _PLAIN_DTYPES is None:
         _PLAIN_DTYPES = frozenset((torch.float32, torch.float16, torch.bfloat16, torch.float64))
     return _PLAIN_DTYPES
 
 
-def _tensor(t: Any) -> Any:
+def _tensor(t: Tensor) -> Read:
     """A one-element tensor's value: a float (CPU), a detached float tensor (device)."""
     n = t.numel()
     if n != 1:
@@ -181,7 +192,7 @@ def _tensor(t: Any) -> Any:
     return t
 
 
-def _array(a: Any) -> Any:
+def _array(a: Any) -> Read:  # Any: a numpy scalar or array (numpy is not a dependency)
     """A numpy scalar or array of one element: its value; else why not."""
     size = a.size
     if size != 1:
@@ -197,7 +208,7 @@ def _array(a: Any) -> Any:
     return _not_a_number(a)  # strings, bytes, datetimes, records
 
 
-def _read(value: Any) -> Any:
+def _read(value: Any) -> Read:  # Any: whatever the user logged, read by duck typing
     """A float, a detached device tensor to resolve at flush, or a ``_Skip``."""
     global _TENSOR
     if _TENSOR is None:
@@ -231,7 +242,7 @@ def _read(value: Any) -> Any:
     return _not_a_number(value)
 
 
-def _value(name: str, value: object) -> Any:
+def _value(name: str, value: object) -> float | Tensor | None:
     """``value`` as the stream records it, or None (after one bounded warning)."""
     try:
         v = _read(value)

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import os
 import secrets
+import sqlite3
 import subprocess
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..action_registry import ActionError
 from . import reading, store, watcher
@@ -47,7 +48,7 @@ class Recorder:
         self._watcher: subprocess.Popen[bytes] | None = None
         self._facts = memory_facts
         self._read_lock = threading.Lock()
-        self._read_conn: Any = None
+        self._read_conn: sqlite3.Connection | None = None
         self._sent_key: str | None = None
 
     def _progress(self) -> tuple[int, int] | None:
@@ -114,7 +115,7 @@ class Recorder:
     # --- reading ------------------------------------------------------------------------
 
     def message(self) -> dict[str, object]:
-        kernels: list[dict[str, Any]] = []
+        kernels: list[dict[str, object]] = []
         if self._read_conn is not None:
             try:
                 with self._read_lock:
@@ -129,9 +130,7 @@ class Recorder:
             "note": self.note,
         }
 
-    def load_run(
-        self, kernel: str, run: int
-    ) -> tuple[dict[str, Any], list[tuple[str, list[float], list[float]]], list[dict[str, Any]]]:
+    def load_run(self, kernel: str, run: int) -> reading.Loaded:
         """One recorded run of an earlier kernel: ``(info, [(name, xs, ys)], alerts)``."""
         if self._read_conn is None:
             raise ActionError(
@@ -153,13 +152,15 @@ class Recorder:
 
     # --- actions ------------------------------------------------------------------------
 
-    def open_record(self, args: dict[str, Any]) -> dict[str, object]:
+    def open_record(self, args: dict[str, object]) -> dict[str, object]:
         kernel, run = args["kernel"], args["run"]
+        if not isinstance(kernel, str) or not isinstance(run, int):  # checked by _kernel_args
+            raise ActionError("kernel and run are required")
         loaded = self.load_run(kernel, run)
         self.host.hub.broadcast(reading.run_message(kernel, run, loaded))
         return {"series": len(loaded[1]), "alerts": len(loaded[2])}
 
-    def dismiss_record(self, args: dict[str, Any]) -> dict[str, object]:
+    def dismiss_record(self, args: dict[str, object]) -> dict[str, object]:
         if self._read_conn is None:
             raise ActionError("No run record in this kernel.", "refused")
         with self._read_lock:
@@ -173,7 +174,7 @@ class Recorder:
         return {}
 
 
-def _kernel_args(args: dict[str, object], run: bool) -> dict[str, Any]:
+def _kernel_args(args: dict[str, object], run: bool) -> dict[str, object]:
     allowed = {"kernel", "run"} if run else {"kernel"}
     extra = set(args) - allowed
     if extra:
@@ -185,7 +186,7 @@ def _kernel_args(args: dict[str, object], run: bool) -> dict[str, Any]:
         or not all(c in "0123456789abcdef" for c in kernel)
     ):
         raise ActionError("kernel must be a recorded kernel's id (16 hex digits)")
-    out: dict[str, Any] = {"kernel": kernel}
+    out: dict[str, object] = {"kernel": kernel}
     if run:
         r = args.get("run")
         if isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= 1_000_000_000:
@@ -194,12 +195,12 @@ def _kernel_args(args: dict[str, object], run: bool) -> dict[str, Any]:
     return out
 
 
-def monitor_facts(mon: Any) -> MemoryFacts:
+def monitor_facts(mon: object) -> MemoryFacts:
     """The memory figures the record keeps, read from the memory monitor at each write:
     the process RSS and its limit, or, while memory grows steadily, the leak tracker's
     fitted series (used, limit, growth per step: ``memory.leak``)."""
 
-    def facts() -> dict[str, Any]:
+    def facts() -> dict[str, object]:
         watch = getattr(mon, "leak", None)
         leak = getattr(watch, "leak", None)
         if isinstance(leak, dict):

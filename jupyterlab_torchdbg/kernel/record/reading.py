@@ -13,9 +13,12 @@ import os
 import signal
 import sqlite3
 import time
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from ..units import short_bytes
+
+if TYPE_CHECKING:
+    from ...protocol import messages as m
 
 #: Kernels listed in ``record``, newest first.
 LIST_KERNELS = 10
@@ -28,6 +31,30 @@ RUN_ALERTS = 200
 #: A kernel whose row has no end, whose process is alive and that wrote this recently
 #: is still running (another kernel of the same notebook).
 LIVE_S = 30.0
+#: What ``load_run`` returns: the run's info, its series ``(name, xs, ys)``, its alarms.
+Loaded = tuple["m.RecordRun", list[tuple[str, list[float], list[float]]], list[dict[str, object]]]
+
+
+class KernelRow(TypedDict):
+    """A row of the ``kernels`` table as ``SELECT *`` reads it (store.py's schema)."""
+
+    id: str
+    session: str | None
+    pid: int | None
+    started: float | None
+    last_write: float | None
+    end_kind: str | None
+    end_code: int | None
+    end_note: str | None
+    oom_start: int | None
+    oom_kills: int | None
+    run: int | None
+    step: int | None
+    mem_used: int | None
+    mem_limit: int | None
+    mem_per_step: float | None
+    exception: str | None
+    dismissed: int
 
 
 def _signal_name(n: int) -> str:
@@ -49,11 +76,12 @@ def _alive(pid: int | None) -> bool:
     return True
 
 
-def end_of(row: dict[str, Any], now: float) -> dict[str, Any]:
+def end_of(row: KernelRow, now: float) -> dict[str, object]:
     """The ``RecordEnd`` of a kernel row."""
     kind, code, kills = row["end_kind"], row["end_code"], row["oom_kills"]
     if kind is None:
-        recent = row["last_write"] is not None and now - row["last_write"] < LIVE_S
+        last = row["last_write"]
+        recent = last is not None and now - last < LIVE_S
         if _alive(row["pid"]) and recent:
             return {
                 "kind": "running",
@@ -68,7 +96,7 @@ def end_of(row: dict[str, Any], now: float) -> dict[str, Any]:
             "text": "cause unknown: no exit status was seen",
         }
     if kind == "signal":
-        text = f"killed by signal {code} ({_signal_name(int(code))})"
+        text = f"killed by signal {code} ({_signal_name(int(code or 0))})"
     elif kind == "oom_kill":
         parts = [f"signal {code}"] if code is not None else []
         if kills:
@@ -86,7 +114,7 @@ def end_of(row: dict[str, Any], now: float) -> dict[str, Any]:
     return {"kind": kind, "code": code, "oom_kills": kills, "text": text}
 
 
-def headline(row: dict[str, Any], end: dict[str, Any]) -> str:
+def headline(row: KernelRow, end: dict[str, object]) -> str:
     run, step = row["run"], row["step"]
     where = (
         f"at step {step:,} of run {run}"
@@ -106,7 +134,7 @@ def headline(row: dict[str, Any], end: dict[str, Any]) -> str:
     elif kind == "signal":
         detail = [f"killed by signal {end['code']}"]  # the name is in the end's own text
     else:
-        detail = [end["text"]]
+        detail = [str(end["text"])]
     used, limit, per_step = row["mem_used"], row["mem_limit"], row["mem_per_step"]
     if per_step is not None and per_step > 0 and used is not None:
         mem = f"memory was climbing {short_bytes(per_step)}/step"
@@ -121,45 +149,58 @@ def headline(row: dict[str, Any], end: dict[str, Any]) -> str:
     return f"The kernel {verb} {where} ({'; '.join(detail)})."
 
 
-def _rows(conn: sqlite3.Connection, sql: str, args: tuple[Any, ...]) -> list[dict[str, Any]]:
+def _rows(
+    conn: sqlite3.Connection, sql: str, args: tuple[str | int, ...]
+) -> list[dict[str, object]]:
     cur = conn.execute(sql, args)
     cols = [d[0] for d in cur.description]
     return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
 
 
-def _run_info(info: dict[str, Any], row: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A stored ``RunInfo``; the kernel's last run counts to the kernel's last step (its
-    ``runs`` message is a little older than the last points written)."""
-    steps = int(info.get("steps") or 0)
-    if row is not None and row.get("run") == info.get("id") and row.get("step"):
-        steps = max(steps, int(row["step"]))
+def _run_info(
+    info: dict[str, object], row: tuple[int | None, int | None] | None = None
+) -> m.RecordRun:
+    """A stored ``RunInfo`` (JSON the writer stored); the kernel's last run (``row``: the
+    kernel's run and step) counts to its last step (its ``runs`` message is a little older
+    than the last points written)."""
+    steps = _number(info.get("steps"), 0)
+    if row is not None and row[0] == info.get("id") and row[1]:
+        steps = max(steps, int(row[1]))
+    start, end = info.get("start"), info.get("end")
+    cell_id, count = info.get("cell_id"), info.get("execution_count")
+    optimizers = info.get("optimizers") or []
     return {
-        "id": int(info.get("id") or 1),
-        "start": float(info.get("start") or 0.0),
-        "end": info.get("end"),
-        "steps": steps,
-        "alerts": int(info.get("alerts") or 0),
-        "cell_id": info.get("cell_id"),
-        "execution_count": info.get("execution_count"),
-        "optimizers": [str(o) for o in info.get("optimizers") or []],
+        "id": _number(info.get("id"), 1),
+        "start": float(start) if isinstance(start, int | float) and start else 0.0,
+        "end": end if isinstance(end, int | float) else None,
+        "steps": int(steps),
+        "alerts": _number(info.get("alerts"), 0),
+        "cell_id": cell_id if isinstance(cell_id, str) else None,
+        "execution_count": count if isinstance(count, int) else None,
+        "optimizers": [str(o) for o in optimizers] if isinstance(optimizers, list) else [],
     }
+
+
+def _number(value: object, default: int) -> int:
+    """A stored JSON number as an int (``default`` when absent, null or zero)."""
+    return int(value) if isinstance(value, int | float) and value else default
 
 
 def kernels(
     conn: sqlite3.Connection, self_id: str, now: float | None = None
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     """The notebook's earlier kernels as ``RecordKernel``s, newest first."""
     now = time.time() if now is None else now
-    out = []
+    out: list[dict[str, object]] = []
     rows = _rows(
         conn,
         "SELECT * FROM kernels WHERE id != ? ORDER BY started DESC LIMIT ?",
         (self_id, LIST_KERNELS),
     )
-    for row in rows:
+    for row in cast("list[KernelRow]", rows):  # SELECT * of the kernels table
         end = end_of(row, now)
         infos = [
-            _run_info(json.loads(r[0]), row)
+            _run_info(json.loads(r[0]), (row["run"], row["step"]))
             for r in conn.execute(
                 "SELECT info FROM runs WHERE kernel=? ORDER BY id DESC LIMIT ?",
                 (row["id"], LIST_RUNS),
@@ -191,16 +232,14 @@ def kernels(
     return out
 
 
-def load_run(
-    conn: sqlite3.Connection, kernel: str, run: int
-) -> tuple[dict[str, Any], list[tuple[str, list[float], list[float]]], list[dict[str, Any]]] | None:
+def load_run(conn: sqlite3.Connection, kernel: str, run: int) -> Loaded | None:
     """One recorded run: its info, its series ``(name, xs, ys)`` (NaN where SQLite
     holds NULL, every series thinned to ``RUN_POINTS``) and its alarms; None if unknown."""
     found = conn.execute("SELECT info FROM runs WHERE kernel=? AND id=?", (kernel, run)).fetchone()
     if found is None:
         return None
     row = conn.execute("SELECT run, step FROM kernels WHERE id=?", (kernel,)).fetchone()
-    info = _run_info(json.loads(found[0]), {"run": row[0], "step": row[1]} if row else None)
+    info = _run_info(json.loads(found[0]), (row[0], row[1]) if row else None)
     # The memory timelines are recorded outside runs (run 0, x = Unix time): the run's
     # stretch of them belongs to it.
     start = info["start"]
@@ -258,7 +297,7 @@ def special(v: float) -> float | str:
     return v
 
 
-def run_message(kernel: str, run: int, loaded: tuple[Any, Any, Any]) -> dict[str, Any]:
+def run_message(kernel: str, run: int, loaded: Loaded) -> dict[str, object]:
     info, series, alerts = loaded
     return {
         "method": "record_run",
