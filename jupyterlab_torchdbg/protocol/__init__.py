@@ -38,19 +38,22 @@ MAX_JSON_DEPTH = 16
 
 
 @cache
+# Any: a JSON Schema document, read by chained lookups (its shape is JSON Schema's)
 def load_schema() -> dict[str, Any]:
     """Return the protocol JSON Schema (read once)."""
     with SCHEMA_PATH.open(encoding="utf-8") as f:
-        schema: dict[str, Any] = json.load(f)
+        schema: dict[str, Any] = json.load(f)  # Any: as load_schema's
     return schema
 
 
+# Any: JSON Schema documents (the schema's and each result's), as load_schema's
 def action_result_schemas(schema: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """Each action's result schema (its definition's ``x-result``) by action name, each
     usable on its own (the schema's ``$defs`` attached, for its ``$ref``s). An action
     without one is not in the map."""
+    # Any: the schema's definitions, read by chained lookups
     defs: dict[str, Any] = (schema or load_schema())["$defs"]
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, dict[str, Any]] = {}  # Any: a JSON Schema per action
     for ref in defs["Action"]["oneOf"]:
         definition = defs[ref["$ref"].removeprefix("#/$defs/")]
         result = definition.get("x-result")
@@ -105,7 +108,8 @@ def encode_float(value: float) -> float | str:
     return value
 
 
-def jsonable(value: Any, _depth: int = 0) -> Any:
+# Any: the value's own shape made wire-safe (callers keep their message type)
+def jsonable(value: object, _depth: int = 0) -> Any:
     """Make ``value`` safe for a comm message (R10).
 
     NaN and infinities become strings, numpy and torch scalars become Python numbers,
@@ -133,7 +137,7 @@ def jsonable(value: Any, _depth: int = 0) -> Any:
     if item is not None and getattr(value, "ndim", None) == 0:
         # numpy / torch 0-d values (CPU only: callers never pass device tensors here).
         try:
-            return jsonable(value.item(), _depth + 1)
+            return jsonable(item(value), _depth + 1)
         except Exception:
             return None
     return f"<{type(value).__name__}>"
