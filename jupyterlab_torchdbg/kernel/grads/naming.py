@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import sys
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..backward_boundary import ModelSource
-from ..watches import watches
+from ..watches import WatchHandle, watches
 
 if TYPE_CHECKING:
     import torch
@@ -163,28 +163,12 @@ def build_plan(optimizer: torch.optim.Optimizer, track: str, ns: Mapping[str, ob
     """Name and scope one optimizer's parameters."""
     version, active = watches()
     all_params = optimizer_params(optimizer)
-    ids = {id(p) for _, _, p in all_params}
-    names = user_names(ns)
-
-    # Scope: watches for this optimizer, or for models whose parameters it steps.
     sources: list[tuple[str, torch.nn.Module]] = []
     scope: set[int] | None = None
     stride: int | None = None
     if active:
-        scope = set()
-        for w in active:
-            model = w.model
-            opt = w.optimizer
-            if model is None or (opt is not None and opt is not optimizer):
-                continue
-            mids = {id(p) for _, p in _named_parameters(model)}
-            if not mids & ids:
-                continue
-            scope |= mids
-            name = names.get(id(model)) or type(model).__name__.lower()
-            sources.append((name, model))
-            if w.stride is not None:
-                stride = w.stride if stride is None else min(stride, w.stride)
+        ids = {id(p) for _, _, p in all_params}
+        sources, scope, stride = _watched(optimizer, active, ids, user_names(ns))
         if not sources:
             return Plan(
                 group_sig(optimizer),
@@ -195,28 +179,91 @@ def build_plan(optimizer: torch.optim.Optimizer, track: str, ns: Mapping[str, ob
                 reason="not watched (watch() limits monitoring to the watched models)",
                 watch_version=version,
             )
-
     wanted = [
         (gi, i, p)
         for gi, i, p in all_params
         if getattr(p, "requires_grad", False) and (scope is None or id(p) in scope)
     ]
     wanted_ids = {id(p) for _, _, p in wanted}
+    if len(sources) < 64:
+        sources += _namespace_modules(ns, wanted_ids)
+    param_name, roots = _name_from_modules(sources, wanted_ids)
+    order = len(param_name) and max(o for _, _, o in param_name.values())
+    unnamed = 0
+    for gi, i, p in wanted:
+        if id(p) not in param_name:
+            order += 1
+            unnamed += 1
+            param_name[id(p)] = (f"{track}.group{gi}.p{i}", "", order)
+    layer_of, layers, coarsened = _layers([p for _, _, p in wanted], param_name)
+    scaler = find_scaler(ns)
+    return Plan(
+        group_sig(optimizer),
+        [p for _, _, p in wanted],
+        layer_of,
+        layers,
+        enabled=bool(wanted),
+        reason=None if wanted else "no trainable parameters in scope",
+        stride=stride,
+        watch_version=version,
+        scaler=None if scaler is None else weakref.ref(scaler),
+        coarsened=coarsened,
+        unnamed=unnamed,
+        roots=roots,
+    )
 
-    # Namespace modules: the largest first, ScriptModules after the rest.
+
+def _watched(
+    optimizer: torch.optim.Optimizer,
+    active: Sequence[WatchHandle],
+    ids: set[int],
+    names: Mapping[int, str],
+) -> tuple[list[tuple[str, torch.nn.Module]], set[int], int | None]:
+    """The scope ``watch()`` gives this optimizer: the watched models whose parameters it
+    steps (named as in the notebook), their parameters' ids, and the smallest stride
+    asked for."""
+    sources: list[tuple[str, torch.nn.Module]] = []
+    scope: set[int] = set()
+    stride: int | None = None
+    for w in active:
+        model = w.model
+        opt = w.optimizer
+        if model is None or (opt is not None and opt is not optimizer):
+            continue
+        mids = {id(p) for _, p in _named_parameters(model)}
+        if not mids & ids:
+            continue
+        scope |= mids
+        sources.append((names.get(id(model)) or type(model).__name__.lower(), model))
+        if w.stride is not None:
+            stride = w.stride if stride is None else min(stride, w.stride)
+    return sources, scope, stride
+
+
+def _namespace_modules(
+    ns: Mapping[str, object], wanted_ids: set[int]
+) -> list[tuple[str, torch.nn.Module]]:
+    """The notebook's modules holding some of the parameters, to name them by: the
+    largest first, ScriptModules after the rest."""
     mod_t, script_t = _module_type(), _script_type()
-    if mod_t is not None and len(sources) < 64:
-        found: list[tuple[bool, int, str, torch.nn.Module]] = []
-        for k, v in list(ns.items()):
-            if isinstance(k, str) and not k.startswith("_") and isinstance(v, mod_t):
-                params = _named_parameters(v)
-                hits = sum(1 for _, p in params if id(p) in wanted_ids)
-                if hits:
-                    is_script = script_t is not None and isinstance(v, script_t)
-                    found.append((is_script, -hits, k, v))
-        found.sort(key=lambda t: (t[0], t[1]))
-        sources += [(k, v) for _, _, k, v in found]
+    if mod_t is None:
+        return []
+    found: list[tuple[bool, int, str, torch.nn.Module]] = []
+    for k, v in list(ns.items()):
+        if isinstance(k, str) and not k.startswith("_") and isinstance(v, mod_t):
+            hits = sum(1 for _, p in _named_parameters(v) if id(p) in wanted_ids)
+            if hits:
+                is_script = script_t is not None and isinstance(v, script_t)
+                found.append((is_script, -hits, k, v))
+    found.sort(key=lambda t: (t[0], t[1]))
+    return [(k, v) for _, _, k, v in found]
 
+
+def _name_from_modules(
+    sources: list[tuple[str, torch.nn.Module]], wanted_ids: set[int]
+) -> tuple[dict[int, tuple[str, str, int]], list[tuple[str, weakref.ref[torch.nn.Module]]]]:
+    """Each wanted parameter's (layer, param, registration order) from the first module
+    that holds it, and the modules that named some (the plan's roots)."""
     param_name: dict[int, tuple[str, str, int]] = {}  # id -> (layer, param, order)
     order = 0
     roots: list[tuple[str, weakref.ref[torch.nn.Module]]] = []
@@ -233,35 +280,33 @@ def build_plan(optimizer: torch.optim.Optimizer, track: str, ns: Mapping[str, ob
                 param_name[id(param)] = (full_layer, leaf, order)
         if len(param_name) > named_before:
             roots.append((prefix, weakref.ref(module)))
+    return param_name, roots
 
-    unnamed = 0
-    for gi, i, p in wanted:
-        if id(p) not in param_name:
-            order += 1
-            unnamed += 1
-            param_name[id(p)] = (f"{track}.group{gi}.p{i}", "", order)
 
-    layer_names = [param_name[id(p)][0] for _, _, p in wanted]
+def _layers(
+    params: list[torch.Tensor], param_name: dict[int, tuple[str, str, int]]
+) -> tuple[list[int], list[LayerInfo], bool]:
+    """The layers in model order (their first parameter's registration order, not the
+    optimizer's), each parameter's layer, and whether names were cut to fit
+    ``MAX_LAYERS``."""
+    layer_names = [param_name[id(p)][0] for p in params]
     coarsened = False
     if len(set(layer_names)) > MAX_LAYERS:
         layer_names = _coarsen(layer_names)
         coarsened = True
-
-    # Layers in model order (first parameter's registration order), not optimizer order.
     first: dict[str, int] = {}
-    for (_, _, p), ln in zip(wanted, layer_names, strict=True):
+    for p, ln in zip(params, layer_names, strict=True):
         o = param_name[id(p)][2]
         first[ln] = min(o, first.get(ln, o))
     ordered = sorted(first, key=first.__getitem__)
     index = {ln: j for j, ln in enumerate(ordered)}
     layers = [LayerInfo(ln) for ln in ordered]
     layer_of: list[int] = []
-    for (_, _, p), ln in zip(wanted, layer_names, strict=True):
+    for p, ln in zip(params, layer_names, strict=True):
         j = index[ln]
         layer_of.append(j)
         info = layers[j]
-        numel = _numel(p)
-        info.numel += numel
+        info.numel += _numel(p)
         if len(info.params) < MAX_PARAMS_LISTED:
             layer, leaf, _ = param_name[id(p)]
             full = f"{layer}.{leaf}" if leaf else layer
@@ -270,22 +315,7 @@ def build_plan(optimizer: torch.optim.Optimizer, track: str, ns: Mapping[str, ob
             )
         else:
             info.more += 1
-
-    scaler = find_scaler(ns)
-    return Plan(
-        group_sig(optimizer),
-        [p for _, _, p in wanted],
-        layer_of,
-        layers,
-        enabled=bool(wanted),
-        reason=None if wanted else "no trainable parameters in scope",
-        stride=stride,
-        watch_version=version,
-        scaler=None if scaler is None else weakref.ref(scaler),
-        coarsened=coarsened,
-        unnamed=unnamed,
-        roots=roots,
-    )
+    return layer_of, layers, coarsened
 
 
 def _coarsen(layer_names: list[str]) -> list[str]:
