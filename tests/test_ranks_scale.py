@@ -177,3 +177,43 @@ def test_the_endpoint_reads_many_ranks_messages_together() -> None:
         h.ep.coalesce_ms = 0
         h.hello(0, world=world, key=f"k{world}")
         assert h.ep.coalesce_ms == ms
+
+
+def test_rows_are_checked_field_by_field_as_before() -> None:
+    """The fast path of ``Rank.add_rows`` (issue #25) takes what the wire_* checks take."""
+    h = Harness()
+    h.hello(0)
+    rank = h.hub.jobs[-1].ranks[0]
+    rows = [
+        {"step": True, "dt": 0.1, "norm": 1.0},  # a bool is no step
+        {"step": 0, "dt": 0.1, "norm": 1.0},  # steps start at 1
+        {"step": 1, "dt": -0.5, "norm": float("nan"), "mem": -3, "mem_kind": "disk"},
+        {"step": 2, "dt": float("inf"), "norm": 2, "mem": True, "mem_kind": "cuda"},
+        {"step": 3, "dt": 1, "norm": "Infinity", "mem": 7, "replicas": 2},
+        {"step": 4, "dt": 0.25, "norm": float("-inf"), "mem": 8, "replicas": True},
+        {"step": 5, "dt": "0.1", "norm": True, "mem": 2.5},
+    ]
+    sampled = rank.add_rows({"rows": rows, "own": 0.5}, 1.0)
+    assert sampled == [1, 2, 3, 4]
+    assert list(rank.points) == [
+        (1, None, "NaN", None),
+        (2, None, 2.0, None),
+        (3, 1.0, "Infinity", 7),
+        (4, 0.25, "-Infinity", 8),
+        (5, None, None, None),
+    ]
+    assert rank.mem_kind == "cuda" and rank.replicas == 2 and rank.mem == 8
+    assert list(rank.dts) == [1.0, 0.25] and list(rank.owns) == [0.5, 0.125]
+    assert (rank.step, rank.row_step, rank.norm, rank.norm_step) == (5, 5, "-Infinity", 4)
+
+
+def test_the_panels_layers_are_sorted_when_shown() -> None:
+    h = Harness()
+    h.hello(0)
+    rank = h.hub.jobs[-1].ranks[0]
+    layers = {"step": 3, "names": ["a", "b", "c"], "norms": [0.5, "NaN", 2.0]}
+    rank.add_rows({"rows": [{"step": 3, "norm": 1.0}], "layers": layers}, 1.0)
+    assert rank._layers_out is None  # not sorted until a message shows them
+    assert rank.layers == {"step": 3, "names": ["b", "c", "a"], "norms": ["NaN", 2.0, 0.5]}
+    assert rank.layers_by_step[3]["names"] == ["a", "b", "c"]  # model order kept
+    assert h.hub.message()["ranks"][0]["layers"] == rank.layers

@@ -104,7 +104,10 @@ class Rank:
     stack_user: list[bool] | None = None
     #: The collectives it is in or finished last, per group (hang_diag.py; with the stack).
     collective: dict[str, Any] | None = None
-    layers: dict[str, Any] | None = None
+    #: The newest sampled step's layers as sent: (step, names, norms); ``layers`` is
+    #: the panel's view of them (sorted once asked, ``_layers_out``).
+    _layers_in: tuple[int, list[str], list[float | str | None]] | None = None
+    _layers_out: dict[str, Any] | None = None
     layers_by_step: OrderedDict[int, dict[str, Any]] = field(default_factory=OrderedDict)
     norms_by_step: OrderedDict[int, float | str] = field(default_factory=OrderedDict)
     points: deque[Point] = field(default_factory=lambda: deque(maxlen=RING))
@@ -214,52 +217,76 @@ class Rank:
     # --- feeding ------------------------------------------------------------------------
 
     def add_rows(self, content: dict[str, Any], now: float) -> list[int]:
-        """A ``rows`` batch; returns the sampled steps that carried a norm."""
+        """A ``rows`` batch; returns the sampled steps that carried a norm. Every field is
+        checked as ``wire_int`` / ``wire_num`` / ``wire_norm`` check it, the usual JSON
+        types first (this runs for every worker message: issue #25)."""
         own = wire_num(content.get("own"))
         phase = content.get("phase")
         if phase in ("user", "torch_wait", "paused"):
             self.phase = str(phase)
         sampled: list[int] = []
         rows = content.get("rows")
+        points, new_points, dts, owns = self.points, self.new_points, self.dts, self.owns
+        own_share = None if own is None else min(1.0, max(0.0, own))
         for row in rows if isinstance(rows, list) else []:
             if not isinstance(row, dict):
                 continue
-            step = wire_int(row.get("step"), 1)
-            if step is None:
+            get = row.get
+            step = get("step")
+            if type(step) is not int:
+                step = wire_int(step, 1)
+                if step is None:
+                    continue
+            elif step < 1:
                 continue
-            dt = wire_num(row.get("dt"))
-            dt = dt if dt is not None and dt >= 0 else None
-            norm = wire_norm(row.get("norm"))
-            mem = wire_int(row.get("mem"))
-            if row.get("mem_kind") in ("cuda", "host"):
-                self.mem_kind = str(row["mem_kind"])
-            self.row_step = max(self.row_step, step)
+            dt = get("dt")
+            if type(dt) is float:
+                dt = dt if dt >= 0 and dt - dt == 0.0 else None  # finite, not negative
+            else:
+                dt = wire_num(dt)
+                dt = dt if dt is not None and dt >= 0 else None
+            norm = get("norm")
+            if type(norm) is not float or norm - norm != 0.0:  # else a finite float
+                norm = wire_norm(norm)
+            mem = get("mem")
+            if type(mem) is not int or mem < 0:
+                mem = wire_int(mem)
+            kind = get("mem_kind")
+            if kind is not None and kind in ("cuda", "host"):
+                self.mem_kind = str(kind)
+            if step > self.row_step:
+                self.row_step = step
             if step > self.step:
                 self.step = step
                 self.step_at = now
                 self.stack = self.collective = None
             if dt is not None:
-                self.dts.append(dt)
+                dts.append(dt)
                 self._dts_added += 1
-                if own is not None:
-                    self.owns.append(dt * min(1.0, max(0.0, own)))
-            replicas = wire_int(row.get("replicas"), 1)
+                if own_share is not None:
+                    owns.append(dt * own_share)
+            replicas = get("replicas")
             if replicas is not None:
-                self.replicas = min(replicas, 65536)
+                replicas = wire_int(replicas, 1)
+                if replicas is not None:
+                    self.replicas = min(replicas, 65536)
             if norm is not None:
                 self.norm, self.norm_step = norm, step
-                self.norms_by_step[step] = norm
-                while len(self.norms_by_step) > KEEP_STEPS:
-                    self.norms_by_step.popitem(last=False)
+                norms = self.norms_by_step
+                norms[step] = norm
+                while len(norms) > KEEP_STEPS:
+                    norms.popitem(last=False)
                 sampled.append(step)
             if mem is not None:
                 self.mem = mem
-            finding = finding_of(row.get("nonfinite"))
-            if finding is not None:
-                self.findings.append((step, finding))
+            nonfinite = get("nonfinite")
+            if nonfinite is not None:
+                finding = finding_of(nonfinite)
+                if finding is not None:
+                    self.findings.append((step, finding))
             point: Point = (step, dt, norm, mem)
-            self.points.append(point)
-            self.new_points.append(point)
+            points.append(point)
+            new_points.append(point)
         signals = content.get("signals")
         for raw in signals[:MAX_SIGNALS] if isinstance(signals, list) else []:
             signal = signal_of(raw)
@@ -277,15 +304,26 @@ class Rank:
             self.layers_by_step[step] = {"step": step, "names": names, "norms": values}
             while len(self.layers_by_step) > KEEP_STEPS // 4:
                 self.layers_by_step.popitem(last=False)
-            # the panel's: the largest first, at most MAX_LAYERS (non-finite ones first)
+            # the panel's view of them (``layers``) is sorted when a message shows it:
+            # above COMPACT_ABOVE ranks none does
+            self._layers_in = (step, names, values)
+            self._layers_out = None
+        return sampled
+
+    @property
+    def layers(self) -> dict[str, Any] | None:
+        """The panel's layers: the newest sampled step's, the largest first, at most
+        ``MAX_LAYERS`` (non-finite ones first); sorted on first use."""
+        if self._layers_out is None and self._layers_in is not None:
+            step, names, values = self._layers_in
             order = sorted(range(len(names)), key=lambda i: _layer_key(values[i]))
             order = order[:MAX_LAYERS]
-            self.layers = {
+            self._layers_out = {
                 "step": step,
                 "names": [names[i] for i in order],
                 "norms": [values[i] for i in order],
             }
-        return sampled
+        return self._layers_out
 
     @staticmethod
     def _valid_layers(layers: dict[str, Any]) -> bool:
