@@ -179,6 +179,77 @@ def test_the_endpoint_reads_many_ranks_messages_together() -> None:
         assert h.ep.coalesce_ms == ms
 
 
+def test_many_ranks_broadcasts_carry_each_identity_once() -> None:
+    """Protocol 2.8: above 16 ranks a rank's identity goes in the broadcast that first
+    shows it (or the first after it changed); a panel that opens (reload, second panel)
+    or asks gets every identity in the replay."""
+    h = Harness()
+    _job(h, 64)
+    h.tick()
+    (first,) = h.ranks_msgs()
+    assert [r["identity"]["rank"] for r in first["ranks"]] == list(range(64))
+    assert all(r["rank"] == r["identity"]["rank"] for r in first["ranks"])
+    assert all(r["identity"]["host"] == "node0" for r in first["ranks"])
+    h.step_all(range(64), range(4, 5), norm=1.0)
+    h.tick(flush_s(64))
+    second = h.ranks_msgs()[-1]
+    assert second is not first and len(second["ranks"]) == 64
+    assert [r["rank"] for r in second["ranks"]] == list(range(64))
+    assert all("identity" not in r for r in second["ranks"])
+    # a rank whose worker came back with another identity (a new pid): that one again
+    moved = {"rank": 5, "world_size": 64, "local_rank": 5, "host": "node1", "pid": 99}
+    moved["launcher"] = "spawn"
+    h.hub.on_message(w(5), "hello", {"identity": moved, "job_key": "k64", "torch": "2"})
+    h.step_all(range(64), range(5, 6), norm=1.0)
+    h.tick(flush_s(64))
+    third = h.ranks_msgs()[-1]
+    sent = [r for r in third["ranks"] if "identity" in r]
+    assert [(r["rank"], r["identity"]["host"], r["identity"]["pid"]) for r in sent] == [
+        (5, "node1", 99)
+    ]
+    # a panel that opens now (a reload, a second panel) or asks: every rank's identity
+    (replay,) = h.hub.snapshot_messages()
+    assert replay["replay"] is True
+    hosts = {r["rank"]: r["identity"]["host"] for r in replay["ranks"]}
+    assert hosts == {n: "node1" if n == 5 else "node0" for n in range(64)}
+    # ... and the broadcasts go on without them (the replay went to that panel only)
+    h.step_all(range(64), range(6, 7), norm=1.0)
+    h.tick(flush_s(64))
+    assert all("identity" not in r for r in h.ranks_msgs()[-1]["ranks"])
+    # a direct message (not a broadcast) has them all
+    assert all("identity" in r for r in h.hub.message()["ranks"])
+
+
+def test_a_new_job_sends_its_ranks_identities_again() -> None:
+    h = Harness()
+    _job(h, 32)
+    h.tick()
+    for n in range(32):
+        h.hub.on_message(w(n), "bye", {"state": "exited"})
+    h.tick(flush_s(32))
+    ended = h.ranks_msgs()[-1]
+    assert ended["job"]["state"] == "ended"
+    assert all("identity" not in r for r in ended["ranks"])
+    for n in range(32):  # the same workers, a new job of the same world
+        h.hello(n, world=32, key="k32")
+    h.tick(flush_s(32))
+    msg = h.ranks_msgs()[-1]
+    assert msg["job"]["id"] != ended["job"]["id"]
+    assert [r["identity"]["rank"] for r in msg["ranks"]] == list(range(32))
+
+
+def test_few_ranks_send_every_identity_in_every_message() -> None:
+    h = Harness()
+    _job(h, COMPACT_ABOVE)
+    for step in range(4, 7):
+        h.step_all(range(COMPACT_ABOVE), range(step, step + 1))
+        h.tick(FLUSH_S)
+    msgs = h.ranks_msgs()
+    assert len(msgs) >= 3
+    assert all("identity" in r and r["rank"] == r["identity"]["rank"] for m in msgs
+               for r in m["ranks"])  # fmt: skip
+
+
 def test_rows_are_checked_field_by_field_as_before() -> None:
     """The fast path of ``Rank.add_rows`` (issue #25) takes what the wire_* checks take."""
     h = Harness()

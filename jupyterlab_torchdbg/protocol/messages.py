@@ -759,7 +759,8 @@ class RankLayers(TypedDict, closed=True):
 
 
 class RankState(TypedDict, closed=True):
-    identity: RankIdentity
+    rank: int
+    identity: NotRequired[RankIdentity]
     state: Literal[
         "starting",
         "running",

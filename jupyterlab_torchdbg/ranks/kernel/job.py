@@ -161,8 +161,26 @@ class Job:
             }
         return out
 
-    def states(self, now: float, hang_s: float, layers: bool = True) -> list[dict[str, Any]]:
-        return [r.to_json(now, hang_s, layers) for r in self.ordered()]
+    def states(
+        self,
+        now: float,
+        hang_s: float,
+        layers: bool = True,
+        known: dict[int, dict[str, Any]] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Every rank's ``RankState``. ``known``: rank number -> the identity the panels
+        have (a broadcast's, panels.py): a rank whose identity is the same goes without
+        it, the others with it, and ``known`` is updated to what this message says."""
+        if known is None:
+            return [r.to_json(now, hang_s, layers) for r in self.ordered()]
+        out = []
+        for r in self.ordered():
+            number = r.number
+            same = known.get(number) == r.identity
+            if not same:
+                known[number] = dict(r.identity)
+            out.append(r.to_json(now, hang_s, layers, identity=not same))
+        return out
 
     def points(self, replay: bool, newest: bool = False) -> list[dict[str, Any]]:
         """Each rank's new points (``newest``: only its newest one; every kept point

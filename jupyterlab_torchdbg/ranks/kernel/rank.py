@@ -190,10 +190,16 @@ class Rank:
                 return "stalled"
         return "running"
 
-    def to_json(self, now: float, hang_s: float, layers: bool = True) -> dict[str, Any]:
+    def to_json(
+        self, now: float, hang_s: float, layers: bool = True, identity: bool = True
+    ) -> dict[str, Any]:
+        """Its ``RankState``; without ``identity`` when the panels have it already
+        (panels.py: a broadcast above ``COMPACT_ABOVE`` ranks)."""
         since = self.since_step(now)
-        out: dict[str, Any] = {
-            "identity": dict(self.identity),
+        out: dict[str, Any] = {"rank": self.number}
+        if identity:
+            out["identity"] = dict(self.identity)
+        out |= {
             "state": self.state(now, hang_s),
             "step": self.step,
             "step_time_s": _round(self.step_time()),
