@@ -65,15 +65,23 @@ class Panels(ABC):
 
     # --- the panels' messages ----------------------------------------------------------------
 
-    def message(self, replay: bool = False, delta: bool = False) -> dict[str, Any]:
+    def message(
+        self,
+        replay: bool = False,
+        delta: bool = False,
+        now: float | None = None,
+        read: list[str] | None = None,
+    ) -> dict[str, Any]:
         """One ``ranks`` message of the current (or last) job. Takes the new points.
 
         ``delta`` (the flusher's broadcasts): above ``COMPACT_ABOVE`` ranks, a rank's
         identity goes only when the panels do not have it (a new rank, a new job, a
         changed identity: ``_sent_identities``); every other message (``replay``: the
-        snapshot a panel gets when it opens or asks, PROTOCOL.md) has every identity."""
+        snapshot a panel gets when it opens or asks, PROTOCOL.md) has every identity.
+        ``now`` and ``read`` (the ranks' states at ``now``, in rank order): the tick's.
+        """
         with self.lock:
-            now = self._clock()
+            now = self._clock() if now is None else now
             job = self.jobs[-1] if self.jobs else None
             ep = self.endpoint
             msg: dict[str, Any] = {
@@ -103,7 +111,7 @@ class Panels(ABC):
                 known = sent[1]
             elif delta:
                 self._sent_identities = (None, {})
-            msg["ranks"] = job.states(now, self.hang_s, layers=few, known=known)
+            msg["ranks"] = job.states(now, self.hang_s, layers=few, known=known, read=read)
             msg["points"] = job.points(replay, newest=not few)
             msg["alarms"] = list(self.alarms_of(job).items)
             return msg
@@ -148,7 +156,8 @@ class Panels(ABC):
                 if (job.id, states) != self._sent_states:
                     self._dirty = True
             if self._dirty and due:
-                msg = self.message(delta=True)
+                read = [s for _, s, _ in states] if states else None
+                msg = self.message(delta=True, now=now, read=read)
                 self._dirty = False
                 self._last_sent = now
                 if job is not None:

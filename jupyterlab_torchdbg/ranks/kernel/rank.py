@@ -138,9 +138,19 @@ class Rank:
     _step_time_last: int = -1
     _dts_added: int = 0
 
+    #: ``number``'s cache: the identity it was read from, and the number.
+    _number_of: dict[str, Any] | None = field(default=None, repr=False)
+    _number: int = 0
+
     @property
     def number(self) -> int:
-        return int(self.identity.get("rank", 0))
+        """Its rank number (read once per identity: it is asked for every rank on every
+        look of the flusher)."""
+        identity = self.identity
+        if identity is not self._number_of:
+            self._number = int(identity.get("rank", 0))
+            self._number_of = identity
+        return self._number
 
     def step_time(self) -> float | None:
         """The median of the recent step times (computed once per ``rows``: the state of
@@ -191,19 +201,24 @@ class Rank:
         return "running"
 
     def to_json(
-        self, now: float, hang_s: float, layers: bool = True, identity: bool = True
+        self,
+        now: float,
+        hang_s: float,
+        layers: bool = True,
+        identity: bool = True,
+        state: str | None = None,
     ) -> dict[str, Any]:
         """Its ``RankState``; without ``identity`` when the panels have it already
-        (panels.py: a broadcast above ``COMPACT_ABOVE`` ranks)."""
-        since = self.since_step(now)
-        out: dict[str, Any] = {"rank": self.number}
-        if identity:
-            out["identity"] = dict(self.identity)
-        out |= {
-            "state": self.state(now, hang_s),
+        (panels.py: a broadcast above ``COMPACT_ABOVE`` ranks). ``state``: its state at
+        ``now`` when the caller has just read it (the flusher's tick)."""
+        since = None if self.step_at is None else max(0.0, now - self.step_at)
+        step_time, own_time = self.step_time(), self.own_time()
+        out: dict[str, Any] = {
+            "rank": self.number,
+            "state": self.state(now, hang_s) if state is None else state,
             "step": self.step,
-            "step_time_s": _round(self.step_time()),
-            "own_time_s": _round(self.own_time()),
+            "step_time_s": None if step_time is None else round(step_time, 6),
+            "own_time_s": None if own_time is None else round(own_time, 6),
             "grad_norm": self.norm,
             "grad_step": self.norm_step,
             "memory_bytes": self.mem,
@@ -214,6 +229,8 @@ class Rank:
             "lr_scale": self.lr_scale,
             "phase": self.phase if self.ended is None else "none",
         }
+        if identity:
+            out["identity"] = dict(self.identity)
         if self.replicas is not None:
             out["sharded"] = True
         if layers and self.layers is not None:
