@@ -288,3 +288,22 @@ def test_the_panels_layers_are_sorted_when_shown() -> None:
     assert rank.layers == {"step": 3, "names": ["b", "c", "a"], "norms": ["NaN", 2.0, 0.5]}
     assert rank.layers_by_step[3]["names"] == ["a", "b", "c"]  # model order kept
     assert h.hub.message()["ranks"][0]["layers"] == rank.layers
+
+
+def test_sampled_norms_stay_in_step_order_for_the_desync_check() -> None:
+    """The desync check reads each rank's sampled steps newest first down to the last
+    compared one: a row of an earlier step sent late is kept in step order, compared."""
+    h = Harness()
+    for n in range(2):
+        h.hello(n, world=2)
+    h.rows(0, range(1, 3), norm=1.0)
+    h.rows(1, range(1, 3), norm=1.0)
+    h.tick()
+    h.rows(0, range(4, 5), norm=1.0)
+    h.rows(0, range(3, 4), norm=1.0)  # late, out of order
+    h.rows(1, range(3, 5), norm=1.0)
+    assert list(h.hub.jobs[-1].ranks[0].norms_by_step) == [1, 2, 3, 4]
+    h.rows(1, range(5, 6), norm=2.0)
+    h.rows(0, range(5, 6), norm=1.0)
+    h.tick(1.0)
+    assert [(a["kind"], a["step"]) for a in h.alarms("desync")] == [("desync", 5)]

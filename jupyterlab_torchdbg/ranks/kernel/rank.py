@@ -296,7 +296,10 @@ class Rank:
             if norm is not None:
                 self.norm, self.norm_step = norm, step
                 norms = self.norms_by_step
+                late = bool(norms) and step < next(reversed(norms))
                 norms[step] = norm
+                if late:  # kept in step order (the desync check reads them newest first)
+                    norms = self.norms_by_step = OrderedDict(sorted(norms.items()))
                 while len(norms) > KEEP_STEPS:
                     norms.popitem(last=False)
                 sampled.append(step)
