@@ -177,3 +177,133 @@ def test_the_endpoint_reads_many_ranks_messages_together() -> None:
         h.ep.coalesce_ms = 0
         h.hello(0, world=world, key=f"k{world}")
         assert h.ep.coalesce_ms == ms
+
+
+def test_many_ranks_broadcasts_carry_each_identity_once() -> None:
+    """Protocol 2.8: above 16 ranks a rank's identity goes in the broadcast that first
+    shows it (or the first after it changed); a panel that opens (reload, second panel)
+    or asks gets every identity in the replay."""
+    h = Harness()
+    _job(h, 64)
+    h.tick()
+    (first,) = h.ranks_msgs()
+    assert [r["identity"]["rank"] for r in first["ranks"]] == list(range(64))
+    assert all(r["rank"] == r["identity"]["rank"] for r in first["ranks"])
+    assert all(r["identity"]["host"] == "node0" for r in first["ranks"])
+    h.step_all(range(64), range(4, 5), norm=1.0)
+    h.tick(flush_s(64))
+    second = h.ranks_msgs()[-1]
+    assert second is not first and len(second["ranks"]) == 64
+    assert [r["rank"] for r in second["ranks"]] == list(range(64))
+    assert all("identity" not in r for r in second["ranks"])
+    # a rank whose worker came back with another identity (a new pid): that one again
+    moved = {"rank": 5, "world_size": 64, "local_rank": 5, "host": "node1", "pid": 99}
+    moved["launcher"] = "spawn"
+    h.hub.on_message(w(5), "hello", {"identity": moved, "job_key": "k64", "torch": "2"})
+    h.step_all(range(64), range(5, 6), norm=1.0)
+    h.tick(flush_s(64))
+    third = h.ranks_msgs()[-1]
+    sent = [r for r in third["ranks"] if "identity" in r]
+    assert [(r["rank"], r["identity"]["host"], r["identity"]["pid"]) for r in sent] == [
+        (5, "node1", 99)
+    ]
+    # a panel that opens now (a reload, a second panel) or asks: every rank's identity
+    (replay,) = h.hub.snapshot_messages()
+    assert replay["replay"] is True
+    hosts = {r["rank"]: r["identity"]["host"] for r in replay["ranks"]}
+    assert hosts == {n: "node1" if n == 5 else "node0" for n in range(64)}
+    # ... and the broadcasts go on without them (the replay went to that panel only)
+    h.step_all(range(64), range(6, 7), norm=1.0)
+    h.tick(flush_s(64))
+    assert all("identity" not in r for r in h.ranks_msgs()[-1]["ranks"])
+    # a direct message (not a broadcast) has them all
+    assert all("identity" in r for r in h.hub.message()["ranks"])
+
+
+def test_a_new_job_sends_its_ranks_identities_again() -> None:
+    h = Harness()
+    _job(h, 32)
+    h.tick()
+    for n in range(32):
+        h.hub.on_message(w(n), "bye", {"state": "exited"})
+    h.tick(flush_s(32))
+    ended = h.ranks_msgs()[-1]
+    assert ended["job"]["state"] == "ended"
+    assert all("identity" not in r for r in ended["ranks"])
+    for n in range(32):  # the same workers, a new job of the same world
+        h.hello(n, world=32, key="k32")
+    h.tick(flush_s(32))
+    msg = h.ranks_msgs()[-1]
+    assert msg["job"]["id"] != ended["job"]["id"]
+    assert [r["identity"]["rank"] for r in msg["ranks"]] == list(range(32))
+
+
+def test_few_ranks_send_every_identity_in_every_message() -> None:
+    h = Harness()
+    _job(h, COMPACT_ABOVE)
+    for step in range(4, 7):
+        h.step_all(range(COMPACT_ABOVE), range(step, step + 1))
+        h.tick(FLUSH_S)
+    msgs = h.ranks_msgs()
+    assert len(msgs) >= 3
+    assert all("identity" in r and r["rank"] == r["identity"]["rank"] for m in msgs
+               for r in m["ranks"])  # fmt: skip
+
+
+def test_rows_are_checked_field_by_field_as_before() -> None:
+    """The fast path of ``Rank.add_rows`` (issue #25) takes what the wire_* checks take."""
+    h = Harness()
+    h.hello(0)
+    rank = h.hub.jobs[-1].ranks[0]
+    rows = [
+        {"step": True, "dt": 0.1, "norm": 1.0},  # a bool is no step
+        {"step": 0, "dt": 0.1, "norm": 1.0},  # steps start at 1
+        {"step": 1, "dt": -0.5, "norm": float("nan"), "mem": -3, "mem_kind": "disk"},
+        {"step": 2, "dt": float("inf"), "norm": 2, "mem": True, "mem_kind": "cuda"},
+        {"step": 3, "dt": 1, "norm": "Infinity", "mem": 7, "replicas": 2},
+        {"step": 4, "dt": 0.25, "norm": float("-inf"), "mem": 8, "replicas": True},
+        {"step": 5, "dt": "0.1", "norm": True, "mem": 2.5},
+    ]
+    sampled = rank.add_rows({"rows": rows, "own": 0.5}, 1.0)
+    assert sampled == [1, 2, 3, 4]
+    assert list(rank.points) == [
+        (1, None, "NaN", None),
+        (2, None, 2.0, None),
+        (3, 1.0, "Infinity", 7),
+        (4, 0.25, "-Infinity", 8),
+        (5, None, None, None),
+    ]
+    assert rank.mem_kind == "cuda" and rank.replicas == 2 and rank.mem == 8
+    assert list(rank.dts) == [1.0, 0.25] and list(rank.owns) == [0.5, 0.125]
+    assert (rank.step, rank.row_step, rank.norm, rank.norm_step) == (5, 5, "-Infinity", 4)
+
+
+def test_the_panels_layers_are_sorted_when_shown() -> None:
+    h = Harness()
+    h.hello(0)
+    rank = h.hub.jobs[-1].ranks[0]
+    layers = {"step": 3, "names": ["a", "b", "c"], "norms": [0.5, "NaN", 2.0]}
+    rank.add_rows({"rows": [{"step": 3, "norm": 1.0}], "layers": layers}, 1.0)
+    assert rank._layers_out is None  # not sorted until a message shows them
+    assert rank.layers == {"step": 3, "names": ["b", "c", "a"], "norms": ["NaN", 2.0, 0.5]}
+    assert rank.layers_by_step[3]["names"] == ["a", "b", "c"]  # model order kept
+    assert h.hub.message()["ranks"][0]["layers"] == rank.layers
+
+
+def test_sampled_norms_stay_in_step_order_for_the_desync_check() -> None:
+    """The desync check reads each rank's sampled steps newest first down to the last
+    compared one: a row of an earlier step sent late is kept in step order, compared."""
+    h = Harness()
+    for n in range(2):
+        h.hello(n, world=2)
+    h.rows(0, range(1, 3), norm=1.0)
+    h.rows(1, range(1, 3), norm=1.0)
+    h.tick()
+    h.rows(0, range(4, 5), norm=1.0)
+    h.rows(0, range(3, 4), norm=1.0)  # late, out of order
+    h.rows(1, range(3, 5), norm=1.0)
+    assert list(h.hub.jobs[-1].ranks[0].norms_by_step) == [1, 2, 3, 4]
+    h.rows(1, range(5, 6), norm=2.0)
+    h.rows(0, range(5, 6), norm=1.0)
+    h.tick(1.0)
+    assert [(a["kind"], a["step"]) for a in h.alarms("desync")] == [("desync", 5)]

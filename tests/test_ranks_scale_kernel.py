@@ -3,7 +3,8 @@
 A real ipykernel with ``%load_ext jupyterlab_torchdbg`` runs ``ranks_sim.start(24, ...)``:
 processes that connect to this kernel's endpoint with the key its environment holds and
 send the worker's own signed messages. The panel's comm gets ``ranks`` messages with
-every rank (compact: no per-rank layers above 16 ranks), the slow rank (137 % 24) the
+every rank (compact: no per-rank layers above 16 ranks, each rank's identity once: a
+second comm's replay has them all), the slow rank (137 % 24) the
 slowest and the high-norm rank (200 % 24) the highest; the job ends when they say bye.
 """
 
@@ -38,13 +39,30 @@ async def test_simulated_ranks_attach_to_a_real_kernel(kernel: KernelDriver) -> 
         raise AssertionError(summary(k, comm)) from None
     msg = stepping()
     assert msg is not None
-    states = {s["identity"]["rank"]: s for s in msg["ranks"]}
+    states = {s["rank"]: s for s in msg["ranks"]}
     assert sorted(states) == list(range(WORLD))
     assert all("layers" not in s for s in states.values())
     slowest = max(states.values(), key=lambda s: s["step_time_s"])
     highest = max(states.values(), key=lambda s: s["grad_norm"])
-    assert slowest["identity"]["rank"] == 137 % WORLD
-    assert highest["identity"]["rank"] == 200 % WORLD
+    assert slowest["rank"] == 137 % WORLD
+    assert highest["rank"] == 200 % WORLD
+    # protocol 2.8: each rank's identity reached this panel (its replay or a broadcast),
+    # and the broadcasts after it leave it out
+    told: dict[int, dict[str, Any]] = {}
+    for m in ranks_msgs(k, comm):
+        for s in m["ranks"]:
+            if "identity" in s:
+                assert s["identity"]["rank"] == s["rank"]
+                told[s["rank"]] = s["identity"]
+    assert sorted(told) == list(range(WORLD))
+    assert all(t["host"] and t["pid"] > 0 for t in told.values())
+    assert all("identity" not in s for s in msg["ranks"]), msg["ranks"][0]
+    # a second panel (or this one reloaded) gets every rank's identity at once
+    again = await k.open_comm(subshell_id=sub)
+    await k.pump_until(lambda: any(m["replay"] for m in ranks_msgs(k, again)), timeout=30)
+    replay = next(m for m in ranks_msgs(k, again) if m["replay"])
+    assert sorted(s["identity"]["rank"] for s in replay["ranks"]) == list(range(WORLD))
+    assert {s["rank"]: s["identity"] for s in replay["ranks"]} == told
     r = await k.run("print(ranks_sim.wait(sim))", timeout=60)
     assert int(r.stdout.strip()) > WORLD, r
     job = msg["job"]["id"]

@@ -40,8 +40,17 @@ def _cpu() -> float:
 
 def _threads() -> dict[str, float]:
     """CPU seconds of each thread of this process by name (Linux ``/proc``; else {}):
-    Python's own names for its threads, the OS's for the others (zmq's I/O thread)."""
+    Python's own names for its threads, the OS's for the others (zmq's I/O thread).
+    Python's threads are read from their CPU clocks (nanoseconds), the others from
+    ``/proc`` (in clock ticks, 10 ms: a thread's figure moves by 0.0005 per tick)."""
     names = {str(t.native_id): t.name for t in threading.enumerate()}
+    clocks: dict[str, float] = {}
+    for t in threading.enumerate():
+        try:
+            if t.ident is not None:
+                clocks[str(t.native_id)] = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+        except (AttributeError, OSError, ValueError):
+            pass
     out: dict[str, float] = {}
     try:
         tids = os.listdir("/proc/self/task")
@@ -57,7 +66,8 @@ def _threads() -> dict[str, float]:
         except OSError:
             continue
         name = names.get(tid, comm)
-        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        used = clocks.get(tid, (int(fields[11]) + int(fields[12])) / tick)
+        out[name] = out.get(name, 0.0) + used
     return out
 
 

@@ -877,7 +877,8 @@ RankStatePhase: TypeAlias = Literal["user", "torch_wait", "paused", "none"]
 
 
 class RankState(TypedDict, closed=True):
-    identity: RankIdentity
+    rank: int
+    identity: NotRequired[RankIdentity]
     state: RankStateState
     step: int
     step_time_s: float | None

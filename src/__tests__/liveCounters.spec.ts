@@ -299,6 +299,7 @@ function ranksMessage(
   state: 'running' | 'ended' = 'running'
 ): IRanks {
   const rank = (r: number) => ({
+    rank: r,
     identity: {
       rank: r,
       world_size: 2,

@@ -80,6 +80,7 @@ function memory(over: Partial<IMemory> = {}): IMemory {
 /** A running 2-rank job (the kernel's own loop is idle meanwhile). */
 function rankJob(): IRanks {
   const rank = (r: number) => ({
+    rank: r,
     identity: {
       rank: r,
       world_size: 2,

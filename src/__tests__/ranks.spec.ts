@@ -20,7 +20,7 @@ import { exceptionReport } from '../panels/exception/report';
 import type { RanksPanel as RanksPanelT } from '../panels/ranks/body';
 import type { alignRanks as alignRanksT } from '../panels/ranks/charts';
 import { formatSeconds } from '../panels/ranks/format';
-import { RanksModel } from '../panels/ranks/model';
+import { type RankNow, RanksModel } from '../panels/ranks/model';
 import { gradsEmptyText } from '../panels/grads/emptyText';
 import { describeRanksAck } from '../panels/ranks/send';
 import type {
@@ -103,8 +103,9 @@ function job(over: Partial<IRankJob> = {}): IRankJob {
   };
 }
 
-function rank(r: number, over: Partial<IRankState> = {}): IRankState {
+function rank(r: number, over: Partial<IRankState> = {}): RankNow {
   return {
+    rank: r,
     identity: {
       rank: r,
       world_size: 2,
@@ -333,6 +334,62 @@ describe('ranks model', () => {
     expect(model.ranks.job!.world_size).toBe(2);
     model.reset();
     expect(model.ranks.job).toBeNull();
+  });
+
+  /** A rank as a broadcast above 16 ranks sends it once its identity was sent. */
+  function known(r: number, over: Partial<IRankState> = {}): IRankState {
+    const state: IRankState = rank(r, over);
+    delete state.identity;
+    return state;
+  }
+
+  it('keeps each rank identity between broadcasts that leave it out (2.8)', () => {
+    const m = new RanksModel();
+    const first = [0, 1].map(r =>
+      rank(r, { identity: { ...rank(r).identity, host: `node-${r}` } })
+    );
+    expect(m.apply(ranks({ ranks: first }))).toBe(true);
+    const next = ranks({ ranks: [known(1, { step: 41 }), known(0)] });
+    expect(next.ranks.every(r => r.identity === undefined)).toBe(true);
+    expect(m.apply(next)).toBe(true);
+    expect(m.ranks.map(r => [r.rank, r.identity.host, r.step])).toEqual([
+      [0, 'node-0', 40],
+      [1, 'node-1', 41]
+    ]);
+    // a changed identity replaces the kept one
+    const moved = rank(1, { identity: { ...rank(1).identity, pid: 77 } });
+    expect(m.apply(ranks({ ranks: [known(0), moved] }))).toBe(true);
+    expect(m.apply(ranks({ ranks: [known(0), known(1)] }))).toBe(true);
+    expect(m.ranks[1].identity.pid).toBe(77);
+    expect(m.ranks[0].identity.host).toBe('node-0');
+  });
+
+  it('a rank without a kept identity asks for the snapshot; a new job forgets them', () => {
+    const model = new TorchDbgModel();
+    expect(routeMessage(model, ranks(), [], null)).toEqual({ kind: 'message' });
+    // the same job: identities kept
+    const again = ranks({ ranks: [known(0), known(1)] });
+    expect(routeMessage(model, again, [], null)).toEqual({ kind: 'message' });
+    // a new job: the panel has none of its ranks' identities yet
+    const other = ranks({ job: job({ id: 2 }), ranks: [known(0), known(1)] });
+    expect(routeMessage(model, other, [], null)).toEqual({
+      kind: 'message',
+      resync: true
+    });
+    // shown meanwhile by number, with no host
+    expect(
+      model.ranks.ranks.map(r => [r.identity.rank, r.identity.host])
+    ).toEqual([
+      [0, ''],
+      [1, '']
+    ]);
+    // the snapshot (replay) has them all
+    const replay = ranks({ job: job({ id: 2 }), replay: true });
+    expect(routeMessage(model, replay, [], null)).toEqual({ kind: 'message' });
+    expect(model.ranks.ranks.map(r => r.identity.host)).toEqual([
+      'node-a',
+      'node-a'
+    ]);
   });
 });
 

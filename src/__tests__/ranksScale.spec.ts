@@ -8,7 +8,7 @@
  * scale spans the finite values.
  */
 import { act, mountEach, React } from './dom';
-import { RanksModel } from '../panels/ranks/model';
+import { type RankNow, RanksModel } from '../panels/ranks/model';
 import type { RankScale as RankScaleT } from '../panels/ranks/heatmap';
 import {
   heatLayout,
@@ -30,8 +30,9 @@ const {
 
 const ranksMessage = schemaDef('Ranks');
 
-function rank(r: number, over: Partial<IRankState> = {}): IRankState {
+function rank(r: number, over: Partial<IRankState> = {}): RankNow {
   return {
+    rank: r,
     identity: {
       rank: r,
       world_size: 256,
@@ -58,7 +59,7 @@ function rank(r: number, over: Partial<IRankState> = {}): IRankState {
 }
 
 /** 256 ranks: 137 slow, 200 with a high norm, 5 with a low one, 9 lost. */
-function world(n = 256): IRankState[] {
+function world(n = 256): RankNow[] {
   return Array.from({ length: n }, (_, r) =>
     rank(r, {
       step_time_s: r === 137 ? 0.6 : 0.1 + (r % 3) * 0.001,

@@ -305,6 +305,9 @@ export class TorchDbgConnection implements IDisposable {
           this._pending.resolve(outcome.reply);
           break;
         case 'message':
+          if (outcome.resync) {
+            this._resync.request();
+          }
           break;
       }
       this._message.emit({ data, buffers });

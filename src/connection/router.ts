@@ -8,8 +8,12 @@ export type RouteOutcome =
   | { kind: 'stream' }
   /** A `series` message could not be applied (a `seq` gap or unknown block id). */
   | { kind: 'resync' }
-  /** A state message applied (or one this panel does not know): pass it on. */
-  | { kind: 'message' }
+  /**
+   * A state message applied (or one this panel does not know): pass it on;
+   * `resync`: it lacked what an earlier message had (a `ranks` broadcast's
+   * identities, protocol 2.8): ask for the snapshot too.
+   */
+  | { kind: 'message'; resync?: boolean }
   /** The answer to a request: resolve it, then pass it on. */
   | { kind: 'reply'; reply: ActionReply };
 
@@ -55,7 +59,9 @@ export function routeMessage(
       model.memory.applyOom(data);
       break;
     case 'ranks':
-      model.ranks.apply(data);
+      if (!model.ranks.apply(data)) {
+        return { kind: 'message', resync: true };
+      }
       break;
     case 'record':
       model.record.apply(data);

@@ -1574,7 +1574,11 @@ export interface IRankPending {
  * One rank now.
  */
 export interface IRankState {
-  identity: IRankIdentity1;
+  /**
+   * The rank's number (its identity's `rank`). Since 2.8.
+   */
+  rank: number;
+  identity?: IRankIdentity1;
   /**
    * starting: attached, no step yet; running: stepping; waiting: its training thread is inside a torch collective or backward (waiting for the others); paused: held by a ranks_pause; stalled: no step for the hang threshold while not waiting; exited / failed: the process ended (failed: with an exception, or killed by a signal, or gone without a word; exited: also a rank its launcher stopped after another rank failed); lost: no message for 10 s.
    */
@@ -1633,7 +1637,7 @@ export interface IRankState {
   layers?: IRankLayers;
 }
 /**
- * Who a worker process is: from torch.distributed when its process group is initialized, else the RANK / WORLD_SIZE / LOCAL_RANK environment (torchrun), else the mp.spawn index.
+ * Always with `replay: true` and with 16 ranks or fewer. Above 16 ranks a broadcast (`replay: false`) carries it only for a rank the panels do not know yet (a new rank or job) or whose identity changed: a panel keeps each rank's identity from the messages before (since 2.8). A panel that meets a rank whose identity it does not have asks for the snapshot.
  */
 export interface IRankIdentity1 {
   rank: number;
@@ -2630,4 +2634,4 @@ export interface IExportTensorboardResult {
 }
 
 /** The protocol version: the schema's `x-protocol-version`. */
-export const PROTOCOL_VERSION = '2.7';
+export const PROTOCOL_VERSION = '2.8';

@@ -124,6 +124,7 @@ class RankHub(Panels):
         self._looked: dict[int, float] = {}
         self._last_sent = -1e18
         self._sent_states: object = None
+        self._sent_identities: tuple[int | None, dict[int, dict[str, Any]]] = (None, {})
         self.messages_sent = 0
         self.worker_messages = 0
         self._exceptions = 0

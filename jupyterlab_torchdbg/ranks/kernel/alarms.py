@@ -134,7 +134,17 @@ class Alarms:
         upto = min(r.row_step for r in live) if live else max(r.row_step for r in ranks)
         if upto <= job.checked_upto:
             return 0
-        steps = sorted({s for r in ranks for s in r.norms_by_step if job.checked_upto < s <= upto})
+        # each rank's sampled steps are kept in step order (its rows come in step order):
+        # read from its newest back to the last compared one, not all KEEP_STEPS of them
+        done = job.checked_upto
+        found: set[int] = set()
+        for r in ranks:
+            for s in reversed(r.norms_by_step):
+                if s <= done:
+                    break
+                if s <= upto:
+                    found.add(s)
+        steps = sorted(found)
         raised = 0
         for step in steps:
             raised += self._compare(step)
@@ -167,6 +177,8 @@ class Alarms:
             if g is majority:
                 continue
             for r, v in g:
+                if ("desync", r.number) in self._raised:
+                    continue  # raised once per rank (raise_alarm): no sentence to write
                 layer = _first_layer_differing(r, ref_rank, step)
                 rel = (
                     abs(v - ref) / max(abs(ref), 1e-30)

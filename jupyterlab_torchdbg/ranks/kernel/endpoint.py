@@ -197,9 +197,12 @@ class Endpoint:
             try:
                 if pause:  # the workers' messages wait a little, read together
                     pause = False
-                    if not quiet.poll(self.coalesce_ms):
-                        continue
-                ready = dict(poller.poll(POLL_MS))
+                    if quiet.poll(self.coalesce_ms):
+                        ready = dict(poller.poll(POLL_MS))
+                    else:  # nothing else came meanwhile: read them without a second poll
+                        ready = {self._sock: zmq.POLLIN}
+                else:
+                    ready = dict(poller.poll(POLL_MS))
             except Exception:
                 self.errors["poll"] += 1
                 if self._closed:

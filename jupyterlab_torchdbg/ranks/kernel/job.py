@@ -161,8 +161,32 @@ class Job:
             }
         return out
 
-    def states(self, now: float, hang_s: float, layers: bool = True) -> list[dict[str, Any]]:
-        return [r.to_json(now, hang_s, layers) for r in self.ordered()]
+    def states(
+        self,
+        now: float,
+        hang_s: float,
+        layers: bool = True,
+        known: dict[int, dict[str, Any]] | None = None,
+        read: list[str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Every rank's ``RankState``. ``known``: rank number -> the identity the panels
+        have (a broadcast's, panels.py): a rank whose identity is the same goes without
+        it, the others with it, and ``known`` is updated to what this message says.
+        ``read``: the ranks' states at ``now`` in rank order, when the caller read them."""
+        ranks = self.ordered()
+        if read is None or len(read) != len(ranks):
+            read = [r.state(now, hang_s) for r in ranks]
+        if known is None:
+            pairs = zip(ranks, read, strict=True)
+            return [r.to_json(now, hang_s, layers, state=s) for r, s in pairs]
+        out = []
+        for r, state in zip(ranks, read, strict=True):
+            number = r.number
+            same = known.get(number) == r.identity
+            if not same:
+                known[number] = dict(r.identity)
+            out.append(r.to_json(now, hang_s, layers, identity=not same, state=state))
+        return out
 
     def points(self, replay: bool, newest: bool = False) -> list[dict[str, Any]]:
         """Each rank's new points (``newest``: only its newest one; every kept point

@@ -44,6 +44,8 @@ class Panels(ABC):
     _last_sent: float
     _states_at: float
     _sent_states: object
+    #: (job id, rank number -> identity) of what the broadcasts told the panels.
+    _sent_identities: tuple[int | None, dict[int, dict[str, Any]]]
     _threaded: bool
     _stop: threading.Event
     _nudge: threading.Event
@@ -63,10 +65,23 @@ class Panels(ABC):
 
     # --- the panels' messages ----------------------------------------------------------------
 
-    def message(self, replay: bool = False) -> dict[str, Any]:
-        """One ``ranks`` message of the current (or last) job. Takes the new points."""
+    def message(
+        self,
+        replay: bool = False,
+        delta: bool = False,
+        now: float | None = None,
+        read: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """One ``ranks`` message of the current (or last) job. Takes the new points.
+
+        ``delta`` (the flusher's broadcasts): above ``COMPACT_ABOVE`` ranks, a rank's
+        identity goes only when the panels do not have it (a new rank, a new job, a
+        changed identity: ``_sent_identities``); every other message (``replay``: the
+        snapshot a panel gets when it opens or asks, PROTOCOL.md) has every identity.
+        ``now`` and ``read`` (the ranks' states at ``now``, in rank order): the tick's.
+        """
         with self.lock:
-            now = self._clock()
+            now = self._clock() if now is None else now
             job = self.jobs[-1] if self.jobs else None
             ep = self.endpoint
             msg: dict[str, Any] = {
@@ -88,7 +103,15 @@ class Panels(ABC):
             # many ranks: no per-rank layers (the panel does not show them; kept here) and
             # each rank's newest point only (its chart gets a point per message)
             few = len(job.ranks) <= COMPACT_ABOVE
-            msg["ranks"] = job.states(now, self.hang_s, layers=few)
+            known = None
+            if delta and not few:
+                sent = self._sent_identities
+                if sent[0] != job.id:
+                    sent = self._sent_identities = (job.id, {})
+                known = sent[1]
+            elif delta:
+                self._sent_identities = (None, {})
+            msg["ranks"] = job.states(now, self.hang_s, layers=few, known=known, read=read)
             msg["points"] = job.points(replay, newest=not few)
             msg["alarms"] = list(self.alarms_of(job).items)
             return msg
@@ -133,7 +156,8 @@ class Panels(ABC):
                 if (job.id, states) != self._sent_states:
                     self._dirty = True
             if self._dirty and due:
-                msg = self.message()
+                read = [s for _, s, _ in states] if states else None
+                msg = self.message(delta=True, now=now, read=read)
                 self._dirty = False
                 self._last_sent = now
                 if job is not None:

@@ -104,7 +104,10 @@ class Rank:
     stack_user: list[bool] | None = None
     #: The collectives it is in or finished last, per group (hang_diag.py; with the stack).
     collective: dict[str, Any] | None = None
-    layers: dict[str, Any] | None = None
+    #: The newest sampled step's layers as sent: (step, names, norms); ``layers`` is
+    #: the panel's view of them (sorted once asked, ``_layers_out``).
+    _layers_in: tuple[int, list[str], list[float | str | None]] | None = None
+    _layers_out: dict[str, Any] | None = None
     layers_by_step: OrderedDict[int, dict[str, Any]] = field(default_factory=OrderedDict)
     norms_by_step: OrderedDict[int, float | str] = field(default_factory=OrderedDict)
     points: deque[Point] = field(default_factory=lambda: deque(maxlen=RING))
@@ -135,9 +138,19 @@ class Rank:
     _step_time_last: int = -1
     _dts_added: int = 0
 
+    #: ``number``'s cache: the identity it was read from, and the number.
+    _number_of: dict[str, Any] | None = field(default=None, repr=False)
+    _number: int = 0
+
     @property
     def number(self) -> int:
-        return int(self.identity.get("rank", 0))
+        """Its rank number (read once per identity: it is asked for every rank on every
+        look of the flusher)."""
+        identity = self.identity
+        if identity is not self._number_of:
+            self._number = int(identity.get("rank", 0))
+            self._number_of = identity
+        return self._number
 
     def step_time(self) -> float | None:
         """The median of the recent step times (computed once per ``rows``: the state of
@@ -187,14 +200,25 @@ class Rank:
                 return "stalled"
         return "running"
 
-    def to_json(self, now: float, hang_s: float, layers: bool = True) -> dict[str, Any]:
-        since = self.since_step(now)
+    def to_json(
+        self,
+        now: float,
+        hang_s: float,
+        layers: bool = True,
+        identity: bool = True,
+        state: str | None = None,
+    ) -> dict[str, Any]:
+        """Its ``RankState``; without ``identity`` when the panels have it already
+        (panels.py: a broadcast above ``COMPACT_ABOVE`` ranks). ``state``: its state at
+        ``now`` when the caller has just read it (the flusher's tick)."""
+        since = None if self.step_at is None else max(0.0, now - self.step_at)
+        step_time, own_time = self.step_time(), self.own_time()
         out: dict[str, Any] = {
-            "identity": dict(self.identity),
-            "state": self.state(now, hang_s),
+            "rank": self.number,
+            "state": self.state(now, hang_s) if state is None else state,
             "step": self.step,
-            "step_time_s": _round(self.step_time()),
-            "own_time_s": _round(self.own_time()),
+            "step_time_s": None if step_time is None else round(step_time, 6),
+            "own_time_s": None if own_time is None else round(own_time, 6),
             "grad_norm": self.norm,
             "grad_step": self.norm_step,
             "memory_bytes": self.mem,
@@ -205,6 +229,8 @@ class Rank:
             "lr_scale": self.lr_scale,
             "phase": self.phase if self.ended is None else "none",
         }
+        if identity:
+            out["identity"] = dict(self.identity)
         if self.replicas is not None:
             out["sharded"] = True
         if layers and self.layers is not None:
@@ -214,52 +240,79 @@ class Rank:
     # --- feeding ------------------------------------------------------------------------
 
     def add_rows(self, content: dict[str, Any], now: float) -> list[int]:
-        """A ``rows`` batch; returns the sampled steps that carried a norm."""
+        """A ``rows`` batch; returns the sampled steps that carried a norm. Every field is
+        checked as ``wire_int`` / ``wire_num`` / ``wire_norm`` check it, the usual JSON
+        types first (this runs for every worker message: issue #25)."""
         own = wire_num(content.get("own"))
         phase = content.get("phase")
         if phase in ("user", "torch_wait", "paused"):
             self.phase = str(phase)
         sampled: list[int] = []
         rows = content.get("rows")
+        points, new_points, dts, owns = self.points, self.new_points, self.dts, self.owns
+        own_share = None if own is None else min(1.0, max(0.0, own))
         for row in rows if isinstance(rows, list) else []:
             if not isinstance(row, dict):
                 continue
-            step = wire_int(row.get("step"), 1)
-            if step is None:
+            get = row.get
+            step = get("step")
+            if type(step) is not int:
+                step = wire_int(step, 1)
+                if step is None:
+                    continue
+            elif step < 1:
                 continue
-            dt = wire_num(row.get("dt"))
-            dt = dt if dt is not None and dt >= 0 else None
-            norm = wire_norm(row.get("norm"))
-            mem = wire_int(row.get("mem"))
-            if row.get("mem_kind") in ("cuda", "host"):
-                self.mem_kind = str(row["mem_kind"])
-            self.row_step = max(self.row_step, step)
+            dt = get("dt")
+            if type(dt) is float:
+                dt = dt if dt >= 0 and dt - dt == 0.0 else None  # finite, not negative
+            else:
+                dt = wire_num(dt)
+                dt = dt if dt is not None and dt >= 0 else None
+            norm = get("norm")
+            if type(norm) is not float or norm - norm != 0.0:  # else a finite float
+                norm = wire_norm(norm)
+            mem = get("mem")
+            if type(mem) is not int or mem < 0:
+                mem = wire_int(mem)
+            kind = get("mem_kind")
+            if kind is not None and kind in ("cuda", "host"):
+                self.mem_kind = str(kind)
+            if step > self.row_step:
+                self.row_step = step
             if step > self.step:
                 self.step = step
                 self.step_at = now
                 self.stack = self.collective = None
             if dt is not None:
-                self.dts.append(dt)
+                dts.append(dt)
                 self._dts_added += 1
-                if own is not None:
-                    self.owns.append(dt * min(1.0, max(0.0, own)))
-            replicas = wire_int(row.get("replicas"), 1)
+                if own_share is not None:
+                    owns.append(dt * own_share)
+            replicas = get("replicas")
             if replicas is not None:
-                self.replicas = min(replicas, 65536)
+                replicas = wire_int(replicas, 1)
+                if replicas is not None:
+                    self.replicas = min(replicas, 65536)
             if norm is not None:
                 self.norm, self.norm_step = norm, step
-                self.norms_by_step[step] = norm
-                while len(self.norms_by_step) > KEEP_STEPS:
-                    self.norms_by_step.popitem(last=False)
+                norms = self.norms_by_step
+                late = bool(norms) and step < next(reversed(norms))
+                norms[step] = norm
+                if late:  # kept in step order (the desync check reads them newest first)
+                    norms = self.norms_by_step = OrderedDict(sorted(norms.items()))
+                while len(norms) > KEEP_STEPS:
+                    norms.popitem(last=False)
                 sampled.append(step)
             if mem is not None:
                 self.mem = mem
-            finding = finding_of(row.get("nonfinite"))
-            if finding is not None:
-                self.findings.append((step, finding))
+            nonfinite = get("nonfinite")
+            if nonfinite is not None:
+                finding = finding_of(nonfinite)
+                if finding is not None:
+                    self.findings.append((step, finding))
             point: Point = (step, dt, norm, mem)
-            self.points.append(point)
-            self.new_points.append(point)
+            points.append(point)
+            new_points.append(point)
         signals = content.get("signals")
         for raw in signals[:MAX_SIGNALS] if isinstance(signals, list) else []:
             signal = signal_of(raw)
@@ -277,15 +330,26 @@ class Rank:
             self.layers_by_step[step] = {"step": step, "names": names, "norms": values}
             while len(self.layers_by_step) > KEEP_STEPS // 4:
                 self.layers_by_step.popitem(last=False)
-            # the panel's: the largest first, at most MAX_LAYERS (non-finite ones first)
+            # the panel's view of them (``layers``) is sorted when a message shows it:
+            # above COMPACT_ABOVE ranks none does
+            self._layers_in = (step, names, values)
+            self._layers_out = None
+        return sampled
+
+    @property
+    def layers(self) -> dict[str, Any] | None:
+        """The panel's layers: the newest sampled step's, the largest first, at most
+        ``MAX_LAYERS`` (non-finite ones first); sorted on first use."""
+        if self._layers_out is None and self._layers_in is not None:
+            step, names, values = self._layers_in
             order = sorted(range(len(names)), key=lambda i: _layer_key(values[i]))
             order = order[:MAX_LAYERS]
-            self.layers = {
+            self._layers_out = {
                 "step": step,
                 "names": [names[i] for i in order],
                 "norms": [values[i] for i in order],
             }
-        return sampled
+        return self._layers_out
 
     @staticmethod
     def _valid_layers(layers: dict[str, Any]) -> bool:

@@ -9,8 +9,7 @@ import {
   stateLabel,
   troubleLabel
 } from './format';
-import { RanksModel } from './model';
-import type { IRankState } from '../../protocol/generated';
+import { type RankNow, RanksModel } from './model';
 
 /**
  * The rank grid: one row per rank (rank, state badge, steps taken; then step
@@ -34,7 +33,7 @@ export function RankGrid(props: {
 export function RankRows(props: {
   model: RanksModel;
   trans: TranslationBundle;
-  ranks: readonly IRankState[];
+  ranks: readonly RankNow[];
   reasons?: ReadonlyMap<number, string>;
 }): JSX.Element {
   const { model, trans, ranks, reasons } = props;

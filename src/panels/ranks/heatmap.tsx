@@ -1,11 +1,10 @@
 import type { TranslationBundle } from '@jupyterlab/translation';
 import React, { useMemo } from 'react';
 
-import type { IRankState } from '../../protocol/generated';
 import { formatCompact } from '../../ui/formatCompact';
 import { formatSeconds } from './format';
 import { RankRows } from './grid';
-import { RanksModel } from './model';
+import { type RankNow, RanksModel } from './model';
 import {
   heatLayout,
   heatScale,
@@ -57,7 +56,7 @@ export function RankScale(props: {
   const byRank = new Map(ranks.map(r => [r.identity.rank, r]));
   const shown = outliers
     .map(o => byRank.get(o.rank))
-    .filter((r): r is IRankState => r !== undefined);
+    .filter((r): r is RankNow => r !== undefined);
   const reasons = new Map<number, string>();
   for (const o of outliers) {
     const label = reasonLabel(o.reason, trans);
@@ -97,10 +96,10 @@ export function RankScale(props: {
 
 /** One heatmap: an SVG cell per rank with its tooltip, and a legend. */
 export function RankHeatmap(props: {
-  ranks: readonly IRankState[];
+  ranks: readonly RankNow[];
   metric: string;
   label: string;
-  value: (r: IRankState) => number | null;
+  value: (r: RankNow) => number | null;
   format: (v: number) => string;
   trans: TranslationBundle;
 }): JSX.Element {

@@ -9,6 +9,15 @@ import type {
 } from '../../protocol/generated';
 import { wireNumber } from '../../protocol/messages';
 
+/** Who a rank is (host, pid, local rank...). */
+export type RankIdentity = NonNullable<IRankState['identity']>;
+
+/**
+ * One rank now, with its identity: a `ranks` broadcast above 16 ranks leaves
+ * out the identities the panel has (protocol 2.8); the model keeps them.
+ */
+export type RankNow = IRankState & { identity: RankIdentity };
+
 /** Points kept per rank in the browser (the kernel keeps the last 2,000). */
 export const RANK_POINTS = 20_000;
 
@@ -89,7 +98,7 @@ export class RanksModel {
   }
 
   /** Every rank now, by rank number. */
-  get ranks(): readonly IRankState[] {
+  get ranks(): readonly RankNow[] {
     return this._ranks;
   }
 
@@ -180,13 +189,17 @@ export class RanksModel {
   /**
    * Apply a `ranks` message: the job, states and alarms replace the held ones;
    * `points` replace the held points when `replay` (or when a new job began),
-   * else are appended to them.
+   * else are appended to them. A rank without its identity (a broadcast above
+   * 16 ranks sends it once) gets the one kept from an earlier message; returns
+   * false when one had none kept (the panel missed it: ask for the snapshot,
+   * whose `ranks` message has them all), true otherwise.
    */
-  apply(msg: IRanks): void {
+  apply(msg: IRanks): boolean {
     const newJob =
       msg.job !== null && this._job !== null && msg.job.id !== this._job.id;
     if (msg.replay || newJob || msg.job === null) {
       this._series.clear();
+      this._identities.clear();
     }
     // a new job, or this one just ended: the last action's outcome is stale
     const ended = msg.job?.state === 'ended' && this._job?.state === 'running';
@@ -194,9 +207,30 @@ export class RanksModel {
       this._note = null;
     }
     this._job = msg.job;
-    this._ranks = [...msg.ranks].sort(
-      (a, b) => a.identity.rank - b.identity.rank
-    );
+    let complete = true;
+    this._ranks = msg.ranks
+      .map(r => {
+        const number = r.rank ?? r.identity?.rank ?? 0;
+        let identity = r.identity;
+        if (identity) {
+          this._identities.set(number, identity);
+        } else {
+          identity = this._identities.get(number);
+          if (!identity) {
+            complete = false;
+            identity = {
+              rank: number,
+              world_size: msg.job?.world_size ?? 1,
+              local_rank: null,
+              host: '',
+              pid: 0,
+              launcher: 'attach'
+            };
+          }
+        }
+        return { ...r, rank: number, identity };
+      })
+      .sort((a, b) => a.identity.rank - b.identity.rank);
     // oldest first, as sent; a stable sort by time keeps the sender's order on ties
     this._alarms = [...msg.alarms].sort((a, b) => a.time - b.time);
     this._endpoint = msg.endpoint;
@@ -207,12 +241,14 @@ export class RanksModel {
       this._version++;
     }
     this._changed.emit();
+    return complete;
   }
 
   /** Forget everything (kernel restarted or changed). */
   reset(): void {
     this._job = null;
     this._ranks = [];
+    this._identities.clear();
     this._alarms = [];
     this._endpoint = null;
     this._series.clear();
@@ -256,7 +292,9 @@ export class RanksModel {
   }
 
   private _job: IRankJob | null = null;
-  private _ranks: IRankState[] = [];
+  private _ranks: RankNow[] = [];
+  /** Each rank's identity as last sent (a broadcast leaves out the known ones). */
+  private _identities = new Map<number, RankIdentity>();
   private _alarms: IRankAlarm[] = [];
   private _endpoint: IRanks['endpoint'] | null = null;
   private _series = new Map<number, IRankSeries>();

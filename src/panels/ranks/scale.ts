@@ -1,6 +1,5 @@
 import { wireNumber } from '../../protocol/messages';
-import type { IRankState } from '../../protocol/generated';
-import type { RankTrouble } from './model';
+import type { RankNow, RankTrouble } from './model';
 
 /** Above this many ranks the grid shows outliers and heatmaps, not a row per rank. */
 export const SCALE_ABOVE = 16;
@@ -35,7 +34,7 @@ function median(values: number[]): number | null {
 }
 
 /** A rank's gradient norm as a number (NaN/Infinity from the wire), or null. */
-export function normOf(r: IRankState): number | null {
+export function normOf(r: RankNow): number | null {
   return r.grad_norm === null ? null : wireNumber(r.grad_norm);
 }
 
@@ -47,7 +46,7 @@ export function normOf(r: IRankState): number | null {
  * most `max`.
  */
 export function pickOutliers(
-  ranks: readonly IRankState[],
+  ranks: readonly RankNow[],
   trouble: (rank: number) => RankTrouble,
   max = MAX_OUTLIERS
 ): IOutlier[] {
