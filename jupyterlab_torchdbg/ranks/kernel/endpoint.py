@@ -24,15 +24,21 @@ import os
 import queue
 import threading
 from collections import Counter, deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
+from ...protocol.json_types import JsonObject
 from ..wire import transport as wire
 from ..wire.envelope import JOB_ENV, Guard, job_of
 from . import listen
 from .gate import Gate
 
-OnMessage = Callable[[bytes, str, dict[str, Any]], None]
+if TYPE_CHECKING:
+    import zmq
+
+#: The callback a verified message goes to: its content is decoded JSON, checked by the
+#: signature and the envelope only (each kind's fields are checked where it is read).
+OnMessage = Callable[[bytes, str, JsonObject], None]
 #: How long the poller waits for a message or a wake-up before looking again (ms).
 POLL_MS = 200
 #: After reading workers' messages, how long the next ones wait to be read together (ms):
@@ -82,7 +88,7 @@ class Endpoint:
         self.received = 0
         #: Errors caught (never raised): site -> count.
         self.errors: Counter[str] = Counter()
-        self._ctx: zmq.Context[Any] = zmq.Context()
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         try:
             self._open(host if host is not None else os.environ.get(wire.LISTEN_ENV))
         except BaseException:
@@ -95,7 +101,7 @@ class Endpoint:
         self.port = b.port
         #: What workers on this machine connect to (remote ones use this host's address).
         self.address = b.address
-        self._outbox: queue.SimpleQueue[tuple[bytes, str, dict[str, Any]] | None] = (
+        self._outbox: queue.SimpleQueue[tuple[bytes, str, Mapping[str, object]] | None] = (
             queue.SimpleQueue()
         )
         self._wake_lock = threading.Lock()
@@ -132,7 +138,7 @@ class Endpoint:
 
     # --- any thread ----------------------------------------------------------------------
 
-    def send(self, worker_id: bytes, msg_type: str, content: dict[str, Any]) -> None:
+    def send(self, worker_id: bytes, msg_type: str, content: Mapping[str, object]) -> None:
         """Queue a message for one worker; the poller thread signs and sends it."""
         if self._closed:
             return
