@@ -28,7 +28,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import panel_exception
 from .actions import AllRankActions
@@ -38,6 +38,9 @@ from .job import Job, valid_identity
 from .panels import Panels
 from .rank import LOST_S
 from .scale import cadence, coalesce_ms
+
+if TYPE_CHECKING:
+    from ...protocol import messages as m
 
 #: Ended jobs kept: the newest (the panel shows the last job; a panel that connects gets
 #: it replayed). Older ones are forgotten with their keys and workers (R44, R56).
@@ -124,7 +127,7 @@ class RankHub(Panels):
         self._looked: dict[int, float] = {}
         self._last_sent = -1e18
         self._sent_states: object = None
-        self._sent_identities: tuple[int | None, dict[int, dict[str, Any]]] = (None, {})
+        self._sent_identities: tuple[int | None, dict[int, m.RankIdentity]] = (None, {})
         self.messages_sent = 0
         self.worker_messages = 0
         self._exceptions = 0
@@ -264,7 +267,7 @@ class RankHub(Panels):
             old.remove(worker)
         self._by_worker[worker] = job
         rank = job.add(worker, identity, now, str(content.get("torch", ""))[:64])
-        self.exits.attached(identity)
+        self.exits.attached(dict(identity))
         self._dirty = True
         asked = cadence(job.world_size)
         if self.endpoint is not None:
@@ -345,7 +348,7 @@ class RankHub(Panels):
         cell_id, count = self._job_cell.get(job.id, (None, None))
         message = panel_exception.build(
             content,
-            rank.identity,
+            dict(rank.identity),
             message_id=f"{self._session}-r{self._exceptions}",
             cell_id=cell_id,
             execution_count=count,

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from ..wire.signals import wire_int
 from .rank import LOST_S, TERMINAL, Rank, norm_value, wire_norm
 
+if TYPE_CHECKING:
+    from ...protocol import messages as m
 
-def valid_identity(raw: object, fallback_pid: int = 0) -> dict[str, Any] | None:
+
+def valid_identity(raw: object, fallback_pid: int = 0) -> m.RankIdentity | None:
     """A ``RankIdentity`` from a worker's hello, or None when it is unusable."""
     if not isinstance(raw, dict):
         return None
@@ -24,13 +27,15 @@ def valid_identity(raw: object, fallback_pid: int = 0) -> dict[str, Any] | None:
     if rank is None or world is None or rank > 65535 or world > 65536:
         return None
     launcher = raw.get("launcher")
+    if launcher not in ("spawn", "fork", "torchrun", "attach"):
+        launcher = "attach"
     return {
         "rank": rank,
         "world_size": world,
         "local_rank": wire_int(raw.get("local_rank")),
         "host": str(raw.get("host", ""))[:256],
         "pid": wire_int(raw.get("pid")) or fallback_pid,
-        "launcher": launcher if launcher in ("spawn", "fork", "torchrun", "attach") else "attach",
+        "launcher": cast("m.RankIdentityLauncher", launcher),  # one of them: checked above
     }
 
 
@@ -46,14 +51,14 @@ class Job:
     workers: dict[bytes, Rank] = field(default_factory=dict)
     world_size: int = 1
     paused_at: int | None = None
-    pending: dict[str, Any] | None = None
+    pending: m.RankPending | None = None
     ended: bool = False
     #: Sampled steps up to here were compared across ranks (desync).
     checked_upto: int = 0
     #: ``ordered``'s cache (None: to sort again).
     _order: list[Rank] | None = field(default=None, repr=False)
 
-    def add(self, worker: bytes, identity: dict[str, Any], now: float, torch: str = "") -> Rank:
+    def add(self, worker: bytes, identity: m.RankIdentity, now: float, torch: str = "") -> Rank:
         """A hello: a new rank, or a known worker whose identity changed."""
         rank = self.workers.get(worker)
         if rank is None:
@@ -142,13 +147,14 @@ class Job:
             return None if found is None else (step, found)
         return None
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_json(self) -> m.RankJob:
+        out: m.RankJob = {
             "id": self.id,
             "started": self.started,
             "world_size": self.world_size,
             "state": "ended" if self.ended else "running",
-            "transport": self.transport,
+            # the endpoint's transport (endpoint.py: ``ipc`` or ``tcp``)
+            "transport": cast("m.RankJobTransport", self.transport),
             "paused_at": self.paused_at,
             "pending": self.pending,
         }
@@ -156,7 +162,8 @@ class Job:
             found = self.global_norm()
             out["sharded"] = {
                 "replicas": max((r.replicas or 1) for r in self.ranks.values()),
-                "global_norm": None if found is None else found[1],
+                # ``wire_norm``'s: a float or one of its three strings
+                "global_norm": None if found is None else cast("m.FiniteOrSpecial", found[1]),
                 "global_step": None if found is None else found[0],
             }
         return out
@@ -166,9 +173,9 @@ class Job:
         now: float,
         hang_s: float,
         layers: bool = True,
-        known: dict[int, dict[str, Any]] | None = None,
+        known: dict[int, m.RankIdentity] | None = None,
         read: list[str] | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[m.RankState]:
         """Every rank's ``RankState``. ``known``: rank number -> the identity the panels
         have (a broadcast's, panels.py): a rank whose identity is the same goes without
         it, the others with it, and ``known`` is updated to what this message says.
@@ -184,11 +191,11 @@ class Job:
             number = r.number
             same = known.get(number) == r.identity
             if not same:
-                known[number] = dict(r.identity)
+                known[number] = r.identity.copy()
             out.append(r.to_json(now, hang_s, layers, identity=not same, state=state))
         return out
 
-    def points(self, replay: bool, newest: bool = False) -> list[dict[str, Any]]:
+    def points(self, replay: bool, newest: bool = False) -> list[m.RankPoints]:
         """Each rank's new points (``newest``: only its newest one; every kept point
         when ``replay``)."""
         out = []

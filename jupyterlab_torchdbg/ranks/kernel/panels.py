@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .scale import COMPACT_ABOVE, FLUSH_S, flush_s
 
 if TYPE_CHECKING:
+    from ...protocol import messages as m
     from .actions import AllRankActions
     from .alarms import Alarms
     from .exits import ExitWatch
@@ -45,7 +46,7 @@ class Panels(ABC):
     _states_at: float
     _sent_states: object
     #: (job id, rank number -> identity) of what the broadcasts told the panels.
-    _sent_identities: tuple[int | None, dict[int, dict[str, Any]]]
+    _sent_identities: tuple[int | None, dict[int, m.RankIdentity]]
     _threaded: bool
     _stop: threading.Event
     _nudge: threading.Event

@@ -16,10 +16,15 @@ import math
 import statistics
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
+from ...protocol.json_types import JsonObject, JsonValue
+from ..wire import messages as w
 from ..wire.signals import finding_of, signal_of, wire_int, wire_num
 from .hang_diag import collective_of
+
+if TYPE_CHECKING:
+    from ...protocol import messages as m
 
 #: Points kept per rank (the panel's per-rank charts).
 RING = 2000
@@ -83,7 +88,7 @@ class Rank:
     """One worker process of the job."""
 
     worker: bytes
-    identity: dict[str, Any]
+    identity: m.RankIdentity
     seen_at: float
     torch: str = ""
     #: "exited" / "failed" once the process ended (bye or exception).
@@ -103,12 +108,12 @@ class Rank:
     #: Which of ``stack``'s frames are the user's (None: the worker did not say).
     stack_user: list[bool] | None = None
     #: The collectives it is in or finished last, per group (hang_diag.py; with the stack).
-    collective: dict[str, Any] | None = None
+    collective: JsonObject | None = None
     #: The newest sampled step's layers as sent: (step, names, norms); ``layers`` is
     #: the panel's view of them (sorted once asked, ``_layers_out``).
-    _layers_in: tuple[int, list[str], list[float | str | None]] | None = None
-    _layers_out: dict[str, Any] | None = None
-    layers_by_step: OrderedDict[int, dict[str, Any]] = field(default_factory=OrderedDict)
+    _layers_in: tuple[int, list[str], list[float | str]] | None = None
+    _layers_out: m.RankLayers | None = None
+    layers_by_step: OrderedDict[int, w.Layers] = field(default_factory=OrderedDict)
     norms_by_step: OrderedDict[int, float | str] = field(default_factory=OrderedDict)
     points: deque[Point] = field(default_factory=lambda: deque(maxlen=RING))
     new_points: deque[Point] = field(default_factory=lambda: deque(maxlen=RING))
@@ -116,9 +121,11 @@ class Rank:
     lr_scale: float = 1.0
     #: (step, finding) of non-finite steps this rank diagnosed (rank_signals.py), not
     #: yet taken by the alarms (grad_alarms.py); its explosion / vanishing alerts.
-    findings: deque[tuple[int, dict[str, Any]]] = field(
+    findings: deque[tuple[int, JsonObject]] = field(
         default_factory=lambda: deque(maxlen=MAX_SIGNALS)
     )
+    #: The checked signals (wire/signals.py ``signal_of``), read by grad_alarms.py.
+    # Any: grad_alarms.py reads ``int(signal["step"])``, which the JSON type refuses
     signals: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_SIGNALS))
     #: The last step its detector (explosion, vanishing) has judged.
     checked: int = 0
@@ -139,7 +146,7 @@ class Rank:
     _dts_added: int = 0
 
     #: ``number``'s cache: the identity it was read from, and the number.
-    _number_of: dict[str, Any] | None = field(default=None, repr=False)
+    _number_of: m.RankIdentity | None = field(default=None, repr=False)
     _number: int = 0
 
     @property
@@ -207,13 +214,13 @@ class Rank:
         layers: bool = True,
         identity: bool = True,
         state: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> m.RankState:
         """Its ``RankState``; without ``identity`` when the panels have it already
         (panels.py: a broadcast above ``COMPACT_ABOVE`` ranks). ``state``: its state at
         ``now`` when the caller has just read it (the flusher's tick)."""
         since = None if self.step_at is None else max(0.0, now - self.step_at)
         step_time, own_time = self.step_time(), self.own_time()
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "rank": self.number,
             "state": self.state(now, hang_s) if state is None else state,
             "step": self.step,
@@ -235,11 +242,13 @@ class Rank:
             out["sharded"] = True
         if layers and self.layers is not None:
             out["layers"] = self.layers
-        return out
+        # a RankState: ``state``, ``phase`` and ``memory_kind`` come from their fixed sets
+        # (``state``, ``add_rows``, ``heartbeat``), the norm from ``wire_norm``
+        return cast("m.RankState", out)
 
     # --- feeding ------------------------------------------------------------------------
 
-    def add_rows(self, content: dict[str, Any], now: float) -> list[int]:
+    def add_rows(self, content: JsonObject, now: float) -> list[int]:
         """A ``rows`` batch; returns the sampled steps that carried a norm. Every field is
         checked as ``wire_int`` / ``wire_num`` / ``wire_norm`` check it, the usual JSON
         types first (this runs for every worker message: issue #25)."""
@@ -324,9 +333,13 @@ class Rank:
         layers = content.get("layers")
         if isinstance(layers, dict) and self._valid_layers(layers):
             # model order, as sent (the desync check names the first layer that differs)
-            names = [str(n)[:512] for n in layers["names"][:MAX_LAYERS_IN]]
-            values = [wire_norm(v) for v in layers["norms"][:MAX_LAYERS_IN]]
-            step = int(layers["step"])
+            # ``_valid_layers`` checked them: two lists of one length, every norm one
+            # ``wire_norm`` reads, a step (an int >= 1)
+            raw_names = cast("list[JsonValue]", layers["names"])
+            raw_norms = cast("list[JsonValue]", layers["norms"])
+            names = [str(n)[:512] for n in raw_names[:MAX_LAYERS_IN]]
+            values = [v for v in map(wire_norm, raw_norms[:MAX_LAYERS_IN]) if v is not None]
+            step = cast("int", layers["step"])
             self.layers_by_step[step] = {"step": step, "names": names, "norms": values}
             while len(self.layers_by_step) > KEEP_STEPS // 4:
                 self.layers_by_step.popitem(last=False)
@@ -337,22 +350,23 @@ class Rank:
         return sampled
 
     @property
-    def layers(self) -> dict[str, Any] | None:
+    def layers(self) -> m.RankLayers | None:
         """The panel's layers: the newest sampled step's, the largest first, at most
         ``MAX_LAYERS`` (non-finite ones first); sorted on first use."""
         if self._layers_out is None and self._layers_in is not None:
             step, names, values = self._layers_in
             order = sorted(range(len(names)), key=lambda i: _layer_key(values[i]))
             order = order[:MAX_LAYERS]
+            # the norms are ``wire_norm``'s: a float or one of its three strings
             self._layers_out = {
                 "step": step,
                 "names": [names[i] for i in order],
-                "norms": [values[i] for i in order],
+                "norms": [cast("m.FiniteOrSpecial", values[i]) for i in order],
             }
         return self._layers_out
 
     @staticmethod
-    def _valid_layers(layers: dict[str, Any]) -> bool:
+    def _valid_layers(layers: JsonObject) -> bool:
         names, norms = layers.get("names"), layers.get("norms")
         return (
             wire_int(layers.get("step"), 1) is not None
@@ -362,7 +376,7 @@ class Rank:
             and all(wire_norm(v) is not None for v in norms)
         )
 
-    def heartbeat(self, content: dict[str, Any], now: float) -> bool:
+    def heartbeat(self, content: JsonObject, now: float) -> bool:
         """A heartbeat; True when it changed what the panel shows (phase, step, stack)."""
         before = (self.phase, self.step, self.stack is not None)
         phase = content.get("phase")
@@ -376,7 +390,8 @@ class Rank:
             self.step_at = now - since
         stack = content.get("stack")
         if isinstance(stack, list) and all(isinstance(s, str) for s in stack):
-            self.stack = [s[:1000] for s in stack[-64:]]
+            strings = cast("list[str]", stack)  # every one a str: checked above
+            self.stack = [s[:1000] for s in strings[-64:]]
             user = content.get("stack_user")
             if isinstance(user, list) and len(user) == len(stack):
                 self.stack_user = [u is True for u in user[-64:]]
@@ -385,7 +400,7 @@ class Rank:
             self.collective = collective_of(content.get("collective"))
         return before != (self.phase, self.step, self.stack is not None)
 
-    def take_points(self, replay: bool, newest: bool = False) -> dict[str, Any] | None:
+    def take_points(self, replay: bool, newest: bool = False) -> m.RankPoints | None:
         """The RankPoints of the new points (taken: the next call has only later ones), or
         of every kept point when ``replay`` (new points stay new: a replay goes to one
         panel, and the next broadcast may repeat some; panels drop steps they have)."""
@@ -400,7 +415,8 @@ class Rank:
             "rank": self.number,
             "steps": [p[0] for p in pts],
             "step_time_s": [_round(p[1]) for p in pts],
-            "grad_norm": [p[2] for p in pts],
+            # as ``wire_norm`` gave them: a float or one of its three strings
+            "grad_norm": [cast("m.FiniteOrSpecial | None", p[2]) for p in pts],
             "memory_bytes": [p[3] for p in pts],
         }
 
