@@ -27,16 +27,17 @@ import os
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
+from ...protocol.json_types import JsonObject
 from . import panel_exception
 from .actions import AllRankActions
 from .alarms import Alarms, from_collective
 from .exits import ExitWatch
 from .job import Job, valid_identity
-from .panels import Panels
-from .rank import LOST_S
+from .panels import Panels, Sender
+from .rank import LOST_S, Rank
 from .scale import cadence, coalesce_ms
 
 if TYPE_CHECKING:
@@ -68,21 +69,12 @@ def world_of(job_key: str) -> str:
     return head if sep and tail.isdigit() and ":" in head else job_key
 
 
-class Sender(Protocol):
-    """What the hub needs of the endpoint (ranks/kernel/endpoint.py)."""
-
-    refused: int
-    coalesce_ms: int
-
-    def send(self, worker_id: bytes, msg_type: str, content: dict[str, Any]) -> None: ...
-
-
 class RankHub(Panels):
     """Jobs, their ranks and alarms, and the ``ranks`` messages (module docstring)."""
 
     def __init__(
         self,
-        broadcast: Callable[[dict[str, Any]], None],
+        broadcast: Callable[[Mapping[str, object]], None],
         on_error: Callable[[str], None],
         session_id: str = "ranks",
         *,
@@ -116,7 +108,7 @@ class RankHub(Panels):
         self.refused_hellos = 0
         self.refusals: deque[str] = deque(maxlen=16)
         #: worker -> (its refused hello, when it was last heard).
-        self._held: OrderedDict[bytes, tuple[dict[str, Any], float]] = OrderedDict()
+        self._held: OrderedDict[bytes, tuple[JsonObject, float]] = OrderedDict()
         self.actions = (
             AllRankActions(self) if ack_timeout is None else AllRankActions(self, ack_timeout)
         )
@@ -135,7 +127,7 @@ class RankHub(Panels):
         self.cell: tuple[str | None, int | None] = (None, None)
         self._job_cell: dict[int, tuple[str | None, int | None]] = {}
         #: (job id, exception message) of the rank that failed first on its own.
-        self._root_exception: tuple[int, dict[str, Any]] | None = None
+        self._root_exception: tuple[int, dict[str, object]] | None = None
         self._threaded = threaded
         #: Called when torch gets imported in the kernel (worker_env.torch_imported).
         self.on_torch: Callable[[], None] | None = None
@@ -170,7 +162,7 @@ class RankHub(Panels):
         self._dirty = True
         self._nudge.set()  # an action pending: the flusher looks every FLUSH_S again
 
-    def send(self, worker: bytes, msg_type: str, content: dict[str, Any]) -> None:
+    def send(self, worker: bytes, msg_type: str, content: Mapping[str, object]) -> None:
         ep = self.endpoint
         if ep is None:
             return
@@ -181,19 +173,19 @@ class RankHub(Panels):
 
     # --- worker messages (the endpoint's thread) ------------------------------------------
 
-    def on_message(self, worker: bytes, msg_type: str, content: dict[str, Any]) -> None:
+    def on_message(self, worker: bytes, msg_type: str, content: JsonObject) -> None:
         try:
             self._dispatch(worker, msg_type, content if isinstance(content, dict) else {})
         except Exception:
             self._on_error(f"ranks:{msg_type}"[:40])
 
-    def _dispatch(self, worker: bytes, msg_type: str, content: dict[str, Any]) -> None:
+    def _dispatch(self, worker: bytes, msg_type: str, content: JsonObject) -> None:
         self.worker_messages += 1
         if msg_type == "ack":
             self.actions.on_ack(worker, content)
             return
         now = self._clock()
-        exception: dict[str, Any] | None = None
+        exception: dict[str, object] | None = None
         with self.lock:
             if msg_type == "hello":
                 self._hello(worker, content, now)
@@ -241,7 +233,7 @@ class RankHub(Panels):
             self._broadcast(exception)
         self._ensure_thread()
 
-    def _hello(self, worker: bytes, content: dict[str, Any], now: float) -> None:
+    def _hello(self, worker: bytes, content: JsonObject, now: float) -> None:
         identity = valid_identity(content.get("identity"))
         if identity is None:
             self._on_error("ranks:hello")
@@ -275,7 +267,7 @@ class RankHub(Panels):
         rank.report_s = asked.get("rows_s", 0.1)
         self.send(worker, "config", {"hang_s": self.hang_s, **asked})
 
-    def _refuse(self, worker: bytes, content: dict[str, Any], holder: Any, now: float) -> None:
+    def _refuse(self, worker: bytes, content: JsonObject, holder: Rank, now: float) -> None:
         """A hello for a slot a live worker holds: refused (counted, with the reason,
         told to the worker), kept to be admitted once the holder ends."""
         ident = holder.identity
@@ -333,7 +325,7 @@ class RankHub(Panels):
 
     def process_exited(self, pid: int, code: int, stopped: bool) -> None:
         """torch's join (mp_wrap.py) reaped ``pid`` with ``code``; ``stopped``: it
-        terminated it because another rank failed. Any thread; never raises."""
+        terminated it because another rank failed. From any thread; never raises."""
         try:
             with self.lock:
                 self.exits.reported(pid, code, stopped, self._clock())
@@ -341,7 +333,7 @@ class RankHub(Panels):
         except Exception:
             self._on_error("ranks:exit")
 
-    def _exception(self, job: Job, worker: bytes, content: dict[str, Any]) -> dict[str, Any]:
+    def _exception(self, job: Job, worker: bytes, content: JsonObject) -> dict[str, object]:
         rank = job.workers[worker]
         rank.ended = "failed"
         self._exceptions += 1

@@ -11,17 +11,27 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Protocol, cast
 
 from .scale import COMPACT_ABOVE, FLUSH_S, flush_s
 
 if TYPE_CHECKING:
     from ...protocol import messages as m
+    from ...protocol.json_types import JsonObject
     from .actions import AllRankActions
     from .alarms import Alarms
     from .exits import ExitWatch
     from .job import Job
+
+
+class Sender(Protocol):
+    """What the hub needs of the endpoint (ranks/kernel/endpoint.py)."""
+
+    refused: int
+    coalesce_ms: int
+
+    def send(self, worker_id: bytes, msg_type: str, content: Mapping[str, object]) -> None: ...
 
 
 class Panels(ABC):
@@ -29,18 +39,18 @@ class Panels(ABC):
 
     lock: threading.RLock
     jobs: list[Job]
-    endpoint: Any
+    endpoint: Sender | None
     transport: str
     hang_s: float
     exits: ExitWatch
     actions: AllRankActions
     messages_sent: int
     _clock: Callable[[], float]
-    _broadcast: Callable[[dict[str, Any]], None]
+    _broadcast: Callable[[Mapping[str, object]], None]
     _on_error: Callable[[str], None]
     _desync_due: set[int]
     _looked: dict[int, float]
-    _held: OrderedDict[bytes, tuple[dict[str, Any], float]]
+    _held: OrderedDict[bytes, tuple[JsonObject, float]]
     _dirty: bool
     _last_sent: float
     _states_at: float
@@ -72,7 +82,7 @@ class Panels(ABC):
         delta: bool = False,
         now: float | None = None,
         read: list[str] | None = None,
-    ) -> dict[str, Any]:
+    ) -> m.Ranks:
         """One ``ranks`` message of the current (or last) job. Takes the new points.
 
         ``delta`` (the flusher's broadcasts): above ``COMPACT_ABOVE`` ranks, a rank's
@@ -85,7 +95,7 @@ class Panels(ABC):
             now = self._clock() if now is None else now
             job = self.jobs[-1] if self.jobs else None
             ep = self.endpoint
-            msg: dict[str, Any] = {
+            msg: m.Ranks = {
                 "method": "ranks",
                 "replay": replay,
                 "job": None,
@@ -93,7 +103,10 @@ class Panels(ABC):
                 "points": [],
                 "alarms": [],
                 "endpoint": {
-                    "transport": self.transport if ep is not None else "off",
+                    # the endpoint's (endpoint.py: ``ipc`` or ``tcp``)
+                    "transport": cast("m.RanksEndpointTransport", self.transport)
+                    if ep is not None
+                    else "off",
                     "refused": int(getattr(ep, "refused", 0)),
                 },
             }
@@ -114,10 +127,11 @@ class Panels(ABC):
                 self._sent_identities = (None, {})
             msg["ranks"] = job.states(now, self.hang_s, layers=few, known=known, read=read)
             msg["points"] = job.points(replay, newest=not few)
-            msg["alarms"] = list(self.alarms_of(job).items)
+            # each a RankAlarm (alarms.py builds them; typed there as dicts)
+            msg["alarms"] = cast("list[m.RankAlarm]", list(self.alarms_of(job).items))
             return msg
 
-    def snapshot_messages(self) -> list[dict[str, Any]]:
+    def snapshot_messages(self) -> list[m.Ranks]:
         """For a panel that connects: the job with every kept point."""
         return [self.message(replay=True)]
 
