@@ -23,9 +23,9 @@ import math
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from ...kernel.action_args import no_args, only_keys, schema_number
 from ...kernel.action_registry import ActionError, ActionRegistry
@@ -52,7 +52,7 @@ class Hub(Protocol):
 
     def mark_dirty(self) -> None: ...
 
-    def send(self, worker: bytes, msg_type: str, content: dict[str, Any]) -> None: ...
+    def send(self, worker: bytes, msg_type: str, content: Mapping[str, object]) -> None: ...
 
 
 ACK_TIMEOUT_S = 2.0
@@ -74,7 +74,8 @@ WORKER_ACTION = {
 class Prepared:
     action_id: str
     action: str
-    args: dict[str, Any]
+    #: As its validator (``VALIDATORS``) returned them.
+    args: dict[str, object]
     at_step: int
     #: worker id -> rank number, the ranks asked.
     workers: dict[bytes, int]
@@ -83,17 +84,17 @@ class Prepared:
     applied: set[bytes] = field(default_factory=set)
 
 
-def _clip_args(args: dict[str, object]) -> dict[str, Any]:
+def _clip_args(args: dict[str, object]) -> dict[str, object]:
     only_keys(args, {"max_norm"})
     return {"max_norm": schema_number(args, "ranks_clip", "max_norm")}
 
 
-def _scale_args(args: dict[str, object]) -> dict[str, Any]:
+def _scale_args(args: dict[str, object]) -> dict[str, object]:
     only_keys(args, {"factor"})
     return {"factor": schema_number(args, "ranks_scale_lr", "factor")}
 
 
-VALIDATORS: dict[str, Callable[[dict[str, object]], dict[str, Any]]] = {
+VALIDATORS: dict[str, Callable[[dict[str, object]], dict[str, object]]] = {
     "ranks_clip": _clip_args,
     "ranks_unclip": no_args,
     "ranks_pause": no_args,
@@ -114,7 +115,7 @@ class AllRankActions:
         self._busy = threading.Lock()
 
     def register(self, registry: ActionRegistry) -> Callable[[], None]:
-        def handler(name: str) -> Callable[[dict[str, Any]], dict[str, object]]:
+        def handler(name: str) -> Callable[[dict[str, object]], dict[str, object]]:
             return lambda args: self.run(name, args, registry.request_id())
 
         removers = [registry.register(n, v, handler(n)) for n, v in VALIDATORS.items()]
@@ -127,7 +128,9 @@ class AllRankActions:
 
     # --- the request (panel thread) ---------------------------------------------------------
 
-    def run(self, action: str, args: dict[str, Any], request_id: str | None) -> dict[str, object]:
+    def run(
+        self, action: str, args: dict[str, object], request_id: str | None
+    ) -> dict[str, object]:
         if not self._busy.acquire(blocking=False):
             raise ActionError("another all-rank action is being agreed with the ranks", "refused")
         try:
@@ -161,7 +164,9 @@ class AllRankActions:
             hub.send(worker, "resume", {})
         return {"ranks": [n for _, n in targets]}
 
-    def _two_phase(self, action: str, args: dict[str, Any], request_id: str) -> dict[str, object]:
+    def _two_phase(
+        self, action: str, args: dict[str, object], request_id: str
+    ) -> dict[str, object]:
         hub = self._hub
         with hub.lock:
             job = self._job()
@@ -220,7 +225,12 @@ class AllRankActions:
         return {"at_step": prep.at_step, "ranks": sorted(workers.values())}
 
     def _ask(
-        self, action: str, args: dict[str, Any], at_step: int, workers: dict[bytes, int], job: Job
+        self,
+        action: str,
+        args: dict[str, object],
+        at_step: int,
+        workers: dict[bytes, int],
+        job: Job,
     ) -> Prepared:
         prep = Prepared(uuid.uuid4().hex, WORKER_ACTION[action], args, at_step, workers, job)
         with self._cond:
@@ -261,7 +271,7 @@ class AllRankActions:
 
     # --- worker reports (endpoint thread) -------------------------------------------------
 
-    def on_ack(self, worker: bytes, content: dict[str, Any]) -> None:
+    def on_ack(self, worker: bytes, content: Mapping[str, object]) -> None:
         with self._cond:
             prep = self._prepared
             if prep is None or content.get("action_id") != prep.action_id:
@@ -277,7 +287,7 @@ class AllRankActions:
             )
             self._cond.notify_all()
 
-    def on_applied(self, worker: bytes, content: dict[str, Any]) -> None:
+    def on_applied(self, worker: bytes, content: Mapping[str, object]) -> None:
         """A rank applied a committed action (called under the hub's lock)."""
         prep = self._committed.get(str(content.get("action_id")))
         if prep is None or worker not in prep.workers:
@@ -286,11 +296,13 @@ class AllRankActions:
         rank = prep.job.workers.get(worker)
         if rank is not None:
             if prep.action == "clip":
-                rank.clip = prep.args["max_norm"]
+                # a number (or None): ``_clip_args`` checked it against the schema
+                rank.clip = cast("float | None", prep.args["max_norm"])
             elif prep.action == "unclip":
                 rank.clip = None
             elif prep.action == "scale_lr":
-                rank.lr_scale *= prep.args["factor"]
+                # a number: ``_scale_args`` checked it against the schema
+                rank.lr_scale *= cast("float", prep.args["factor"])
         self.settle(prep.job)
 
     def settle(self, job: Job) -> None:
