@@ -32,7 +32,7 @@ from typing import Any
 
 from ...kernel.thread_stacks import user_first
 from .grad_alarms import GradAlarms
-from .hang_diag import RankView, diagnose, merged_sentence, merged_stacks
+from .hang_diag import HangDiagnosis, RankView, diagnose, merged_sentence, merged_stacks
 from .job import Job
 from .rank import TERMINAL, Rank, norm_value, same_norm
 from .words import rank_list
@@ -336,7 +336,7 @@ class Alarms:
 
 
 def _hang_extra(
-    views: list[RankView], diag: dict[str, Any] | None
+    views: list[RankView], diag: HangDiagnosis | None
 ) -> tuple[dict[str, Any] | None, str]:
     """A hang alarm's ``collective`` and ``merged`` fields, and the sentences they add
     to its message (R57); nothing when no rank sent its collectives."""

@@ -31,7 +31,7 @@ import signal
 import socket
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from .alarms import Alarms
@@ -225,6 +225,9 @@ def _decode(status: int | None) -> int | None:
     return None
 
 
-def _bound(kept: OrderedDict[int, Any]) -> None:
+_V = TypeVar("_V")
+
+
+def _bound(kept: OrderedDict[int, _V]) -> None:
     while len(kept) > MAX_PIDS:
         kept.popitem(last=False)

@@ -22,7 +22,10 @@ import hmac
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import zmq
 
 #: Unproven messages verified per second, and the burst, in tokens (1 + 1 per MB).
 VERIFY_RATE = 200.0
@@ -84,7 +87,7 @@ class Gate:
             self._proven.clear()
         self._proven.add(peer)
 
-    def answer_zap(self, zap: Any) -> None:
+    def answer_zap(self, zap: zmq.Socket[bytes]) -> None:
         """Answer the waiting ZAP requests: 200 for the key's token, 400 otherwise."""
         import zmq
 
@@ -105,7 +108,7 @@ class Gate:
             status = [b"200", b"OK", b"torchdbg"] if ok else [b"400", b"wrong key", b""]
             zap.send_multipart([b"1.0", request_id, *status, b""])
 
-    def count_handshakes(self, monitor: Any) -> None:
+    def count_handshakes(self, monitor: zmq.Socket[bytes]) -> None:
         """Count failed handshakes the socket's monitor reports (no key at all)."""
         import zmq
 

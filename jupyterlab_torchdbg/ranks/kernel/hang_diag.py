@@ -16,24 +16,46 @@ Nothing here trusts the wire: ``collective_of`` keeps only well-formed, bounded 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from ..wire.signals import wire_int, wire_num
 from .words import rank_list
+
+if TYPE_CHECKING:
+    from ...protocol import messages as m
+    from ..wire.messages import CollectiveGroup
+
+
+class Collective(TypedDict):
+    """A heartbeat's ``collective`` as ``collective_of`` keeps it (checked, bounded)."""
+
+    source: str
+    backward: bool
+    groups: list[CollectiveGroup]
+
+
+class HangDiagnosis(TypedDict):
+    """What ``diagnose`` found: the alarm's ``collective``, the ranks that never entered
+    it, the sentence."""
+
+    collective: m.RankCollective
+    missing: list[int]
+    sentence: str
+
 
 MAX_GROUPS = 8
 MAX_MERGED = 16
 
 
-def _text(value: Any, limit: int) -> str | None:
+def _text(value: object, limit: int) -> str | None:
     return value[:limit] if isinstance(value, str) and value else None
 
 
-def collective_of(raw: Any) -> dict[str, Any] | None:
+def collective_of(raw: object) -> Collective | None:
     """A heartbeat's ``collective``, checked and bounded (None if malformed)."""
     if not isinstance(raw, dict) or not isinstance(raw.get("groups"), list):
         return None
-    groups = []
+    groups: list[CollectiveGroup] = []
     for g in raw["groups"][:MAX_GROUPS]:
         if not isinstance(g, dict):
             continue
@@ -77,7 +99,7 @@ def top_frame(stack: list[str] | None, user: list[bool] | None) -> str | None:
     return line.split(": ", 1)[0][:300]
 
 
-def label(c: dict[str, Any], backward: bool) -> str:
+def label(c: CollectiveGroup | m.RankCollective, backward: bool) -> str:
     """``all_reduce (seq 41, default group, [1024] float32)``."""
     parts = [f"seq {c['seq']}", f"{c['group']} group"]
     if c.get("shapes"):
@@ -89,15 +111,15 @@ def label(c: dict[str, Any], backward: bool) -> str:
     return f"{c.get('op') or 'a collective'} ({', '.join(parts)}{via})"
 
 
-RankView = tuple[int, dict[str, Any] | None, list[str] | None, list[bool] | None]
+RankView = tuple[int, "Collective | None", list[str] | None, list[bool] | None]
 
 
-def diagnose(ranks: list[RankView]) -> dict[str, Any] | None:
+def diagnose(ranks: list[RankView]) -> HangDiagnosis | None:
     """``ranks``: (number, collective, stack, stack_user) of each live rank. Returns
     ``collective`` (the alarm's field), ``missing`` (never entered), ``sentence``;
     None when no rank is known to be in a collective."""
     waiting: dict[tuple[str, int, str], list[int]] = {}
-    entry: dict[tuple[str, int, str], dict[str, Any]] = {}
+    entry: dict[tuple[str, int, str], CollectiveGroup] = {}
     backward: dict[int, bool] = {}
     for n, c, _, _ in ranks:
         if c is None:
@@ -122,7 +144,7 @@ def diagnose(ranks: list[RankView]) -> dict[str, Any] | None:
     for n, c, _, _ in ranks:
         if n in inside or n not in members:
             continue
-        mine = next((x for x in (c or {}).get("groups", []) if x["group"] == group), None)
+        mine = next((x for x in (c["groups"] if c else []) if x["group"] == group), None)
         if mine is None or mine["seq"] < seq:
             missing.append(n)
             if mine is not None:
@@ -149,7 +171,7 @@ def diagnose(ranks: list[RankView]) -> dict[str, Any] | None:
             " (torch's flight recorder was off: op and seq read from the stack and the"
             " default group's sequence number)"
         )
-    field = {
+    field: m.RankCollective = {
         "op": g.get("op"),
         "seq": seq,
         "group": group,
@@ -162,10 +184,12 @@ def diagnose(ranks: list[RankView]) -> dict[str, Any] | None:
     return {"collective": field, "missing": sorted(missing), "sentence": sentence}
 
 
-def merged_stacks(ranks: list[RankView], diag: dict[str, Any] | None) -> list[dict[str, Any]]:
+def merged_stacks(ranks: list[RankView], diag: HangDiagnosis | None) -> list[m.RankStackGroup]:
     """Ranks grouped by their top frame (and what they are in): the panel's merged view."""
     inside = set(diag["collective"]["ranks_in"]) if diag else set()
-    what = label(diag["collective"], diag["collective"]["ddp_backward"]) if diag else None
+    what = (
+        label(diag["collective"], diag["collective"].get("ddp_backward", False)) if diag else None
+    )
     groups: dict[tuple[str, str | None], list[int]] = {}
     for n, _, stack, user in ranks:
         where = top_frame(stack, user)
@@ -173,11 +197,13 @@ def merged_stacks(ranks: list[RankView], diag: dict[str, Any] | None) -> list[di
             continue
         groups.setdefault((where, what if n in inside else None), []).append(n)
     order = sorted(groups.items(), key=lambda kv: min(kv[1]))
-    out = [{"ranks": sorted(ns), "where": where, "in": in_} for (where, in_), ns in order]
+    out: list[m.RankStackGroup] = [
+        {"ranks": sorted(ns), "where": where, "in": in_} for (where, in_), ns in order
+    ]
     return out[:MAX_MERGED]
 
 
-def merged_sentence(merged: list[dict[str, Any]]) -> str:
+def merged_sentence(merged: list[m.RankStackGroup]) -> str:
     """``ranks 0, 2 at train.py:40 in step (in all_reduce ...); rank 1 at data.py:31``."""
     parts = []
     for m in merged:

@@ -23,7 +23,7 @@ import re
 import shutil
 import tempfile
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..wire.transport import LISTEN_ENV
 
@@ -103,7 +103,7 @@ def parse(value: str) -> tuple[str, int | None, bool]:
     return host, port, ipv6
 
 
-def bind(sock: zmq.Socket[Any], listen: str | None) -> Binding:
+def bind(sock: zmq.Socket[bytes], listen: str | None) -> Binding:
     """Bind ``sock``: ipc when ``listen`` is empty, else TCP on it (ListenError)."""
     import zmq
 
@@ -127,7 +127,7 @@ def bind(sock: zmq.Socket[Any], listen: str | None) -> Binding:
     return Binding("tcp", _local_address(sock, host, bound), host, bound)
 
 
-def _local_address(sock: zmq.Socket[Any], host: str, port: int) -> str:
+def _local_address(sock: zmq.Socket[bytes], host: str, port: int) -> str:
     """The address a worker on this machine connects to."""
     import zmq
 
@@ -148,7 +148,7 @@ def _runtime_root() -> str | None:
     return None
 
 
-def _bind_ipc(sock: zmq.Socket[Any]) -> Binding:
+def _bind_ipc(sock: zmq.Socket[bytes]) -> Binding:
     directory = tempfile.mkdtemp(prefix="torchdbg-", dir=_runtime_root())
     try:
         os.chmod(directory, 0o700)  # mkdtemp's mode already; never looser

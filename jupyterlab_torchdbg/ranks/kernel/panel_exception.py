@@ -11,7 +11,11 @@ message the panel gets is always valid (the kernel side carries no schema valida
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ...protocol import messages as m
 
 _FRAME_KEYS = {
     "position",
@@ -65,25 +69,26 @@ def _int_or_none(x: object) -> int | None:
     return x if isinstance(x, int) and not isinstance(x, bool) and x >= 0 else None
 
 
-def exception_info(raw: object) -> dict[str, Any]:
+def exception_info(raw: object) -> m.ExceptionInfo:
     info = raw if isinstance(raw, dict) else {}
-    out: dict[str, Any] = {
+    out: m.ExceptionInfo = {
         "type": str(info.get("type") or "Exception")[:200],
         "module": str(info.get("module") or "builtins")[:200],
         "message": str(info.get("message", ""))[:10_000],
         "message_truncated": bool(info.get("message_truncated", False)),
     }
-    if isinstance(info.get("message_unavailable"), bool):
-        out["message_unavailable"] = info["message_unavailable"]
+    unavailable = info.get("message_unavailable")
+    if isinstance(unavailable, bool):
+        out["message_unavailable"] = unavailable
     return out
 
 
-def frame(raw: object, index: int) -> dict[str, Any] | None:
+def frame(raw: object, index: int) -> dict[str, object] | None:
     if not isinstance(raw, dict):
         return None
     f = {k: v for k, v in raw.items() if k in _FRAME_KEYS}
     origin = f.get("origin") if f.get("origin") in ("cell", "file", "library") else "library"
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         **f,
         "position": _int_or_none(f.get("position")) or index,
         "origin": origin,
@@ -103,7 +108,7 @@ def frame(raw: object, index: int) -> dict[str, Any] | None:
     return out
 
 
-def generic_diagnosis(info: dict[str, Any], rank: int, focus: int | None) -> dict[str, Any]:
+def generic_diagnosis(info: m.ExceptionInfo, rank: int, focus: int | None) -> dict[str, object]:
     lines = info["message"].strip().splitlines()
     first = lines[0][:300] if lines else ""
     return {
@@ -120,7 +125,9 @@ def generic_diagnosis(info: dict[str, Any], rank: int, focus: int | None) -> dic
     }
 
 
-def diagnosis(raw: object, info: dict[str, Any], rank: int, focus: int | None) -> dict[str, Any]:
+def diagnosis(
+    raw: object, info: m.ExceptionInfo, rank: int, focus: int | None
+) -> dict[str, object]:
     d = raw if isinstance(raw, dict) else None
     if d is None or d.get("category") not in _CATEGORIES or not isinstance(d.get("title"), str):
         return generic_diagnosis(info, rank, focus)
@@ -143,7 +150,7 @@ def diagnosis(raw: object, info: dict[str, Any], rank: int, focus: int | None) -
     return out
 
 
-def unwrapped(raw: object, n_frames: int) -> dict[str, Any] | None:
+def unwrapped(raw: object, n_frames: int) -> dict[str, object] | None:
     """A worker's ``unwrapped`` (a DataLoader error inside a rank), in the schema's shape."""
     if not isinstance(raw, dict):
         return None
@@ -168,8 +175,8 @@ def unwrapped(raw: object, n_frames: int) -> dict[str, Any] | None:
 
 
 def build(
-    content: dict[str, Any],
-    identity: dict[str, Any],
+    content: Mapping[str, object],
+    identity: Mapping[str, object],
     *,
     message_id: str,
     cell_id: str | None,
@@ -187,17 +194,20 @@ def build(
     if focus is None or focus >= len(frames):
         users = [i for i, f in enumerate(frames) if f["user"]]
         focus = users[-1] if users else None
+    raw_elided = content.get("elided")
     elided = [
         e
-        for e in content.get("elided") or []
+        for e in (raw_elided if isinstance(raw_elided, list) else [])
         if isinstance(e, dict)
         and _int_or_none(e.get("after")) is not None
         and (_int_or_none(e.get("count")) or 0) >= 1
         and e.get("reason") in ("repeated", "limit")
     ]
-    chain = [c for c in content.get("chain") or [] if isinstance(c, dict)]
+    raw_chain = content.get("chain")
+    chain = [c for c in (raw_chain if isinstance(raw_chain, list) else []) if isinstance(c, dict)]
     total = _int_or_none(content.get("frames_total"))
-    rank = int(identity.get("rank", 0))
+    number = identity.get("rank")
+    rank = number if isinstance(number, int) else 0  # (a checked identity's int)
     unwrapped_error = unwrapped(content.get("unwrapped"), len(frames))
     message: dict[str, Any] = {
         "method": "exception",

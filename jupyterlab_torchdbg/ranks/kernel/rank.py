@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ...protocol.json_types import JsonObject, JsonValue
 from ..wire import messages as w
 from ..wire.signals import finding_of, signal_of, wire_int, wire_num
-from .hang_diag import collective_of
+from .hang_diag import Collective, collective_of
 
 if TYPE_CHECKING:
     from ...protocol import messages as m
@@ -108,7 +108,7 @@ class Rank:
     #: Which of ``stack``'s frames are the user's (None: the worker did not say).
     stack_user: list[bool] | None = None
     #: The collectives it is in or finished last, per group (hang_diag.py; with the stack).
-    collective: JsonObject | None = None
+    collective: Collective | None = None
     #: The newest sampled step's layers as sent: (step, names, norms); ``layers`` is
     #: the panel's view of them (sorted once asked, ``_layers_out``).
     _layers_in: tuple[int, list[str], list[float | str]] | None = None
