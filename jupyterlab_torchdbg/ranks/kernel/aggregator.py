@@ -127,7 +127,7 @@ class RankHub(Panels):
         self.cell: tuple[str | None, int | None] = (None, None)
         self._job_cell: dict[int, tuple[str | None, int | None]] = {}
         #: (job id, exception message) of the rank that failed first on its own.
-        self._root_exception: tuple[int, dict[str, object]] | None = None
+        self._root_exception: tuple[int, m.Exception] | None = None
         self._threaded = threaded
         #: Called when torch gets imported in the kernel (worker_env.torch_imported).
         self.on_torch: Callable[[], None] | None = None
@@ -185,7 +185,7 @@ class RankHub(Panels):
             self.actions.on_ack(worker, content)
             return
         now = self._clock()
-        exception: dict[str, object] | None = None
+        exception: m.Exception | None = None
         with self.lock:
             if msg_type == "hello":
                 self._hello(worker, content, now)
@@ -333,7 +333,7 @@ class RankHub(Panels):
         except Exception:
             self._on_error("ranks:exit")
 
-    def _exception(self, job: Job, worker: bytes, content: JsonObject) -> dict[str, object]:
+    def _exception(self, job: Job, worker: bytes, content: JsonObject) -> m.Exception:
         rank = job.workers[worker]
         rank.ended = "failed"
         self._exceptions += 1

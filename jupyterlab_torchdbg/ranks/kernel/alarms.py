@@ -27,15 +27,20 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from ...kernel.thread_stacks import user_first
+from .alarm_fields import add_extra
 from .grad_alarms import GradAlarms
 from .hang_diag import HangDiagnosis, RankView, diagnose, merged_sentence, merged_stacks
 from .job import Job
 from .rank import TERMINAL, Rank, norm_value, same_norm
 from .words import rank_list
+
+if TYPE_CHECKING:
+    from ...protocol import messages as m
+    from .alarm_fields import AlarmExtra
 
 STRAGGLER_STEPS = 5
 STRAGGLER_FACTOR = 1.5
@@ -67,7 +72,7 @@ class Alarms:
     def __init__(self, job: Job, wall: Callable[[], float]) -> None:
         self.job = job
         self._wall = wall
-        self.items: list[dict[str, Any]] = []
+        self.items: list[m.RankAlarm] = []
         self._raised: set[tuple[str, int]] = set()
         self._count = 0
         #: Ids of failures that came out of a collective (consequences).
@@ -77,7 +82,7 @@ class Alarms:
 
     def raise_alarm(
         self,
-        kind: str,
+        kind: m.RankAlarmKind,
         rank: int,
         step: int | None,
         message: str,
@@ -86,15 +91,15 @@ class Alarms:
         stack: list[str] | None = None,
         stack_user: int | None = None,
         once: bool = True,
-        extra: dict[str, Any] | None = None,
-    ) -> dict[str, Any] | None:
+        extra: AlarmExtra | None = None,
+    ) -> m.RankAlarm | None:
         """Add one alarm (once per rank and kind unless ``once`` is False); ``extra``:
         the gradient alarms' ``layer``, ``cause``, ``ranks``, ``remedy``."""
         if once and (kind, rank) in self._raised:
             return None
         self._raised.add((kind, rank))
         self._count += 1
-        alarm: dict[str, Any] = {
+        alarm: m.RankAlarm = {
             "id": f"{self.job.id}-{self._count}",
             "kind": kind,
             "rank": rank,
@@ -106,9 +111,7 @@ class Alarms:
         if kind == "desync":
             alarm["layer"] = layer
         if extra:
-            alarm.update(extra)
-            if isinstance(alarm.get("remedy"), str):
-                alarm["remedy"] = alarm["remedy"][:2000]
+            add_extra(alarm, extra)
         if stack_user is not None:
             alarm["stack_user"] = min(stack_user, len(alarm["stack"]))
         if len(self.items) < MAX_ALARMS:
@@ -335,15 +338,13 @@ class Alarms:
         )
 
 
-def _hang_extra(
-    views: list[RankView], diag: HangDiagnosis | None
-) -> tuple[dict[str, Any] | None, str]:
+def _hang_extra(views: list[RankView], diag: HangDiagnosis | None) -> tuple[AlarmExtra | None, str]:
     """A hang alarm's ``collective`` and ``merged`` fields, and the sentences they add
     to its message (R57); nothing when no rank sent its collectives."""
     merged = merged_stacks(views, diag)
     if diag is None and not any(c is not None for _, c, _, _ in views):
         return None, ""
-    extra: dict[str, Any] = {"merged": merged}
+    extra: AlarmExtra = {"merged": merged}
     told = ""
     if diag is not None:
         extra["collective"] = diag["collective"]
@@ -374,7 +375,7 @@ def _stuck_at(r: Rank) -> tuple[list[str] | None, int | None, str]:
     return stack, n_user, where
 
 
-def from_collective(content: dict[str, Any]) -> bool:
+def from_collective(content: Mapping[str, object]) -> bool:
     """A worker's exception raised inside a collective (a peer went away), not its own."""
     frames = content.get("frames")
     last = frames[-1] if isinstance(frames, list) and frames else None

@@ -29,13 +29,18 @@ later) is added to it. Each alarm names its rank, step, layer and ``ranks``; its
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
+from .alarm_fields import CAUSES, add_extra
 from .job import Job
 from .rank import Rank, norm_value, same_norm
 from .words import rank_list
+
+if TYPE_CHECKING:
+    from ...protocol import messages as m
+    from .alarm_fields import AlarmExtra
 
 #: Seconds an event waits for a rank that has not been checked past its step.
 WAIT_S = 5.0
@@ -82,11 +87,27 @@ class Event:
     step: int
     opened: float
     #: rank number -> (the step it saw it at, its finding / alert)
-    members: dict[int, tuple[int, dict[str, Any]]] = field(default_factory=dict)
-    alarm: dict[str, Any] | None = None
+    members: dict[int, tuple[int, Mapping[str, object]]] = field(default_factory=dict)
+    alarm: m.RankAlarm | None = None
 
 
-RaiseAlarm = Callable[..., "dict[str, Any] | None"]
+class RaiseAlarm(Protocol):
+    """``Alarms.raise_alarm``, as the gradient alarms call it."""
+
+    def __call__(
+        self,
+        kind: m.RankAlarmKind,
+        rank: int,
+        step: int | None,
+        message: str,
+        *,
+        once: bool = True,
+        extra: AlarmExtra | None = None,
+    ) -> m.RankAlarm | None: ...
+
+
+#: The gradient alarms' kinds, as the panel's alarm names them.
+KINDS: dict[str, m.RankAlarmKind] = {k: k for k in ("non_finite", "explosion", "vanishing")}
 
 
 class GradAlarms:
@@ -107,10 +128,12 @@ class GradAlarms:
                 changed |= self._add(r, "non_finite", step, finding, now)
             while r.signals:
                 signal = r.signals.popleft()
-                changed |= self._add(r, str(signal["kind"]), int(signal["step"]), signal, now)
+                at = signal.get("step")
+                if isinstance(at, int):  # (signal_of's int)
+                    changed |= self._add(r, str(signal.get("kind")), at, signal, now)
         return self.check(now) or changed
 
-    def _add(self, r: Rank, kind: str, step: int, report: dict[str, Any], now: float) -> bool:
+    def _add(self, r: Rank, kind: str, step: int, report: Mapping[str, object], now: float) -> bool:
         for ev in reversed(self.events):
             if ev.kind != kind or r.number in ev.members:
                 continue
@@ -153,17 +176,21 @@ class GradAlarms:
             self._non_finite(ev) if ev.kind == "non_finite" else self._detector(ev)
         )
         rank, layer, cause, message, remedy = composed
-        fields: dict[str, Any] = {
+        fields: AlarmExtra = {
             "layer": layer,
             "ranks": sorted(ev.members),
             "remedy": remedy,
         }
-        if cause is not None:
-            fields["cause"] = cause
+        if cause is not None and cause in CAUSES:
+            fields["cause"] = CAUSES[cause]
         if update and ev.alarm is not None:
-            ev.alarm.update(rank=rank, message=message[:2000], **fields)
+            ev.alarm["rank"] = rank
+            ev.alarm["message"] = message[:2000]
+            add_extra(ev.alarm, fields)
             return
-        ev.alarm = self._raise(ev.kind, rank, ev.step, message, once=False, extra=fields)
+        kind = KINDS.get(ev.kind)
+        if kind is not None:  # (the kinds rows and signal_of let through)
+            ev.alarm = self._raise(kind, rank, ev.step, message, once=False, extra=fields)
 
     def _others_finite(self, ev: Event) -> list[int]:
         """Ranks that are not members and whose norm at the event's step is finite."""
@@ -212,7 +239,7 @@ class GradAlarms:
             parts += self._consequences(clean, batch_only, found, origin=True)
             parts += self._not_diagnosed(unknown, found)
             cause = str(f["cause"])
-            return first, f["layer"], cause, " ".join(parts) + tail, REMEDY[cause]
+            return first, _layer(f), cause, " ".join(parts) + tail, REMEDY[cause]
         lowest = min(found)
         f = found[lowest]
         if all_weights:
@@ -221,7 +248,7 @@ class GradAlarms:
                 "an earlier, unsampled step made them non-finite, and which rank's batch "
                 "began it cannot be told any more."
             )
-            return lowest, f["layer"], "weights", message + tail, REMEDY["weights"]
+            return lowest, _layer(f), "weights", message + tail, REMEDY["weights"]
         overflow = [n for n, g in found.items() if g["cause"] == "overflow"]
         if overflow:
             g = found[overflow[0]]
@@ -229,7 +256,7 @@ class GradAlarms:
             message = (
                 f"{at} on {rank_list(everyone)}: {g['message']}{same if len(everyone) > 1 else ''}."
             )
-            return overflow[0], g["layer"], "overflow", message + tail, REMEDY["overflow"]
+            return overflow[0], _layer(g), "overflow", message + tail, REMEDY["overflow"]
         if clean and len(everyone) > 1 and not unknown and not batch_only and not late:
             if all(found[n]["loss_checked"] for n in clean):
                 message = (
@@ -245,21 +272,24 @@ class GradAlarms:
                     "and the all-reduce gave it to all; which one cannot be told from the "
                     "averaged gradients."
                 )
-            return lowest, f["layer"], "backward", message + tail, REMEDY["backward"]
+            return lowest, _layer(f), "backward", message + tail, REMEDY["backward"]
         if len(everyone) == 1:
             cause = str(f["cause"])
             said = _clean_words(f) if cause == "backward" else f["message"]
             message = f"{at} on rank {lowest}: {said}." + tail
-            return lowest, f["layer"], cause, message, REMEDY[cause]
+            return lowest, _layer(f), cause, message, REMEDY[cause]
         parts = [f"{at} on {rank_list(everyone)}; the ranks' own data checked did not make it."]
         parts += self._consequences(clean, batch_only, found, origin=False)
         parts += self._not_diagnosed(unknown, found)
         cause = "backward" if clean and not unknown and not late else "unknown"
-        return lowest, f["layer"], cause, " ".join(parts) + tail, REMEDY[cause]
+        return lowest, _layer(f), cause, " ".join(parts) + tail, REMEDY[cause]
 
     @staticmethod
     def _consequences(
-        clean: list[int], batch_only: list[int], found: dict[int, dict[str, Any]], origin: bool
+        clean: list[int],
+        batch_only: list[int],
+        found: dict[int, Mapping[str, object]],
+        origin: bool,
     ) -> list[str]:
         """What the other ranks' own data showed; "only through the all-reduce" when
         a rank where it began was found (``origin``)."""
@@ -289,7 +319,7 @@ class GradAlarms:
         return parts
 
     @staticmethod
-    def _not_diagnosed(unknown: list[int], found: dict[int, dict[str, Any]]) -> list[str]:
+    def _not_diagnosed(unknown: list[int], found: dict[int, Mapping[str, object]]) -> list[str]:
         return [f"Rank {n}: {found[n]['message']}." for n in unknown]
 
     def _all_reduced(self, numbers: list[int]) -> bool:
@@ -323,7 +353,7 @@ class GradAlarms:
                 if values
                 else ""
             )
-            return lowest, first["layer"], None, f"Rank {lowest}: {first['message']}{other}", remedy
+            return lowest, _layer(first), None, f"Rank {lowest}: {first['message']}{other}", remedy
         if self._all_reduced(everyone):
             later = [f"rank {n} at step {st}" for n, (st, _) in members if st != ev.step]
             seen = f" (read first by {', '.join(later)}: its stride skipped step {ev.step})"
@@ -339,10 +369,16 @@ class GradAlarms:
             message = (
                 f"{rank_list(everyone).capitalize()}. Rank {lowest}: {first['message']} {rest}"
             )
-        return lowest, first["layer"], None, message, remedy
+        return lowest, _layer(first), None, message, remedy
 
 
-def _clean_words(f: dict[str, Any]) -> str:
+def _layer(f: Mapping[str, object]) -> str | None:
+    """A finding's or signal's layer (a string, checked by wire/signals.py)."""
+    layer = f.get("layer")
+    return layer if isinstance(layer, str) else None
+
+
+def _clean_words(f: Mapping[str, object]) -> str:
     """A rank's "backward" finding in what was checked (R47): the loss is named finite
     only when a loss module's output on this batch was read."""
     if f["loss_checked"]:

@@ -16,7 +16,7 @@ import math
 import statistics
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from ...protocol.json_types import JsonObject, JsonValue
 from ..wire import messages as w
@@ -125,8 +125,7 @@ class Rank:
         default_factory=lambda: deque(maxlen=MAX_SIGNALS)
     )
     #: The checked signals (wire/signals.py ``signal_of``), read by grad_alarms.py.
-    # Any: grad_alarms.py reads ``int(signal["step"])``, which the JSON type refuses
-    signals: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_SIGNALS))
+    signals: deque[JsonObject] = field(default_factory=lambda: deque(maxlen=MAX_SIGNALS))
     #: The last step its detector (explosion, vanishing) has judged.
     checked: int = 0
     #: Sharded gradients (FSDP): how many ranks hold each of its shards; its norms are
