@@ -5,7 +5,8 @@ panel's ``RankAlarm`` (protocol/messages.py)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from typing_extensions import TypedDict
@@ -42,3 +43,28 @@ def add_extra(alarm: m.RankAlarm, extra: AlarmExtra) -> None:
         alarm["merged"] = extra["merged"]
     if "collective" in extra:
         alarm["collective"] = extra["collective"]
+
+
+def layer_of(report: Mapping[str, object]) -> str | None:
+    """A rank's finding's or signal's layer (a string, checked by wire/signals.py)."""
+    layer = report.get("layer")
+    return layer if isinstance(layer, str) else None
+
+
+class RaiseAlarm(Protocol):
+    """``Alarms.raise_alarm``, as the gradient alarms call it."""
+
+    def __call__(
+        self,
+        kind: m.RankAlarmKind,
+        rank: int,
+        step: int | None,
+        message: str,
+        *,
+        once: bool = True,
+        extra: AlarmExtra | None = None,
+    ) -> m.RankAlarm | None: ...
+
+
+#: The gradient alarms' kinds, as the panel's alarm names them.
+KINDS: dict[str, m.RankAlarmKind] = {k: k for k in ("non_finite", "explosion", "vanishing")}

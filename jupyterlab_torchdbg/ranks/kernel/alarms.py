@@ -33,9 +33,10 @@ from typing import TYPE_CHECKING
 from ...kernel.thread_stacks import user_first
 from .alarm_fields import add_extra
 from .grad_alarms import GradAlarms
-from .hang_diag import HangDiagnosis, RankView, diagnose, merged_sentence, merged_stacks
+from .hang_diag import diagnose, hang_extra
 from .job import Job
-from .rank import TERMINAL, Rank, norm_value, same_norm
+from .norms import norm_value, same_norm
+from .rank import TERMINAL, Rank
 from .words import rank_list
 
 if TYPE_CHECKING:
@@ -254,7 +255,7 @@ class Alarms:
         if diag is not None and diag["missing"]:  # the ranks that never entered it
             stuck = [r for r in active if r.number in diag["missing"]]
             waiting = [r for r in active if r.number in diag["collective"]["ranks_in"]]
-        extra, told = _hang_extra(views, diag)
+        extra, told = hang_extra(views, diag)
         if not stuck:  # every rank waits inside torch: the one behind is the suspect
             stuck = [min(active, key=lambda r: (r.step, r.number))]
             waiting = [r for r in waiting if r is not stuck[0]]
@@ -336,24 +337,6 @@ class Alarms:
             + self.check_hang(now, hang_s, live)
             + self.check_stragglers(now, hang_s, live)
         )
-
-
-def _hang_extra(views: list[RankView], diag: HangDiagnosis | None) -> tuple[AlarmExtra | None, str]:
-    """A hang alarm's ``collective`` and ``merged`` fields, and the sentences they add
-    to its message (R57); nothing when no rank sent its collectives."""
-    merged = merged_stacks(views, diag)
-    if diag is None and not any(c is not None for _, c, _, _ in views):
-        return None, ""
-    extra: AlarmExtra = {"merged": merged}
-    told = ""
-    if diag is not None:
-        extra["collective"] = diag["collective"]
-        told = f" {diag['sentence']}."
-    else:
-        told = " No rank is in a collective."
-    if len(merged) > 1:
-        told += f" Stacks: {merged_sentence(merged)}."
-    return extra, told
 
 
 def _stuck_at(r: Rank) -> tuple[list[str] | None, int | None, str]:

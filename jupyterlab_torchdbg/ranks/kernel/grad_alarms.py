@@ -31,11 +31,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-from .alarm_fields import CAUSES, add_extra
+from .alarm_fields import CAUSES, KINDS, RaiseAlarm, add_extra, layer_of
 from .job import Job
-from .rank import Rank, norm_value, same_norm
+from .norms import norm_value, same_norm
+from .rank import Rank
 from .words import rank_list
 
 if TYPE_CHECKING:
@@ -89,25 +90,6 @@ class Event:
     #: rank number -> (the step it saw it at, its finding / alert)
     members: dict[int, tuple[int, Mapping[str, object]]] = field(default_factory=dict)
     alarm: m.RankAlarm | None = None
-
-
-class RaiseAlarm(Protocol):
-    """``Alarms.raise_alarm``, as the gradient alarms call it."""
-
-    def __call__(
-        self,
-        kind: m.RankAlarmKind,
-        rank: int,
-        step: int | None,
-        message: str,
-        *,
-        once: bool = True,
-        extra: AlarmExtra | None = None,
-    ) -> m.RankAlarm | None: ...
-
-
-#: The gradient alarms' kinds, as the panel's alarm names them.
-KINDS: dict[str, m.RankAlarmKind] = {k: k for k in ("non_finite", "explosion", "vanishing")}
 
 
 class GradAlarms:
@@ -239,7 +221,7 @@ class GradAlarms:
             parts += self._consequences(clean, batch_only, found, origin=True)
             parts += self._not_diagnosed(unknown, found)
             cause = str(f["cause"])
-            return first, _layer(f), cause, " ".join(parts) + tail, REMEDY[cause]
+            return first, layer_of(f), cause, " ".join(parts) + tail, REMEDY[cause]
         lowest = min(found)
         f = found[lowest]
         if all_weights:
@@ -248,7 +230,7 @@ class GradAlarms:
                 "an earlier, unsampled step made them non-finite, and which rank's batch "
                 "began it cannot be told any more."
             )
-            return lowest, _layer(f), "weights", message + tail, REMEDY["weights"]
+            return lowest, layer_of(f), "weights", message + tail, REMEDY["weights"]
         overflow = [n for n, g in found.items() if g["cause"] == "overflow"]
         if overflow:
             g = found[overflow[0]]
@@ -256,7 +238,7 @@ class GradAlarms:
             message = (
                 f"{at} on {rank_list(everyone)}: {g['message']}{same if len(everyone) > 1 else ''}."
             )
-            return overflow[0], _layer(g), "overflow", message + tail, REMEDY["overflow"]
+            return overflow[0], layer_of(g), "overflow", message + tail, REMEDY["overflow"]
         if clean and len(everyone) > 1 and not unknown and not batch_only and not late:
             if all(found[n]["loss_checked"] for n in clean):
                 message = (
@@ -272,17 +254,17 @@ class GradAlarms:
                     "and the all-reduce gave it to all; which one cannot be told from the "
                     "averaged gradients."
                 )
-            return lowest, _layer(f), "backward", message + tail, REMEDY["backward"]
+            return lowest, layer_of(f), "backward", message + tail, REMEDY["backward"]
         if len(everyone) == 1:
             cause = str(f["cause"])
             said = _clean_words(f) if cause == "backward" else f["message"]
             message = f"{at} on rank {lowest}: {said}." + tail
-            return lowest, _layer(f), cause, message, REMEDY[cause]
+            return lowest, layer_of(f), cause, message, REMEDY[cause]
         parts = [f"{at} on {rank_list(everyone)}; the ranks' own data checked did not make it."]
         parts += self._consequences(clean, batch_only, found, origin=False)
         parts += self._not_diagnosed(unknown, found)
         cause = "backward" if clean and not unknown and not late else "unknown"
-        return lowest, _layer(f), cause, " ".join(parts) + tail, REMEDY[cause]
+        return lowest, layer_of(f), cause, " ".join(parts) + tail, REMEDY[cause]
 
     @staticmethod
     def _consequences(
@@ -353,7 +335,13 @@ class GradAlarms:
                 if values
                 else ""
             )
-            return lowest, _layer(first), None, f"Rank {lowest}: {first['message']}{other}", remedy
+            return (
+                lowest,
+                layer_of(first),
+                None,
+                f"Rank {lowest}: {first['message']}{other}",
+                remedy,
+            )
         if self._all_reduced(everyone):
             later = [f"rank {n} at step {st}" for n, (st, _) in members if st != ev.step]
             seen = f" (read first by {', '.join(later)}: its stride skipped step {ev.step})"
@@ -369,13 +357,7 @@ class GradAlarms:
             message = (
                 f"{rank_list(everyone).capitalize()}. Rank {lowest}: {first['message']} {rest}"
             )
-        return lowest, _layer(first), None, message, remedy
-
-
-def _layer(f: Mapping[str, object]) -> str | None:
-    """A finding's or signal's layer (a string, checked by wire/signals.py)."""
-    layer = f.get("layer")
-    return layer if isinstance(layer, str) else None
+        return lowest, layer_of(first), None, message, remedy
 
 
 def _clean_words(f: Mapping[str, object]) -> str:

@@ -24,6 +24,7 @@ from .words import rank_list
 if TYPE_CHECKING:
     from ...protocol import messages as m
     from ..wire.messages import CollectiveGroup
+    from .alarm_fields import AlarmExtra
 
 
 class Collective(TypedDict):
@@ -210,3 +211,21 @@ def merged_sentence(merged: list[m.RankStackGroup]) -> str:
         part = f"{rank_list(m['ranks'])} at {m['where']}"
         parts.append(part + (f" (in {m['in']})" if m["in"] else ""))
     return "; ".join(parts)
+
+
+def hang_extra(views: list[RankView], diag: HangDiagnosis | None) -> tuple[AlarmExtra | None, str]:
+    """A hang alarm's ``collective`` and ``merged`` fields, and the sentences they add
+    to its message (R57); nothing when no rank sent its collectives."""
+    merged = merged_stacks(views, diag)
+    if diag is None and not any(c is not None for _, c, _, _ in views):
+        return None, ""
+    extra: AlarmExtra = {"merged": merged}
+    told = ""
+    if diag is not None:
+        extra["collective"] = diag["collective"]
+        told = f" {diag['sentence']}."
+    else:
+        told = " No rank is in a collective."
+    if len(merged) > 1:
+        told += f" Stacks: {merged_sentence(merged)}."
+    return extra, told

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
 from ..wire.signals import wire_int
-from .rank import LOST_S, TERMINAL, Rank, norm_value, wire_norm
+from .norms import norm_value, wire_norm
+from .rank import LOST_S, TERMINAL, Rank
 
 if TYPE_CHECKING:
     from ...protocol import messages as m

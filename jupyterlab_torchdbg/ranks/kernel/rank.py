@@ -6,8 +6,8 @@ sampled steps (the desync check compares them across ranks, ``alarms.py``) and w
 heartbeats said (phase, stack, collective). ``RankState`` (PROTOCOL.md "Ranks") is
 computed from that and the kernel's clock: a rank that stopped stepping is ``waiting``
 while its training thread is inside torch (the others are late), ``stalled`` after the
-hang threshold in its own code, ``lost`` after ``lost_s`` without any message. Also the
-norms as they travel (``norm_value``, ``wire_norm``, ``same_norm``).
+hang threshold in its own code, ``lost`` after ``lost_s`` without any message. The norms
+as they travel are read with ``norms.py``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from ...protocol.json_types import JsonObject, JsonValue
 from ..wire import messages as w
 from ..wire.signals import finding_of, signal_of, wire_int, wire_num
 from .hang_diag import Collective, collective_of
+from .norms import norm_value, wire_norm
 
 if TYPE_CHECKING:
     from ...protocol import messages as m
@@ -41,46 +42,10 @@ MAX_LAYERS = 200
 LATE_FACTOR = 3.0
 
 TERMINAL = ("exited", "failed", "lost")
-#: Two ranks' total norms at one step are the same within this relative difference
-#: (the desync alarm; grad_alarms.py: the ranks' gradients are all-reduced).
-DESYNC_RTOL = 1e-5
 #: A rank's diagnoses / detector alerts kept until the alarms take them.
 MAX_SIGNALS = 16
 #: One point: (step, step time s | None, norm as on the wire, memory bytes | None).
 Point = tuple[int, float | None, float | str | None, int | None]
-
-
-def norm_value(x: object) -> float | None:
-    """A norm as it travels (a number or "NaN"/"Infinity"/"-Infinity") as a float."""
-    if isinstance(x, bool):
-        return None
-    if isinstance(x, (int, float)):
-        return float(x)
-    if x in ("NaN", "Infinity", "-Infinity"):
-        return float(str(x).lower().replace("infinity", "inf"))
-    return None
-
-
-def same_norm(a: float | None, b: float | None) -> bool:
-    if a is None or b is None:
-        return a is b
-    if math.isnan(a) or math.isnan(b):
-        return math.isnan(a) and math.isnan(b)
-    if math.isinf(a) or math.isinf(b):
-        return a == b
-    return abs(a - b) <= DESYNC_RTOL * max(abs(a), abs(b), 1e-30)
-
-
-def wire_norm(x: object) -> float | str | None:
-    """Back to the wire form (non-finite floats as strings), None for anything else."""
-    v = norm_value(x)
-    if v is None:
-        return None
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "Infinity" if v > 0 else "-Infinity"
-    return v
 
 
 @dataclass
