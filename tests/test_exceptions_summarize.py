@@ -197,3 +197,17 @@ def test_live_ids_and_strip_private() -> None:
 @pytest.mark.parametrize("value", [object(), type, print, np, Classifier])
 def test_never_raises(value: Any) -> None:
     assert summarize(value)["text"]
+
+
+def test_the_kinds_are_the_schemas_local_kinds() -> None:
+    """Every kind a local can get, and its rank in the table, is one the protocol's
+    ``LocalKind`` allows, and the schema has no kind the classifier never gives."""
+    from typing import get_args
+
+    from jupyterlab_torchdbg.kernel.exceptions.summarize import kinds
+    from jupyterlab_torchdbg.protocol import load_schema
+    from jupyterlab_torchdbg.protocol.messages import LocalKind
+
+    schema = load_schema()["$defs"]["Local"]["properties"]["kind"]["enum"]
+    assert set(kinds.RANK) == set(schema) == set(get_args(LocalKind))
+    assert kinds.NAMESPACE_NOISE <= set(schema)

@@ -45,7 +45,7 @@ def test_the_reader_reads_the_kernels_way_and_keeps_the_row_on_the_device() -> N
     assert read.values == pytest.approx(expected, rel=1e-6)
     total = float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]))
     assert read.norm == pytest.approx(total, rel=1e-6)
-    assert read.names == ["0", "2"] and read.module is model
+    assert read.names == ["model.0", "model.2"] and read.module is model  # the kernel's names
 
 
 @pytest.mark.parametrize("reuse", [True, False])

@@ -366,6 +366,58 @@ def test_failed_rank_becomes_an_exception_message_with_its_rank(h: Harness) -> N
     assert h.ranks_msgs()[-1]["job"]["state"] == "ended"
 
 
+@pytest.mark.parametrize("category", ["shape_mismatch", "data_loader", "not_a_category"])
+def test_a_ranks_diagnosis_keeps_only_what_the_schema_allows(h: Harness, category: str) -> None:
+    """The categories and keys a worker's frame and diagnosis may keep are the schema's
+    (``Diagnosis``, ``ExceptionFrame``): anything else is dropped, an unknown category
+    gives the generic view; the broadcast validates the message either way."""
+    for n in range(2):
+        h.hello(n, world=2, key="kd")
+    frame = {
+        "position": 0,
+        "origin": "file",
+        "user": True,
+        "function": "fn",
+        "file": "work.py",
+        "lineno": 3,
+        "locals": [],
+        "locals_total": 0,
+        "locals_truncated": False,
+        "injected": "<b>not a frame key</b>",
+    }
+    diagnosis = {
+        "category": category,
+        "title": "Shapes do not match",
+        "headline": "`x` is 4x3, `w` is 5x2",
+        "culprits": [],
+        "hints": ["h"],
+        "links": ["grads", "elsewhere"],
+        "facts": {},
+        "confidence": "high",
+        "script": "alert(1)",
+    }
+    content = {
+        "exception": {"type": "RuntimeError", "module": "builtins", "message": "mat1 and mat2"},
+        "frames": [frame],
+        "diagnosis": diagnosis,
+        "step": 1,
+    }
+    h.hub.on_message(w(1), "exception", content)
+    (exc,) = [m for m in h.out if m["method"] == "exception"]  # validated by broadcast
+    assert "injected" not in exc["frames"][0] and exc["frames"][0]["lineno"] == 3
+    got = exc["diagnosis"]
+    assert "script" not in got
+    if category == "not_a_category":
+        assert got["category"] == "generic"
+        assert got["headline"] == "RuntimeError: mat1 and mat2"
+    else:
+        assert (got["category"], got["headline"], got["links"]) == (
+            category,
+            "`x` is 4x3, `w` is 5x2",
+            ["grads"],
+        )
+
+
 def test_a_silent_rank_is_lost_and_the_job_ends_with_one_more_message(h: Harness) -> None:
     for n in range(2):
         h.hello(n, world=2, key="kl")

@@ -281,7 +281,8 @@ def test_spawned_ranks_stream_agree_pause_hang_and_fail(
         k.wait("rows", lambda: len(_sampled(k, 0).keys() & _sampled(k, 1).keys()) >= 3)
         _equal_norms_at_common_steps(k)
         layers = [c["layers"] for _, c in k.of("rows") if c["layers"]]
-        assert layers and layers[-1]["names"] == ["0", "2"]  # DDP's "module." dropped
+        # the kernel's names: the script's variable, DDP's "module." level dropped
+        assert layers and layers[-1]["names"] == ["model.0", "model.2"]
 
         # prepare / cancel: acked by both, applied by none
         cancelled, _ = k.agree("scale_lr", {"factor": 0.5}, commit=False)
@@ -510,7 +511,7 @@ def test_worker_is_lazy_never_raises_and_a_lost_kernel_releases_a_pause(
         hello = next(iter(k.hellos().values()))
         assert hello["identity"]["rank"] == 0 and hello["identity"]["world_size"] == 1
         layers = [c["layers"] for _, c in k.of("rows") if c["layers"]]
-        assert layers[0]["names"] == ["0", "1"]  # the model found in this frame's locals
+        assert layers[0]["names"] == ["model.0", "model.1"]  # the model in this frame's locals
 
         # a single rank, agreed by hand; both actions reached before their decision
         worker_id = next(iter(k.hellos()))

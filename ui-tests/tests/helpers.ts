@@ -208,6 +208,16 @@ export function rankWorkerSetup(
   ].join('\n');
 }
 
+/** The launching cell: ``mp.spawn`` of ``module.run`` on 2 ranks with ``args``. */
+export function spawnLaunch(module: string, args: string): string {
+  return [
+    'import torch.multiprocessing as mp',
+    `import ${module}`,
+    `mp.spawn(${module}.run, args=(${args}), nprocs=2, join=True)`,
+    'print("job done")'
+  ].join('\n');
+}
+
 /** A new notebook with the panel, only the Ranks section in the way. */
 export async function notebookForRanks(
   page: IJupyterLabPageFixture,

@@ -17,6 +17,7 @@ import {
   PANEL,
   setSectionOpen,
   setSource,
+  spawnLaunch,
   sidebarWidth,
   sidewaysScroll
 } from './helpers';
@@ -53,12 +54,7 @@ const WORKER = [
 
 const SETUP = rankWorkerSetup('ddp_worker', WORKER);
 
-const LAUNCH = [
-  'import torch.multiprocessing as mp',
-  'import ddp_worker',
-  'mp.spawn(ddp_worker.run, args=(2, PORT, 300), nprocs=2, join=True)',
-  'print("job done")'
-].join('\n');
+const LAUNCH = spawnLaunch('ddp_worker', '2, PORT, 300');
 
 /** The scroll areas that must never scroll sideways. */
 const NO_SIDEWAYS = [

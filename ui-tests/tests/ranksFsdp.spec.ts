@@ -17,6 +17,7 @@ import {
   PANEL,
   setSectionOpen,
   setSource,
+  spawnLaunch,
   sidebarWidth,
   sidewaysScroll
 } from './helpers';
@@ -62,12 +63,7 @@ const WORKER = [
 
 const SETUP = rankWorkerSetup('fsdp_worker', WORKER);
 
-const LAUNCH = [
-  'import torch.multiprocessing as mp',
-  'import fsdp_worker',
-  'mp.spawn(fsdp_worker.run, args=(2, PORT, 200), nprocs=2, join=True)',
-  'print("job done")'
-].join('\n');
+const LAUNCH = spawnLaunch('fsdp_worker', '2, PORT, 200');
 
 const GLOBAL =
   /^Global gradient norm \(FSDP, from 2 ranks’ shards\): ([\d.e-]+) at step (\d+)$/;

@@ -16,6 +16,7 @@ import {
   PANEL,
   setSectionOpen,
   setSource,
+  spawnLaunch,
   sidebarWidth,
   sidewaysScroll
 } from './helpers';
@@ -61,12 +62,7 @@ const SETUP = rankWorkerSetup('hang_worker', WORKER, [
   'current().ranks.hang_s = 3.0  # sent to each rank in its config'
 ]);
 
-const LAUNCH = [
-  'import torch.multiprocessing as mp',
-  'import hang_worker',
-  'mp.spawn(hang_worker.run, args=(2, PORT), nprocs=2, join=True)',
-  'print("job done")'
-].join('\n');
+const LAUNCH = spawnLaunch('hang_worker', '2, PORT');
 
 const NO_SIDEWAYS = [
   PANEL,

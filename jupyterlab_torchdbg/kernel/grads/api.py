@@ -4,10 +4,17 @@ rerun_forward=False)``: name and scope what is monitored.
 Without any ``watch()`` every optimizer is monitored and its parameters are named through
 the ``nn.Module``s in the notebook's namespace. ``watch()`` is for when that is not enough:
 a model kept inside a dict or a trainer object, one model of several, or a fixed stride.
+
+In a rank of a multi-process job the notebook follows (ranks/worker/), the rank's layers
+are named by the same plan (naming.py), so ``watch()`` there names and scopes what the rank
+reports; its stride and the non-finite options are the notebook kernel's only (a rank's
+sampling is set by the job, ranks/worker/boundary.py).
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from typing import TYPE_CHECKING
 
@@ -85,6 +92,8 @@ def _load_or_warn() -> None:
 
         load(shell)
         return
+    if _in_a_rank():
+        return  # the rank's worker reads the watch at its next plan (reader.py)
     if not _warned:
         _warned = True
         warnings.warn(
@@ -93,3 +102,14 @@ def _load_or_warn() -> None:
             RuntimeWarning,
             stacklevel=3,
         )
+
+
+def _in_a_rank() -> bool:
+    """Whether this process is a rank the notebook follows: started with the kernel's
+    endpoint in its environment, or attached by ``attach()`` (read without importing the
+    ranks package)."""
+    if os.environ.get("TORCHDBG_ENDPOINT"):
+        return True
+    activation = sys.modules.get("jupyterlab_torchdbg.ranks.worker.activation")
+    current_worker = getattr(activation, "current", None)
+    return callable(current_worker) and current_worker() is not None

@@ -26,7 +26,7 @@ import sys
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from ..backward_boundary import ModelSource
 from ..watches import WatchHandle, watches
@@ -36,6 +36,10 @@ if TYPE_CHECKING:
     from torch.amp import GradScaler
 
     from ...protocol.messages import GradLayerParamsItem
+
+#: What a track steps: an optimizer, or the model a loop updates by hand (``ModelSource``,
+#: which has an optimizer's ``param_groups``).
+Stepped: TypeAlias = "torch.optim.Optimizer | ModelSource"
 
 #: More layers than this are merged into their parent modules (one level at a time), so a
 #: model with 10,000 tensors stays a readable chart and a bounded message (R09).
@@ -142,12 +146,12 @@ class Plan:
     roots: list[tuple[str, weakref.ref[torch.nn.Module]]] = field(default_factory=list)
 
 
-def group_sig(optimizer: torch.optim.Optimizer) -> tuple[tuple[int, int], ...]:
+def group_sig(optimizer: Stepped) -> tuple[tuple[int, int], ...]:
     """Cheap identity of the optimizer's parameter lists (checked at every sample)."""
     return tuple((id(g["params"]), len(g["params"])) for g in optimizer.param_groups)
 
 
-def optimizer_params(optimizer: torch.optim.Optimizer) -> list[tuple[int, int, torch.Tensor]]:
+def optimizer_params(optimizer: Stepped) -> list[tuple[int, int, torch.Tensor]]:
     """(group index, index in group, tensor), each tensor once (tied params, R33)."""
     seen: set[int] = set()
     out: list[tuple[int, int, torch.Tensor]] = []
@@ -159,7 +163,7 @@ def optimizer_params(optimizer: torch.optim.Optimizer) -> list[tuple[int, int, t
     return out
 
 
-def build_plan(optimizer: torch.optim.Optimizer, track: str, ns: Mapping[str, object]) -> Plan:
+def build_plan(optimizer: Stepped, track: str, ns: Mapping[str, object]) -> Plan:
     """Name and scope one optimizer's parameters."""
     version, active = watches()
     all_params = optimizer_params(optimizer)
@@ -214,7 +218,7 @@ def build_plan(optimizer: torch.optim.Optimizer, track: str, ns: Mapping[str, ob
 
 
 def _watched(
-    optimizer: torch.optim.Optimizer,
+    optimizer: Stepped,
     active: Sequence[WatchHandle],
     ids: set[int],
     names: Mapping[int, str],
@@ -342,9 +346,7 @@ def _numel(p: torch.Tensor) -> int:
         return 0
 
 
-def optimizer_name(
-    optimizer: torch.optim.Optimizer, ns: Mapping[str, object], taken: set[str]
-) -> str:
+def optimizer_name(optimizer: Stepped, ns: Mapping[str, object], taken: set[str]) -> str:
     """The user's name for the optimizer (``opt``), else ``optimizer``/``optimizer2``...;
     for a model read at the end of backward, the model's name (``model``, ``model2``...)."""
     if isinstance(optimizer, ModelSource):

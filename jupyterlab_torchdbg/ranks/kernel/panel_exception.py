@@ -12,57 +12,27 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from functools import cache
 from typing import TYPE_CHECKING, cast
+
+from ...protocol import load_schema
 
 if TYPE_CHECKING:
     from ...protocol import messages as m
 
-_FRAME_KEYS = {
-    "position",
-    "origin",
-    "user",
-    "function",
-    "file",
-    "path",
-    "lineno",
-    "cell_id",
-    "execution_count",
-    "source_changed",
-    "line",
-    "source",
-    "span",
-    "namespace",
-    "process",
-    "locals",
-    "locals_total",
-    "locals_truncated",
-}
-_DIAGNOSIS_KEYS = {
-    "category",
-    "title",
-    "headline",
-    "culprits",
-    "remedy",
-    "hints",
-    "facts",
-    "confidence",
-    "links",
-    "where",
-}
-_CATEGORIES = {
-    "device_mismatch",
-    "shape_mismatch",
-    "dtype_mismatch",
-    "index_out_of_range",
-    "out_of_memory",
-    "inplace_modification",
-    "device_side_assert",
-    "cuda_error",
-    "autograd",
-    "non_finite",
-    "data_loader",
-    "generic",
-}
+
+@cache
+def _keys(definition: str) -> frozenset[str]:
+    """The properties the schema gives ``definition`` (``ExceptionFrame``, ``Diagnosis``):
+    what a worker's frame or diagnosis may keep."""
+    props = load_schema()["$defs"][definition]["properties"]
+    return frozenset(props)
+
+
+@cache
+def _categories() -> frozenset[str]:
+    """The diagnosis categories of the schema (``DiagnosisCategory``)."""
+    return frozenset(load_schema()["$defs"]["Diagnosis"]["properties"]["category"]["enum"])
 
 
 def _int_or_none(x: object) -> int | None:
@@ -86,7 +56,7 @@ def exception_info(raw: object) -> m.ExceptionInfo:
 def frame(raw: object, index: int) -> dict[str, object] | None:
     if not isinstance(raw, dict):
         return None
-    f = {k: v for k, v in raw.items() if k in _FRAME_KEYS}
+    f = {k: v for k, v in raw.items() if k in _keys("ExceptionFrame")}
     origin = f.get("origin") if f.get("origin") in ("cell", "file", "library") else "library"
     out: dict[str, object] = {
         **f,
@@ -129,9 +99,9 @@ def diagnosis(
     raw: object, info: m.ExceptionInfo, rank: int, focus: int | None
 ) -> dict[str, object]:
     d = raw if isinstance(raw, dict) else None
-    if d is None or d.get("category") not in _CATEGORIES or not isinstance(d.get("title"), str):
+    if d is None or d.get("category") not in _categories() or not isinstance(d.get("title"), str):
         return generic_diagnosis(info, rank, focus)
-    out = {k: v for k, v in d.items() if k in _DIAGNOSIS_KEYS}
+    out = {k: v for k, v in d.items() if k in _keys("Diagnosis")}
     out.setdefault("headline", out["title"])
     out["headline"] = str(out["headline"])
     for key in ("culprits", "hints", "links"):

@@ -18,6 +18,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
+from ...kernel.grads.naming import MAX_LAYERS as NAMING_MAX_LAYERS
 from ...protocol.json_types import JsonObject, JsonValue
 from ..wire import messages as w
 from ..wire.signals import finding_of, signal_of, wire_int, wire_num
@@ -35,8 +36,9 @@ LOST_S = 10.0
 RECENT = 20
 #: Sampled steps whose norms / layers are kept for the cross-rank comparison.
 KEEP_STEPS = 64
-#: Per-layer norms kept of a worker's ``layers`` (model order) / shown to the panel.
-MAX_LAYERS_IN = 500
+#: Per-layer norms kept of a worker's ``layers`` (model order; a worker names layers
+#: with the kernel's naming, which merges layers past this many) / shown to the panel.
+MAX_LAYERS_IN = NAMING_MAX_LAYERS
 MAX_LAYERS = 200
 #: A rank not stepping for this many of its step times (and >= 1 s) is no longer running.
 LATE_FACTOR = 3.0

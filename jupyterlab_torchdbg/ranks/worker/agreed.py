@@ -33,8 +33,9 @@ if TYPE_CHECKING:
     import torch
 
     from ...kernel.control.clip import Clipper
+    from ...kernel.grads.naming import Stepped
     from ..wire.messages import Ack
-    from .reader import Read, Stepped
+    from .reader import Read
 
 ACTIONS = ("clip", "unclip", "pause", "scale_lr")
 #: How long a rank at the agreed step waits for commit or cancel.

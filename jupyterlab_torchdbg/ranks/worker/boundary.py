@@ -47,8 +47,9 @@ from .reader import Reader, memory
 if TYPE_CHECKING:
     import torch
 
+    from ...kernel.grads.naming import Stepped
     from ..wire.messages import Layers, Signal
-    from .reader import Read, Stepped
+    from .reader import Read
 
 #: Seconds without a step before a heartbeat carries the stack (the kernel's config).
 DEFAULT_HANG_S = 10.0

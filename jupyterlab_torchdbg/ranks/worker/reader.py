@@ -12,11 +12,14 @@ agent's thread waits for it, never the training thread (no host-device sync per 
 as in the kernel, R26). The per-layer and total norms are sums of squares on the host,
 in a fixed order, so equal gradients give bit-equal figures on every rank.
 
-Layer names come from the model, found once per optimizer: the stepping thread's frames
-are searched for ``nn.Module`` locals and globals holding the optimizer's parameters
-(the one covering most of them, the smallest on a tie); wrapper prefixes (DDP's
-``module.``, FSDP's, ``torch.compile``'s) are dropped. Without a model: ``param[i]``.
-Optimizers and modules are held by weakref only; no tensor outlives the read.
+Layers are named by the kernel's own naming (kernel/grads/naming.py ``build_plan``), once
+per optimizer: the namespace is the stepping thread's frames (their locals and globals,
+innermost first; ``self`` after the other names), so a rank's layers read as the
+notebook's (``model.fc1``, largest model first, wrapper levels such as DDP's ``module.``,
+FSDP's and ``torch.compile``'s dropped, in the model's order, more than ``MAX_LAYERS``
+merged into their parents); a parameter no module names is ``<optimizer>.group<g>.p<i>``.
+``watch()`` called in the worker limits its scope as in the kernel. Optimizers and modules
+are held by weakref only; no tensor outlives the read.
 
 Sharded gradients (FSDP's ``fully_shard``: ``DTensor`` gradients) are read shard by shard:
 the norms are of this rank's local shards (``to_local()``), never of the whole tensor,
@@ -34,22 +37,22 @@ import sys
 import weakref
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 from ...kernel.backward_boundary import ModelSource
+from ...kernel.grads.naming import MAX_LAYERS as NAMING_MAX_LAYERS
+from ...kernel.grads.naming import Stepped, build_plan, group_sig, optimizer_name
+from ...kernel.watches import watches
 
 if TYPE_CHECKING:
     import torch
 
-#: What a rank steps: an optimizer, or the model a loop updates by hand (manual.py).
-Stepped: TypeAlias = "torch.optim.Optimizer | ModelSource"
 
-#: Path segments of wrapper modules that are not part of the user's layer names.
-WRAPPER_SEGMENTS = {"module", "_fsdp_wrapped_module", "_orig_mod", "_checkpoint_wrapped_module"}
 #: Frames searched for the model, innermost first.
 FRAME_DEPTH = 40
-#: Most layers sent in one ``layers`` entry (model order).
-MAX_LAYERS = 500
+#: Most layers sent in one ``layers`` entry (model order): the kernel's naming merges
+#: layers past its limit into their parents, so every layer is sent.
+MAX_LAYERS = NAMING_MAX_LAYERS
 
 
 @dataclass
@@ -122,10 +125,15 @@ class DeviceRow:
 
 @dataclass
 class _Layout:
-    """An optimizer's parameters grouped into layers (found once per optimizer)."""
+    """An optimizer's parameters grouped into layers: the kernel's plan (naming.py),
+    built once per optimizer and again when its parameter groups or the watches change."""
 
     signature: tuple[tuple[int, int], ...]
-    layer_of: dict[int, int]  # id(param) -> index into names
+    watch_version: int
+    #: The parameters read (trainable, each once, in scope of ``watch()``), and each one's
+    #: layer (an index into ``names``).
+    params: list[torch.Tensor]
+    layer_of: list[int]
     names: list[str]
     #: The model the names came from (weakly), and its name in the frame it was found in.
     module: weakref.ref[torch.nn.Module] | None = None
@@ -141,15 +149,14 @@ class Reader:
     def read(self, optimizer: Stepped, frame: FrameType | None) -> Read:
         import torch
 
-        params = [p for g in optimizer.param_groups for p in g["params"]]
-        layout = self._layout(optimizer, params, frame)
+        layout = self._layout(optimizer, frame)
         which: list[int] = []
         grads: list[torch.Tensor] = []
         with_grad: list[torch.Tensor] = []
-        for p in params:
+        for p, layer in zip(layout.params, layout.layer_of, strict=True):
             g = p.grad
             if g is not None:
-                which.append(layout.layer_of.get(id(p), 0))
+                which.append(layer)
                 grads.append(g)
                 with_grad.append(p)
         module = layout.module() if layout.module is not None else None
@@ -175,11 +182,10 @@ class Reader:
         called on the first steps and about once a second, not every step."""
         import torch
 
-        params = [p for g in optimizer.param_groups for p in g["params"]]
-        if not params:
+        layout = self._layout(optimizer, frame)
+        if not layout.params:
             return None
-        layout = self._layout(optimizer, params, frame)
-        weights, _ = local_shards([p.detach() for p in params])
+        weights, _ = local_shards([p.detach() for p in layout.params])
         with torch.no_grad():
             try:
                 values = torch.stack(torch._foreach_norm(weights))
@@ -187,37 +193,51 @@ class Reader:
             except Exception:  # sparse, mixed devices: tensor by tensor
                 norms = [float(torch.linalg.vector_norm(w.float())) for w in weights]
         squares = [0.0] * len(layout.names)
-        for p, v in zip(params, norms, strict=True):
-            squares[layout.layer_of.get(id(p), 0)] += v * v
+        for layer, v in zip(layout.layer_of, norms, strict=True):
+            squares[layer] += v * v
         return [math.sqrt(sum(squares)), *(math.sqrt(x) for x in squares[:MAX_LAYERS])]
 
-    def _layout(
-        self, optimizer: Stepped, params: list[torch.Tensor], frame: FrameType | None
-    ) -> _Layout:
-        sig = tuple((id(g["params"]), len(g["params"])) for g in optimizer.param_groups)
+    def _layout(self, optimizer: Stepped, frame: FrameType | None) -> _Layout:
+        sig = group_sig(optimizer)
+        version = watches()[0]
         try:
             known = self._layouts.get(optimizer)
         except TypeError:
             known = None
-        if known is not None and known.signature == sig:
+        if known is not None and known.signature == sig and known.watch_version == version:
             return known
-        module, name = find_module(params, frame)
-        if isinstance(optimizer, ModelSource):  # a loop without an optimizer: its model
-            model = optimizer.model
-            inner = getattr(model, "module", None)
-            if model is not None and module is not model and module is not inner:
-                module, name = model, optimizer.name
-        layout = _make_layout(sig, params, module)
-        if module is not None:
-            try:
-                layout.module, layout.module_name = weakref.ref(module), name
-            except TypeError:
-                pass
+        layout = make_layout(optimizer, frame_namespace(frame))
         try:
             self._layouts[optimizer] = layout
         except TypeError:
             pass  # not weakref-able: found again at each read
         return layout
+
+
+def make_layout(optimizer: Stepped, ns: dict[str, object]) -> _Layout:
+    """The kernel's plan for ``optimizer`` in the namespace ``ns``, and the model that
+    named it (the first of the plan's roots; a manual loop's own model)."""
+    track = optimizer_name(optimizer, ns, set())
+    plan = build_plan(optimizer, track, ns)
+    layout = _Layout(
+        plan.sig, plan.watch_version, plan.params, plan.layer_of, [x.name for x in plan.layers]
+    )
+    module: torch.nn.Module | None = None
+    name: str | None = None
+    for root_name, ref in plan.roots:
+        module, name = ref(), root_name
+        if module is not None:
+            break
+    if isinstance(optimizer, ModelSource) and optimizer.model is not None:
+        model = optimizer.model  # a loop without an optimizer: its model
+        if module is not model and module is not getattr(model, "module", None):
+            module, name = model, optimizer.name
+    if module is not None:
+        try:
+            layout.module, layout.module_name = weakref.ref(module), name
+        except TypeError:
+            pass
+    return layout
 
 
 def local_shards(tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], int | None]:
@@ -250,8 +270,11 @@ def local_shards(tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], int |
 
 
 def frame_namespace(frame: FrameType | None) -> dict[str, object]:
-    """The names bound in the training thread's frames (innermost first wins)."""
+    """The names bound in the training thread's frames (innermost first wins; ``self``
+    after every other name, so a model is named as the script binds it, not as a method
+    sees it)."""
     ns: dict[str, object] = {}
+    selves: list[object] = []
     f = frame
     depth = 0
     while f is not None and depth < FRAME_DEPTH:
@@ -261,63 +284,18 @@ def frame_namespace(frame: FrameType | None) -> dict[str, object]:
             except Exception:
                 continue
             for k, v in items:
-                if isinstance(k, str):
+                if k == "self":
+                    selves.append(v)
+                elif isinstance(k, str):
                     ns.setdefault(k, v)
         f = f.f_back
         depth += 1
+    module_type = getattr(sys.modules.get("torch.nn"), "Module", None)
+    for v in selves:  # the innermost ``self`` that is a module (not an optimizer's)
+        if isinstance(module_type, type) and isinstance(v, module_type):
+            ns["self"] = v
+            break
     return ns
-
-
-def find_module(
-    params: list[torch.Tensor], frame: FrameType | None
-) -> tuple[torch.nn.Module | None, str | None]:
-    """The ``nn.Module`` in the stepping thread's frames that holds the most of
-    ``params`` (the smallest such on a tie) and the name it is bound to there, or
-    (None, None)."""
-    from torch import nn
-
-    wanted = {id(p) for p in params}
-    seen: set[int] = set()
-    best: tuple[int, int] | None = None
-    found: nn.Module | None = None
-    found_name: str | None = None
-    for key, value in frame_namespace(frame).items():  # innermost binding first
-        if not isinstance(value, nn.Module) or id(value) in seen:
-            continue
-        seen.add(id(value))
-        try:
-            ids = [id(p) for p in value.parameters()]
-        except Exception:
-            continue
-        score = (len(wanted.intersection(ids)), -len(ids))
-        if score[0] and (best is None or score > best):
-            best, found, found_name = score, value, key
-    return found, found_name
-
-
-def clean_name(name: str) -> str:
-    """A parameter name without wrapper segments: ``module.0.weight`` -> ``0.weight``."""
-    parts = [p for p in name.split(".") if p not in WRAPPER_SEGMENTS]
-    return ".".join(parts) or name
-
-
-def _make_layout(
-    sig: tuple[tuple[int, int], ...], params: list[torch.Tensor], module: torch.nn.Module | None
-) -> _Layout:
-    names_of: dict[int, str] = {}
-    if module is not None:
-        try:
-            for param_name, param in module.named_parameters():
-                names_of.setdefault(id(param), clean_name(param_name))
-        except Exception:
-            names_of = {}
-    layer_index: dict[str, int] = {}
-    layer_of: dict[int, int] = {}
-    for i, p in enumerate(params):
-        name = names_of.get(id(p))
-        layer = name.rsplit(".", 1)[0] if name and "." in name else (name or f"param[{i}]")
-        layer_of[id(p)] = layer_index.setdefault(layer, len(layer_index))
-    return _Layout(sig, layer_of, list(layer_index))
 
 
 def memory(optimizer: Stepped) -> tuple[int | None, str]:
