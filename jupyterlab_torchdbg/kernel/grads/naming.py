@@ -15,6 +15,10 @@ Everything here holds models and optimizers by weakref (R24); the plan built for
 optimizer holds its parameters only as long as the optimizer itself does (the monitor keys
 plans weakly by optimizer).
 
+A rank of a multi-process job names its layers with this same plan (ranks/worker/
+reader.py), its namespace being the names bound in its training thread's frames, so a
+rank's layers read as the notebook's.
+
 A model updated by hand (no optimizer step: backward_boundary.py) is read at the end of
 its backward passes; its ``ModelSource`` stands in for the optimizer here (the same
 ``param_groups`` shape), and its track is named after the model (``model``).

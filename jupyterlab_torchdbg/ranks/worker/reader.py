@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 from ...kernel.backward_boundary import ModelSource
 from ...kernel.grads.naming import MAX_LAYERS as NAMING_MAX_LAYERS
 from ...kernel.grads.naming import Stepped, build_plan, group_sig, optimizer_name
-from ...kernel.watches import watches
+from ...kernel.watches import watch_version
 
 if TYPE_CHECKING:
     import torch
@@ -199,7 +199,7 @@ class Reader:
 
     def _layout(self, optimizer: Stepped, frame: FrameType | None) -> _Layout:
         sig = group_sig(optimizer)
-        version = watches()[0]
+        version = watch_version()
         try:
             known = self._layouts.get(optimizer)
         except TypeError:
