@@ -25,6 +25,8 @@ MAX_ROWS_S = 5.0
 #: (a power of two, a multiple of the gradient-norm stride: the ranks' samples still
 #: meet, and the heartbeat still carries every step).
 ROWS_PER_S_RANKS = 32
+#: The largest ``row_stride`` asked (the wire's and the agent's bound).
+MAX_ROW_STRIDE = 64
 
 
 def flush_s(ranks: int) -> float:
@@ -51,6 +53,6 @@ def cadence(world: int) -> dict[str, float]:
         return {}
     rows = min(MAX_ROWS_S, max(0.1, world / WORKER_RATE))
     stride = 1
-    while stride * ROWS_PER_S_RANKS < world:
+    while stride * ROWS_PER_S_RANKS < world and stride < MAX_ROW_STRIDE:
         stride *= 2
     return {"rows_s": rows, "heartbeat_s": max(0.5, rows), "row_stride": stride}
