@@ -11,8 +11,10 @@ through ``Reader`` in a frame, and the kernel's gradients track of the same name
 
 from __future__ import annotations
 
+import gc
 import sys
 import warnings
+import weakref
 from types import FrameType
 
 import pytest
@@ -25,6 +27,7 @@ import jupyterlab_torchdbg
 from jupyterlab_torchdbg.kernel import watches
 from jupyterlab_torchdbg.kernel.backward_boundary import ModelSource
 from jupyterlab_torchdbg.kernel.grads import naming
+from jupyterlab_torchdbg.ranks.wire import transport as wire
 from jupyterlab_torchdbg.ranks.worker.reader import Reader
 
 
@@ -154,7 +157,7 @@ def test_a_loop_without_an_optimizer_is_named_after_its_model() -> None:
 def test_watch_in_a_rank_scopes_what_it_reports_and_does_not_warn(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("TORCHDBG_ENDPOINT", "ipc:///nonexistent")  # as a rank of the notebook
+    monkeypatch.setenv(wire.ENDPOINT_ENV, "ipc:///nonexistent")  # as a rank of the notebook
     a, b = Net(), Net()
     opt = torch.optim.SGD([*a.parameters(), *b.parameters()], lr=0.1)
     reader = Reader()
@@ -182,3 +185,21 @@ def test_watch_in_a_rank_scopes_what_it_reports_and_does_not_warn(
         assert len(reader.read(opt, sys._getframe()).names or []) == 6
     finally:
         watches.clear_watches()
+
+
+def test_r24_a_ranks_layout_keeps_no_model_or_optimizer_alive() -> None:
+    reader = Reader()
+
+    def train() -> tuple[weakref.ref[nn.Module], weakref.ref[torch.optim.Optimizer]]:
+        # a training function of its own: reading its frame's locals (f_locals) keeps a
+        # snapshot of them in that frame until it returns, whatever the reader keeps
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        backward(model)
+        assert reader.read(opt, sys._getframe()).module is model
+        return weakref.ref(model), weakref.ref(opt)
+
+    model_ref, opt_ref = train()
+    gc.collect()
+    assert model_ref() is None and opt_ref() is None
+    assert len(reader._layouts) == 0  # the layout went with its optimizer

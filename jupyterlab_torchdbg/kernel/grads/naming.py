@@ -58,7 +58,8 @@ _DATA_PARALLEL = frozenset({"DataParallel", "DistributedDataParallel"})
 # --- namespace scan -------------------------------------------------------------------
 
 
-def _module_type() -> type[torch.nn.Module] | None:
+def module_type() -> type[torch.nn.Module] | None:
+    """``torch.nn.Module`` if torch is imported (never imports it), else None."""
     nn = sys.modules.get("torch.nn")
     t: type[torch.nn.Module] | None = getattr(nn, "Module", None)
     return t
@@ -253,7 +254,7 @@ def _namespace_modules(
 ) -> list[tuple[str, torch.nn.Module]]:
     """The notebook's modules holding some of the parameters, to name them by: the
     largest first, ScriptModules after the rest."""
-    mod_t, script_t = _module_type(), _script_type()
+    mod_t, script_t = module_type(), _script_type()
     if mod_t is None:
         return []
     found: list[tuple[bool, int, str, torch.nn.Module]] = []

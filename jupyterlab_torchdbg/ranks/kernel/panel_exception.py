@@ -56,7 +56,8 @@ def exception_info(raw: object) -> m.ExceptionInfo:
 def frame(raw: object, index: int) -> dict[str, object] | None:
     if not isinstance(raw, dict):
         return None
-    f = {k: v for k, v in raw.items() if k in _keys("ExceptionFrame")}
+    keys = _keys("ExceptionFrame")
+    f = {k: v for k, v in raw.items() if k in keys}
     origin = f.get("origin") if f.get("origin") in ("cell", "file", "library") else "library"
     out: dict[str, object] = {
         **f,
@@ -101,7 +102,8 @@ def diagnosis(
     d = raw if isinstance(raw, dict) else None
     if d is None or d.get("category") not in _categories() or not isinstance(d.get("title"), str):
         return generic_diagnosis(info, rank, focus)
-    out = {k: v for k, v in d.items() if k in _keys("Diagnosis")}
+    keys = _keys("Diagnosis")
+    out = {k: v for k, v in d.items() if k in keys}
     out.setdefault("headline", out["title"])
     out["headline"] = str(out["headline"])
     for key in ("culprits", "hints", "links"):

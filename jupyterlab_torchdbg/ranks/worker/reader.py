@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 from ...kernel.backward_boundary import ModelSource
 from ...kernel.grads.naming import MAX_LAYERS as NAMING_MAX_LAYERS
-from ...kernel.grads.naming import Stepped, build_plan, group_sig, optimizer_name
+from ...kernel.grads.naming import Stepped, build_plan, group_sig, module_type, optimizer_name
 from ...kernel.watches import watch_version
 
 if TYPE_CHECKING:
@@ -290,9 +290,9 @@ def frame_namespace(frame: FrameType | None) -> dict[str, object]:
                     ns.setdefault(k, v)
         f = f.f_back
         depth += 1
-    module_type = getattr(sys.modules.get("torch.nn"), "Module", None)
+    module_t = module_type()
     for v in selves:  # the innermost ``self`` that is a module (not an optimizer's)
-        if isinstance(module_type, type) and isinstance(v, module_type):
+        if module_t is not None and isinstance(v, module_t):
             ns["self"] = v
             break
     return ns
