@@ -226,7 +226,9 @@ class RankHub(Panels):
                     self._desync_due.discard(job.id)
                     self.alarms_of(job).check_desync(now, self.hang_s)
                     self.alarms_of(job).grads.check(now)  # it no longer holds an event
-                if job.update_ended(now, self.hang_s):
+                # a rank that has not ended has just been heard: the job runs on (the
+                # flusher's look ends a job whose ranks went silent)
+                if rank.ended is not None and job.update_ended(now, self.hang_s):
                     self._dirty = True
                     self._forget_ended()
         if exception is not None:

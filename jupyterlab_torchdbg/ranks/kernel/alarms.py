@@ -323,11 +323,15 @@ class Alarms:
                     raised += 1
         return raised
 
-    def check_time(self, now: float, hang_s: float) -> int:
+    def check_time(
+        self, now: float, hang_s: float, states: list[tuple[Rank, str]] | None = None
+    ) -> int:
         """The checks that depend on the clock (run by the aggregator's tick). Every rank's
-        state is read once for all of them (hundreds of ranks, issue #25): the checks
-        raise alarms and change no rank."""
-        states = [(r, r.state(now, hang_s)) for r in self.job.ordered()]
+        state is read once for all of them (hundreds of ranks, issue #25; ``states``: the
+        job's ranks in order with their states at ``now``, when the caller read them): the
+        checks raise alarms and change no rank."""
+        if states is None:
+            states = [(r, r.state(now, hang_s)) for r in self.job.ordered()]
         live = [r for r, state in states if state not in TERMINAL]
         lost = [r for r, state in states if state == "lost"]
         return (

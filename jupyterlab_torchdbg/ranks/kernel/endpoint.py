@@ -23,6 +23,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
@@ -46,6 +47,10 @@ POLL_MS = 200
 #: kernel more than the messages (issue #25). A message to send (``send``), a connection
 #: or a refused handshake ends the wait.
 COALESCE_MS = 50
+#: After the kernel sent workers something (``config``, an all-rank action's ``prepare``
+#: / ``commit``), their messages are read with ``COALESCE_MS`` pauses for this long,
+#: whatever ``coalesce_ms`` is: their answers are not held behind a long pause (s).
+BRISK_S = 2.0
 #: A connection that has not finished zmq's handshake by then is dropped (ms).
 HANDSHAKE_MS = 5000
 ZAP_ADDRESS = "inproc://zeromq.zap.01"
@@ -108,6 +113,8 @@ class Endpoint:
         self._closed = False
         #: The wait between two reads of workers' messages (the hub sets it: scale.py).
         self.coalesce_ms = COALESCE_MS
+        #: Until when (monotonic) the reads are brisk: ``BRISK_S`` after a send.
+        self._brisk_until = 0.0
         self._thread = threading.Thread(target=self._run, name="torchdbg-ranks", daemon=True)
         self._thread.start()
 
@@ -203,7 +210,7 @@ class Endpoint:
             try:
                 if pause:  # the workers' messages wait a little, read together
                     pause = False
-                    if quiet.poll(self.coalesce_ms):
+                    if quiet.poll(self._pause_ms()):
                         ready = dict(poller.poll(POLL_MS))
                     else:  # nothing else came meanwhile: read them without a second poll
                         ready = {self._sock: zmq.POLLIN}
@@ -229,6 +236,13 @@ class Endpoint:
                 pause = self._receive_all() > 0
             self.refused = gate.refused
 
+    def _pause_ms(self) -> int:
+        """The pause before the next read: ``coalesce_ms``, or ``COALESCE_MS`` while the
+        workers answer what the kernel just sent them."""
+        if self.coalesce_ms > COALESCE_MS and time.monotonic() < self._brisk_until:
+            return COALESCE_MS
+        return self.coalesce_ms
+
     def _drain_wakes(self) -> None:
         import zmq
 
@@ -250,6 +264,7 @@ class Endpoint:
             if item is None:
                 return False
             worker_id, msg_type, content = item
+            self._brisk_until = time.monotonic() + BRISK_S
             try:
                 if not wire.send(self._session, self._sock, msg_type, content, ident=worker_id):
                     self.errors["send:full"] += 1

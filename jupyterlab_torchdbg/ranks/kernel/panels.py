@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .alarms import Alarms
     from .exits import ExitWatch
     from .job import Job
+    from .rank import Rank
 
 
 class Sender(Protocol):
@@ -142,6 +143,8 @@ class Panels(ABC):
         with self.lock:
             now = self._clock()
             running = [j for j in self.jobs if not j.ended]
+            # each rank's state at ``now``, read once by the clock's checks and the message
+            read_at: dict[int, list[tuple[Rank, str]]] = {}
             for running_job in running:
                 # the clock's checks read every rank: with many, once per flush interval
                 looked = self._looked.get(running_job.id, -1e18)
@@ -149,7 +152,9 @@ class Panels(ABC):
                     self._looked[running_job.id] = now
                     if self.exits.check(running_job, self.alarms_of(running_job), now):
                         self._dirty = True
-                    if self.alarms_of(running_job).check_time(now, self.hang_s):
+                    pairs = [(r, r.state(now, self.hang_s)) for r in running_job.ordered()]
+                    read_at[running_job.id] = pairs
+                    if self.alarms_of(running_job).check_time(now, self.hang_s, pairs):
                         self._dirty = True
                 self.actions.settle(running_job)
                 if running_job.update_ended(now, self.hang_s):
@@ -157,6 +162,7 @@ class Panels(ABC):
                     self._forget_ended()
             if self._held:
                 self._admit_held(now)
+                read_at.clear()  # a rank may have joined
             job = self.jobs[-1] if self.jobs else None
             every = flush_s(len(job.ranks)) if job is not None else FLUSH_S
             due = now - self._last_sent >= every - 1e-9
@@ -167,7 +173,10 @@ class Panels(ABC):
                 # a state the clock changed (late, lost): read only when a message may go,
                 # and without news at most once per interval (every rank is read)
                 self._states_at = now
-                states = [(r.number, r.state(now, self.hang_s), r.phase) for r in job.ordered()]
+                seen = read_at.get(job.id)
+                if seen is None:
+                    seen = [(r, r.state(now, self.hang_s)) for r in job.ordered()]
+                states = [(r.number, state, r.phase) for r, state in seen]
                 if (job.id, states) != self._sent_states:
                     self._dirty = True
             if self._dirty and due:

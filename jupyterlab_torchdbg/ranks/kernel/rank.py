@@ -165,7 +165,12 @@ class Rank:
         since = self.since_step(now)
         if self.step == 0 or since is None:
             return "starting"
-        late = max(1.0, LATE_FACTOR * (self.step_time() or 0.0), 2 * self.report_s)
+        late = max(1.0, LATE_FACTOR * (self.step_time() or 0.0))
+        if self.stack is None:
+            # between two reports the kernel cannot tell: two of them missed, at least;
+            # a heartbeat with a stack (``hang_s`` without a step, by the rank's own
+            # clock; gone with the next step) needs no such margin
+            late = max(late, 2 * self.report_s)
         if since >= late:
             if self.phase == "torch_wait":
                 return "waiting"

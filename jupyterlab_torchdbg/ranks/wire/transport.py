@@ -200,18 +200,20 @@ def verify(
     signature = parts[0]
     if len(signature) != 64:  # hex SHA-256; empty when unsigned
         raise Refused("signature")
-    if signature in sess.digest_history:
+    keyed = _keyed(sess)
+    if signature in keyed.history:
         raise Refused("replay")
-    if not hmac.compare_digest(signature, sess.sign(parts[1:5])):
+    if not hmac.compare_digest(signature, keyed.sign(parts[1:5])):
         raise Refused("signature")
-    _remember(sess, signature)
+    keyed.remember(signature)
     # Signed by the key: decoded here rather than by Session.deserialize, which checks
     # the signature a second time and parses every date in the header (more than half
     # of a message's cost on the kernel's side, issue #25); the parent header is unused.
+    # (UTF-8, as Jupyter's packer writes them; json.loads would first guess the encoding.)
     try:
-        header = json.loads(parts[1])
-        metadata = json.loads(parts[3])
-        content = json.loads(parts[4])
+        header = _decode(parts[1].decode("utf-8", "surrogatepass"))
+        metadata = _decode(parts[3].decode("utf-8", "surrogatepass"))
+        content = _decode(parts[4].decode("utf-8", "surrogatepass"))
     except (ValueError, TypeError):
         raise Refused("malformed") from None
     msg_type = header.get("msg_type") if isinstance(header, dict) else None
@@ -226,14 +228,47 @@ def verify(
     return (idents[0] if idents else None), msg_type, content
 
 
-def _remember(sess: Session, signature: bytes) -> None:
-    """Jupyter's replay check: the signatures seen, bounded as the Session bounds them
-    (the oldest half of an unordered set is not known: on overflow it starts afresh; the
-    envelope's per-sender counter still refuses every replay on the kernel's side, R58)."""
-    history = sess.digest_history
-    if len(history) >= sess.digest_history_size:
-        history.clear()
-    history.add(signature)
+_decode = json.JSONDecoder().decode
+
+
+class _Keyed:
+    """What ``verify`` reads of a session for every message, read once: its HMAC (as
+    ``Session.sign`` computes it) and its replay history (``Session.digest_history``,
+    the same set). Each read of a session's trait costs more than the HMAC itself."""
+
+    def __init__(self, sess: Session) -> None:
+        auth = sess.auth
+        if auth is None:
+            raise Refused("signature", "this session has no key")
+        self.auth = auth
+        self.history: set[bytes] = sess.digest_history
+        self.size: int = sess.digest_history_size
+
+    def sign(self, parts: Sequence[bytes]) -> bytes:
+        h = self.auth.copy()
+        for part in parts:
+            h.update(part)
+        return h.hexdigest().encode()
+
+    def remember(self, signature: bytes) -> None:
+        """Jupyter's replay check: the signatures seen, bounded as the Session bounds them
+        (the oldest half of an unordered set is not known: on overflow it starts afresh;
+        the envelope's per-sender counter still refuses every replay on the kernel's side,
+        R58)."""
+        history = self.history
+        if len(history) >= self.size:
+            history.clear()
+        history.add(signature)
+
+
+def _keyed(sess: Session) -> _Keyed:
+    """The session's ``_Keyed``, made on first use (a session's key and its history set
+    are made with it and never replaced: ``session``)."""
+    keyed = getattr(sess, "_torchdbg_keyed", None)
+    if not isinstance(keyed, _Keyed):
+        keyed = _Keyed(sess)
+        sess._torchdbg_keyed = keyed  # type: ignore[attr-defined]
+    return keyed
 
 
 def recv(sess: Session, sock: zmq.Socket[bytes]) -> tuple[bytes | None, str, JsonObject] | None:

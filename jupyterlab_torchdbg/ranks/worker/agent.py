@@ -15,7 +15,10 @@ the DEALER socket (zmq sockets are not thread-safe) and, on a 20 ms tick:
   without rows a ``heartbeat`` (with the training thread's stack once it has not stepped
   for ``hang_s``, each frame marked as the user's or not: kernel/thread_stacks.py, and
   the collective it is in or finished last, from torch's flight recorder: collectives.py): at
-  most 10 messages a second in the steady state;
+  most 10 messages a second in the steady state. In a large world the kernel asks for
+  both less often (``config``, up to ``MAX_INTERVAL_S``); the heartbeat that first finds
+  the training thread stuck for ``hang_s`` goes at once all the same, so a hang reaches
+  the kernel at ``hang_s`` whatever the cadence;
 - identity changes (the process group came up) send ``hello`` again;
 - a rank paused by the kernel resumes by itself once the kernel has been unreachable
   for ``LOST_RELEASE_S`` (its process ended or its extension unloaded without a
@@ -56,6 +59,8 @@ HEARTBEAT_S = 0.5
 IDENTITY_S = 1.0
 #: Rows per ``rows`` message (the rest go in the next).
 MAX_ROWS = 500
+#: The longest ``rows`` / heartbeat interval a kernel's ``config`` may ask for (s).
+MAX_INTERVAL_S = 10.0
 #: A paused rank whose kernel has been unreachable this long resumes.
 LOST_RELEASE_S = 10.0
 #: Frames in a stuck rank's stack (the innermost kept).
@@ -103,6 +108,8 @@ class Agent:
         self.lost_since: float | None = None
         self._next: dict[str, float] = {}
         self._rows_since_beat = False
+        #: The step at which the last heartbeat went at once for a hang (``_newly_hung``).
+        self._hung_step: int | None = None
         #: Seconds between ``rows`` / heartbeats (the kernel's ``config`` may lengthen them).
         self.rows_s = ROWS_S
         self.heartbeat_s = HEARTBEAT_S
@@ -221,11 +228,25 @@ class Agent:
             due["ident"] = now + IDENTITY_S
             if identity.identity() != self._identity:
                 self._hello(sess, sock)
-        if now >= due["beat"]:
+        hung = self._newly_hung()
+        if now >= due["beat"] or hung:
             due["beat"] = now + self.heartbeat_s
-            if not self._rows_since_beat:
+            if hung or not self._rows_since_beat:
                 self._send(sess, sock, "heartbeat", self._heartbeat())
             self._rows_since_beat = False
+
+    def _newly_hung(self) -> bool:
+        """True once per step, when the training thread has not stepped for ``hang_s``:
+        that heartbeat (with the stack) goes at once, not at the next of the cadence."""
+        w = self.worker
+        since = w.since_step()
+        if since is None or since < w.hang_s:
+            return False
+        step = w.agreed.step
+        if self._hung_step == step:
+            return False
+        self._hung_step = step
+        return True
 
     def _send(
         self, sess: Session, sock: zmq.Socket[bytes], msg_type: str, content: Mapping[str, object]
@@ -322,13 +343,14 @@ class Agent:
 
     def _cadence(self, config: Mapping[str, object]) -> None:
         """A large world: the kernel asks for ``rows`` / heartbeats less often (within
-        [ROWS_S, 5 s] and [HEARTBEAT_S, 5 s]: the kernel then waits three of them before
-        calling a rank lost) and a step row only every ``row_stride`` steps (a power of
-        two up to 64; the boundary's sampling stride never falls below it)."""
+        [ROWS_S, MAX_INTERVAL_S] and [HEARTBEAT_S, MAX_INTERVAL_S]: the kernel then waits
+        three of them before calling a rank lost) and a step row only every ``row_stride``
+        steps (a power of two up to 64; the boundary's sampling stride never falls below
+        it)."""
         for name, low in (("rows_s", ROWS_S), ("heartbeat_s", HEARTBEAT_S)):
             value = config.get(name)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                setattr(self, name, min(5.0, max(low, float(value))))
+                setattr(self, name, min(MAX_INTERVAL_S, max(low, float(value))))
         stride = config.get("row_stride")
         if isinstance(stride, int) and not isinstance(stride, bool) and 1 <= stride <= 64:
             if stride & (stride - 1) == 0:
