@@ -135,6 +135,26 @@ def test_a_rank_that_never_reports_does_not_hold_the_alarm_forever(h: Harness) -
     assert alarm["message"].startswith("Non-finite gradient at step 26, from rank 0")
 
 
+def test_ranks_reporting_every_few_seconds_are_waited_for_one_interval_more(h: Harness) -> None:
+    """In a large world each rank reports every ``report_s`` (6.4 s at 256 ranks): the
+    event waits that long past WAIT_S for the rank where the NaN began, so the alarm names
+    it from the first, and a silent rank still releases it then."""
+    for rank in h.hub.jobs[-1].ranks.values():
+        rank.report_s = 6.4
+    send(h, 0, range(1, 27), bad={26: CLEAN})
+    send(h, 1, range(1, 20))
+    h.tick(grad_alarms.WAIT_S + 1.0)  # past WAIT_S, within rank 1's interval
+    assert h.alarms("non_finite") == []
+    send(h, 1, range(20, 27), bad={26: INPUT})
+    (alarm,) = h.alarms("non_finite")
+    assert (alarm["rank"], alarm["ranks"], alarm["cause"]) == (1, [0, 1], "input")
+    send(h, 0, range(27, 40), bad={39: CLEAN})  # a second event; rank 1 stays silent
+    h.tick(grad_alarms.WAIT_S + 1.0)
+    assert len(h.alarms("non_finite")) == 1
+    h.tick(6.4)
+    assert len(h.alarms("non_finite")) == 2
+
+
 def test_a_rank_that_exits_before_the_step_releases_the_alarm_at_once(h: Harness) -> None:
     send(h, 0, range(1, 27), bad={26: INPUT})
     send(h, 1, range(1, 20))

@@ -8,7 +8,7 @@ gives every rank the same gradients, so one event reaches every rank; here the r
 reports of one event are grouped (``Event``: the same kind, and a rank joins when it had
 not sampled a step since before the event's first step) and one alarm is raised once
 every live rank has been checked past that step (its rows for a non-finite step, its
-detector for the others), or after ``WAIT_S``:
+detector for the others), or after ``WAIT_S`` and the interval the ranks report at:
 
 - non-finite: the ranks whose own batch, forward or loss made it (cause ``input``,
   ``forward``, ``loss``; ``weights`` when not every rank's weights are) are where it
@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     from ...protocol import messages as m
     from .alarm_fields import AlarmExtra
 
-#: Seconds an event waits for a rank that has not been checked past its step.
+#: Seconds an event waits for a rank that has not been checked past its step, on top of
+#: the interval that rank reports at (``Rank.report_s``).
 WAIT_S = 5.0
 #: Events kept per job (the newest).
 MAX_EVENTS = 64
@@ -145,7 +146,9 @@ class GradAlarms:
                 for r in live
                 if r.number not in ev.members and _checked_through(r, ev.kind) < ev.step
             ]
-            if waiting and now - ev.opened < WAIT_S:
+            # a rank reports every ``report_s`` (6.4 s at 256 ranks): waited for that long
+            # on top of WAIT_S, so that a many-rank job's alarm names the right rank
+            if waiting and now - ev.opened < WAIT_S + max(r.report_s for r in waiting):
                 continue
             self._compose(ev, update=False)
             raised = True
