@@ -10,9 +10,10 @@ build and send the messages (``hello``, ``rows`` every ``rows_s`` while it steps
 the kernel's ``config`` sets it. Only the training is simulated: a rank steps
 every ``step_s`` (rank ``SLOW`` is 6x slower), with a norm on every step, the same
 on every rank at a step as after DDP's all-reduce (rank ``HIGH_NORM``'s is 8x the
-others': a desynced replica) and a few layers; both modulo the world size.
+others': a desynced replica) and its layers (6, or ``layers``: a real model's hundreds);
+both modulo the world size.
 
-Run as ``python -m jupyterlab_torchdbg.ranks_sim FIRST COUNT WORLD SECONDS [STEP_S]``
+Run as ``python -m jupyterlab_torchdbg.ranks_sim FIRST COUNT WORLD SECONDS [STEP_S [LAYERS]]``
 with ``TORCHDBG_ENDPOINT`` / ``TORCHDBG_KEY`` in the environment (as every worker has).
 """
 
@@ -27,6 +28,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
+from .ranks.wire import packed
 from .ranks.wire import transport as wire
 
 if TYPE_CHECKING:
@@ -48,10 +50,21 @@ NORM_FACTOR = 8.0
 LAYERS = ("embed.weight", "block.0.attn", "block.0.mlp", "block.1.attn", "block.1.mlp", "head")
 
 
+def layer_names(count: int) -> list[str]:
+    """``count`` layer names: ``LAYERS`` for 6, else a transformer's blocks of 6 (a real
+    model at scale has hundreds: what each report carries grows with them)."""
+    if count == len(LAYERS):
+        return list(LAYERS)
+    parts = ("attn.qkv", "attn.proj", "mlp.fc", "mlp.proj", "ln_1", "ln_2")
+    return [f"model.blocks.{i // 6}.{parts[i % 6]}" for i in range(count)]
+
+
 class SimWorker:
     """What an agent reads of its worker (agent.WorkerState), for one simulated rank."""
 
-    def __init__(self, rank: int, world: int, step_s: float, address: str, key: str) -> None:
+    def __init__(
+        self, rank: int, world: int, step_s: float, address: str, key: str, layers: int = 6
+    ) -> None:
         from .ranks.worker.agreed import Agreements
 
         self.rank = rank
@@ -66,6 +79,7 @@ class SimWorker:
         self.step_s = step_s * (SLOW_FACTOR if rank == SLOW % world else 1.0)
         self.norm_scale = NORM_FACTOR if rank == HIGH_NORM % world else 1.0
         self._rng = random.Random(rank)
+        self._names = layer_names(layers)
         self._rows: deque[Row] = deque()
         self._layers: Layers | None = None
         self._last = time.perf_counter()
@@ -95,8 +109,8 @@ class SimWorker:
             )
             self._layers = {
                 "step": step,
-                "names": list(LAYERS),
-                "norms": [norm / (i + 2) for i in range(len(LAYERS))],
+                "names": self._names,
+                "packed": packed.pack([norm / (i + 2) for i in range(len(self._names))]),
             }
 
     def take_rows(self, limit: int) -> list[Row]:
@@ -124,7 +138,9 @@ def _as_rank(rank: int, world: int) -> None:
     )  # fmt: skip
 
 
-def run(first: int, count: int, world: int, seconds: float, step_s: float = 0.1) -> int:
+def run(
+    first: int, count: int, world: int, seconds: float, step_s: float = 0.1, layers: int = 6
+) -> int:
     """Ranks ``first`` .. ``first + count - 1`` of ``world`` for ``seconds``; returns the
     messages sent. One thread drives them all on the agent's 20 ms tick."""
     from .ranks.worker import agent as agent_mod
@@ -132,7 +148,7 @@ def run(first: int, count: int, world: int, seconds: float, step_s: float = 0.1)
     address, key = os.environ[wire.ENDPOINT_ENV], os.environ[wire.KEY_ENV]
     sims = []
     for rank in range(first, first + count):
-        worker = SimWorker(rank, world, step_s, address, key)
+        worker = SimWorker(rank, world, step_s, address, key, layers)
         ctx, sock = wire.connect(address, key)
         sess = wire.session(key)
         agent = agent_mod.Agent(worker)
@@ -184,7 +200,7 @@ def _receive(agent: Agent, sess: Session, sock: zmq.Socket[bytes]) -> None:
 
 
 def start(
-    world: int, seconds: float = 30.0, step_s: float = 0.1, procs: int = PROCS
+    world: int, seconds: float = 30.0, step_s: float = 0.1, procs: int = PROCS, layers: int = 6
 ) -> list[subprocess.Popen[str]]:
     """From a kernel with the extension loaded (its endpoint in this environment): start
     ``world`` simulated ranks, one job, for ``seconds``, in ``procs`` processes; returns
@@ -198,7 +214,7 @@ def start(
     for first in range(0, world, share):
         count = min(share, world - first)
         cmd = [sys.executable, "-m", "jupyterlab_torchdbg.ranks_sim", str(first), str(count),
-               str(world), str(seconds), str(step_s)]  # fmt: skip
+               str(world), str(seconds), str(step_s), str(layers)]  # fmt: skip
         children.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True))
     return children
 
@@ -212,7 +228,8 @@ def main(argv: list[str]) -> int:
     first, count, world = int(argv[0]), int(argv[1]), int(argv[2])
     seconds = float(argv[3])
     step_s = float(argv[4]) if len(argv) > 4 else 0.1
-    sent = run(first, count, world, seconds, step_s)
+    layers = int(argv[5]) if len(argv) > 5 else len(LAYERS)
+    sent = run(first, count, world, seconds, step_s, layers)
     print(sent)
     return 0
 

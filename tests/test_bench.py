@@ -179,6 +179,8 @@ def test_ranks_sim_json_shape(tmp_path: Path) -> None:
             "4,8",
             "--ranks-sim-seconds",
             "3",
+            "--ranks-sim-layers",
+            "40",
             "--json",
             str(out),
         ],
@@ -190,7 +192,7 @@ def test_ranks_sim_json_shape(tmp_path: Path) -> None:
     assert "| ranks | kernel CPU / wall |" in proc.stdout
     data = json.loads(out.read_text())
     worlds = data["ranks_sim"]["worlds"]
-    assert set(worlds) == {"4", "8"}
+    assert set(worlds) == {"4", "8"} and data["ranks_sim"]["layers"] == 40
     for n, w in worlds.items():
         # every rank said hello and every message the simulators sent was taken, signed
         assert w["ranks_seen"] == w["ranks_in_last_message"] == int(n), n

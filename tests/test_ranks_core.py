@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from jupyterlab_torchdbg.kernel.grads.collector import one_norm
+from jupyterlab_torchdbg.ranks.wire.packed import unpack
 from jupyterlab_torchdbg.ranks.worker.agreed import Agreements
 from jupyterlab_torchdbg.ranks.worker.boundary import Worker
 from jupyterlab_torchdbg.ranks.worker.reader import Read, Reader
@@ -125,7 +126,9 @@ def test_rows_whose_norms_are_in_flight_are_finished_on_the_agents_thread() -> N
         (sent,) = worker.take_rows(10)
         assert landing.waited == 1 and sent is row and "_pending" not in sent
         assert sent["norm"] == 13.0  # sqrt(9 + 16 + 144)
-        assert worker.take_layers() == {"step": 8, "names": ["enc", "head"], "norms": [5.0, 12.0]}
+        layers = worker.take_layers()
+        assert layers is not None and (layers["step"], layers["names"]) == (8, ["enc", "head"])
+        assert unpack(layers.get("packed"), 512) == [5.0, 12.0]  # as one string
         assert read.norms is None and read.params == []  # nothing outlives the read
         assert worker.signals._reads[-1] == (8, [13.0, 5.0, 12.0])  # the detector got it
     finally:

@@ -21,7 +21,8 @@ from jupyterlab_torchdbg.ranks.kernel.endpoint import Endpoint
 from jupyterlab_torchdbg.ranks.kernel.job import Job
 from jupyterlab_torchdbg.ranks.kernel.scale import COMPACT_ABOVE, FLUSH_S, cadence, flush_s
 from jupyterlab_torchdbg.ranks.wire import transport as wire
-from jupyterlab_torchdbg.ranks.worker.agent import HEARTBEAT_S, MAX_INTERVAL_S, ROWS_S, Agent
+from jupyterlab_torchdbg.ranks.worker.agent import HEARTBEAT_S, ROWS_S, Agent
+from jupyterlab_torchdbg.ranks.worker.cadence import MAX_INTERVAL_S
 
 LAYERS = {"step": 3, "names": ["a", "b"], "norms": [1.0, 0.5]}
 
@@ -329,7 +330,8 @@ def test_the_panels_layers_are_sorted_when_shown() -> None:
     rank.add_rows({"rows": [{"step": 3, "norm": 1.0}], "layers": layers}, 1.0)
     assert rank._layers_out is None  # not sorted until a message shows them
     assert rank.layers == {"step": 3, "names": ["b", "c", "a"], "norms": ["NaN", 2.0, 0.5]}
-    assert rank.layers_by_step[3]["names"] == ["a", "b", "c"]  # model order kept
+    at = rank.layers_at(3)
+    assert at is not None and at["names"] == ["a", "b", "c"]  # model order kept
     assert h.hub.message()["ranks"][0]["layers"] == rank.layers
 
 

@@ -71,6 +71,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="only the simulated-ranks section: the kernel's CPU with N simulated workers",
     )
     p.add_argument("--ranks-sim-seconds", type=float, default=20.0, help="per world size")
+    p.add_argument(
+        "--ranks-sim-layers",
+        type=int,
+        default=6,
+        help="layers each simulated rank reports (a real model's: hundreds)",
+    )
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
@@ -257,7 +263,7 @@ def _ranks_sim(args: argparse.Namespace) -> int:
     from .ranks_sim import run_ranks_sim, table, targets
 
     worlds = [int(w) for w in str(args.ranks_sim).split(",") if w.strip()]
-    result = run_ranks_sim(worlds, args.ranks_sim_seconds)
+    result = run_ranks_sim(worlds, args.ranks_sim_seconds, args.ranks_sim_layers)
     print(table(result))
     if args.json:
         out = {"ranks_sim": result, "targets": targets(result)}

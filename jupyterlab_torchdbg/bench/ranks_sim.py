@@ -97,6 +97,7 @@ class SimResult(TypedDict):
     """The simulated-ranks section: each world size's job, by ``str(world)``."""
 
     seconds: float
+    layers: int
     worlds: dict[str, SimWorld]
 
 
@@ -118,10 +119,16 @@ class _Panel:
 
 #: Each simulated rank's step time (s): 10 steps a second, a norm read at every one.
 STEP_S = 0.1
+#: Layers each simulated rank reports (``--ranks-sim-layers``).
+LAYERS = 6
 
 
 def run_one(
-    world: int, seconds: float = SECONDS, procs: int = PROCS, step_s: float = STEP_S
+    world: int,
+    seconds: float = SECONDS,
+    procs: int = PROCS,
+    step_s: float = STEP_S,
+    layers: int = LAYERS,
 ) -> SimWorld:
     """One simulated job of ``world`` ranks (see the module docstring)."""
     from ..ranks.kernel.aggregator import RankHub
@@ -139,7 +146,7 @@ def run_one(
     }
     os.environ[wire.ENDPOINT_ENV], os.environ[wire.KEY_ENV] = endpoint.address, endpoint.key
     try:
-        children = sim.start(world, seconds, step_s, procs)
+        children = sim.start(world, seconds, step_s, procs, layers)
         settle = min(SETTLE_S, seconds / 4)
         deadline = time.monotonic() + seconds
         time.sleep(settle)
@@ -196,8 +203,12 @@ def run_one(
     }
 
 
-def run_ranks_sim(worlds: list[int], seconds: float = SECONDS) -> SimResult:
-    return {"seconds": seconds, "worlds": {str(w): run_one(w, seconds) for w in worlds}}
+def run_ranks_sim(worlds: list[int], seconds: float = SECONDS, layers: int = LAYERS) -> SimResult:
+    return {
+        "seconds": seconds,
+        "layers": layers,
+        "worlds": {str(w): run_one(w, seconds, layers=layers) for w in worlds},
+    }
 
 
 def targets(r: SimResult) -> dict[str, object]:
@@ -210,7 +221,8 @@ def targets(r: SimResult) -> dict[str, object]:
 
 def table(r: SimResult) -> str:
     lines = [
-        f"### Simulated ranks: kernel side's CPU, {r['seconds']:.0f} s per world",
+        f"### Simulated ranks: kernel side's CPU, {r['seconds']:.0f} s per world, "
+        f"{r['layers']} layers a rank",
         "",
         "| ranks | kernel CPU / wall | worker msgs/s | `ranks` msgs/s to panel | "
         "`ranks` msg bytes (median, max) | errors |",

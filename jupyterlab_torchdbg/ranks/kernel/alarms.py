@@ -373,7 +373,7 @@ def from_collective(content: Mapping[str, object]) -> bool:
 
 
 def _first_layer_differing(r: Rank, ref: Rank, step: int) -> str | None:
-    mine, theirs = r.layers_by_step.get(step), ref.layers_by_step.get(step)
+    mine, theirs = r.layers_at(step), ref.layers_at(step)
     if mine is None or theirs is None:
         return None
     values = dict(zip(mine["names"], mine["norms"], strict=False))

@@ -12,7 +12,6 @@ as they travel are read with ``norms.py``.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
@@ -23,7 +22,8 @@ from ...protocol.json_types import JsonObject, JsonValue
 from ..wire import messages as w
 from ..wire.signals import finding_of, signal_of, wire_int, wire_num
 from .hang_diag import Collective, collective_of
-from .norms import norm_value, wire_norm
+from .norms import wire_norm
+from .sent_layers import largest_first, read_layers
 
 if TYPE_CHECKING:
     from ...protocol import messages as m
@@ -76,11 +76,15 @@ class Rank:
     stack_user: list[bool] | None = None
     #: The collectives it is in or finished last, per group (hang_diag.py; with the stack).
     collective: Collective | None = None
-    #: The newest sampled step's layers as sent: (step, names, norms); ``layers`` is
-    #: the panel's view of them (sorted once asked, ``_layers_out``).
-    _layers_in: tuple[int, list[str], list[float | str]] | None = None
+    #: The sampled steps' layers as sent (names, norms: a list or ``packed``), newest
+    #: last, read and checked only when asked (``layers_at``: the desync check; the
+    #: panel's ``layers`` with few ranks): hundreds of layers in every report would
+    #: otherwise cost the kernel more than the rest of it (issue #25).
+    _layers_sent: OrderedDict[int, tuple[JsonValue, JsonValue]] = field(default_factory=OrderedDict)
+    #: ``layers_at``'s reads, by step (None: what was sent did not check).
+    _layers_read: dict[int, w.Layers | None] = field(default_factory=dict)
+    #: The panel's view of the newest sampled step's layers (sorted once asked).
     _layers_out: m.RankLayers | None = None
-    layers_by_step: OrderedDict[int, w.Layers] = field(default_factory=OrderedDict)
     norms_by_step: OrderedDict[int, float | str] = field(default_factory=OrderedDict)
     points: deque[Point] = field(default_factory=lambda: deque(maxlen=RING))
     new_points: deque[Point] = field(default_factory=lambda: deque(maxlen=RING))
@@ -302,50 +306,45 @@ class Rank:
         if checked is not None:
             self.checked = max(self.checked, checked)
         layers = content.get("layers")
-        if isinstance(layers, dict) and self._valid_layers(layers):
-            # model order, as sent (the desync check names the first layer that differs)
-            # ``_valid_layers`` checked them: two lists of one length, every norm one
-            # ``wire_norm`` reads, a step (an int >= 1)
-            raw_names = cast("list[JsonValue]", layers["names"])
-            raw_norms = cast("list[JsonValue]", layers["norms"])
-            names = [str(n)[:512] for n in raw_names[:MAX_LAYERS_IN]]
-            values = [v for v in map(wire_norm, raw_norms[:MAX_LAYERS_IN]) if v is not None]
-            step = cast("int", layers["step"])
-            self.layers_by_step[step] = {"step": step, "names": names, "norms": values}
-            while len(self.layers_by_step) > KEEP_STEPS // 4:
-                self.layers_by_step.popitem(last=False)
-            # the panel's view of them (``layers``) is sorted when a message shows it:
-            # above COMPACT_ABOVE ranks none does
-            self._layers_in = (step, names, values)
-            self._layers_out = None
+        if isinstance(layers, dict):
+            step = layers.get("step")
+            values = layers.get("packed", layers.get("norms"))
+            if type(step) is int and step >= 1 and values is not None:
+                # kept as sent; read when asked (``layers_at``)
+                sent = self._layers_sent
+                sent[step] = (layers.get("names"), values)
+                sent.move_to_end(step)
+                self._layers_read.pop(step, None)
+                while len(sent) > KEEP_STEPS // 4:
+                    self._layers_read.pop(sent.popitem(last=False)[0], None)
+                self._layers_out = None
         return sampled
+
+    def layers_at(self, step: int) -> w.Layers | None:
+        """Its layers at a sampled step, in model order as sent (the desync check names
+        the first that differs), read and checked on first use: names (strings of at most
+        512 characters) and norms (``wire_norm``'s) of one length, at most
+        ``MAX_LAYERS_IN``; None when it sent none for that step or they do not check."""
+        read = self._layers_read
+        if step in read:
+            return read[step]
+        sent = self._layers_sent.get(step)
+        if sent is None:
+            return None
+        found = read[step] = read_layers(step, *sent, MAX_LAYERS_IN)
+        return found
 
     @property
     def layers(self) -> m.RankLayers | None:
         """The panel's layers: the newest sampled step's, the largest first, at most
         ``MAX_LAYERS`` (non-finite ones first); sorted on first use."""
-        if self._layers_out is None and self._layers_in is not None:
-            step, names, values = self._layers_in
-            order = sorted(range(len(names)), key=lambda i: _layer_key(values[i]))
-            order = order[:MAX_LAYERS]
-            # the norms are ``wire_norm``'s: a float or one of its three strings
-            self._layers_out = {
-                "step": step,
-                "names": [names[i] for i in order],
-                "norms": [cast("m.FiniteOrSpecial", values[i]) for i in order],
-            }
+        if self._layers_out is None:
+            # the newest that checks (a report whose layers do not is passed over)
+            newest = next(filter(None, map(self.layers_at, reversed(self._layers_sent))), None)
+            if newest is None:
+                return None
+            self._layers_out = largest_first(newest, MAX_LAYERS)
         return self._layers_out
-
-    @staticmethod
-    def _valid_layers(layers: JsonObject) -> bool:
-        names, norms = layers.get("names"), layers.get("norms")
-        return (
-            wire_int(layers.get("step"), 1) is not None
-            and isinstance(names, list)
-            and isinstance(norms, list)
-            and len(names) == len(norms)
-            and all(wire_norm(v) is not None for v in norms)
-        )
 
     def heartbeat(self, content: JsonObject, now: float) -> bool:
         """A heartbeat; True when it changed what the panel shows (phase, step, stack)."""
@@ -390,14 +389,6 @@ class Rank:
             "grad_norm": [cast("m.FiniteOrSpecial | None", p[2]) for p in pts],
             "memory_bytes": [p[3] for p in pts],
         }
-
-
-def _layer_key(v: float | str | None) -> float:
-    """Sort key: non-finite norms first, then the largest."""
-    x = norm_value(v)
-    if x is None:
-        return math.inf
-    return -math.inf if not math.isfinite(x) else -x
 
 
 def _round(x: float | None) -> float | None:

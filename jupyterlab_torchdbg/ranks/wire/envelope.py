@@ -3,7 +3,7 @@
 The envelope is the signed Jupyter message's ``metadata`` (inside the HMAC, with the
 header and the content)::
 
-    {"wire": 2, "job": "<16 hex>", "sender": "<16 hex>", "seq": 1}
+    {"wire": 3, "job": "<16 hex>", "sender": "<16 hex>", "seq": 1}
 
 - ``wire``: the wire version (``WIRE_VERSION``, the ``x-wire-version`` of
   wire.schema.json beside this file). The kernel refuses every message of another
@@ -36,8 +36,9 @@ if TYPE_CHECKING:
     from .messages import Envelope
 
 #: The wire's version: wire.schema.json's ``x-wire-version`` (a test holds them equal).
-#: 1 was the wire before the envelope (no metadata).
-WIRE_VERSION = 2
+#: 1 was the wire before the envelope (no metadata); 2 sent a rank's layer norms as a
+#: list of numbers only (3: as ``packed`` too, wire/packed.py).
+WIRE_VERSION = 3
 JOB_ENV = "TORCHDBG_JOB_ID"
 #: Senders whose last ``seq`` the kernel remembers (the least recently heard forgotten).
 MAX_SENDERS = 16384

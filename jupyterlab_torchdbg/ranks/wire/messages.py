@@ -83,7 +83,10 @@ class Row(TypedDict):
 class Layers(TypedDict):
     step: int
     names: list[str]
-    norms: list[Num]
+    #: The norms as numbers (``finite_or_special``), or
+    norms: NotRequired[list[Num]]
+    #: ... as ``packed.pack`` writes them: what a worker sends.
+    packed: NotRequired[str]
 
 
 class Rows(TypedDict):

@@ -46,6 +46,7 @@ from ..wire import transport as wire
 from ..wire.envelope import WIRE_VERSION
 from . import collectives, identity
 from .agreed import Agreements
+from .cadence import newly_hung, take_cadence, waits_in_torch
 
 if TYPE_CHECKING:
     import zmq
@@ -59,15 +60,10 @@ HEARTBEAT_S = 0.5
 IDENTITY_S = 1.0
 #: Rows per ``rows`` message (the rest go in the next).
 MAX_ROWS = 500
-#: The longest ``rows`` / heartbeat interval a kernel's ``config`` may ask for (s).
-MAX_INTERVAL_S = 10.0
 #: A paused rank whose kernel has been unreachable this long resumes.
 LOST_RELEASE_S = 10.0
 #: Frames in a stuck rank's stack (the innermost kept).
 MAX_STACK = 60
-WAIT_DIRS = tuple(
-    f"{sep}torch{sep}{d}{sep}" for sep in {"/", os.sep} for d in ("distributed", "autograd")
-) + tuple(f"{sep}torch{sep}nn{sep}parallel{sep}" for sep in {"/", os.sep})
 
 Outgoing = tuple[str, Mapping[str, object], threading.Event | None]
 
@@ -239,14 +235,10 @@ class Agent:
         """True once per step, when the training thread has not stepped for ``hang_s``:
         that heartbeat (with the stack) goes at once, not at the next of the cadence."""
         w = self.worker
-        since = w.since_step()
-        if since is None or since < w.hang_s:
-            return False
-        step = w.agreed.step
-        if self._hung_step == step:
-            return False
-        self._hung_step = step
-        return True
+        hung = newly_hung(w.since_step(), w.hang_s, w.agreed.step, self._hung_step)
+        if hung:
+            self._hung_step = w.agreed.step
+        return hung
 
     def _send(
         self, sess: Session, sock: zmq.Socket[bytes], msg_type: str, content: Mapping[str, object]
@@ -342,19 +334,12 @@ class Agent:
                 )
 
     def _cadence(self, config: Mapping[str, object]) -> None:
-        """A large world: the kernel asks for ``rows`` / heartbeats less often (within
-        [ROWS_S, MAX_INTERVAL_S] and [HEARTBEAT_S, MAX_INTERVAL_S]: the kernel then waits
-        three of them before calling a rank lost) and a step row only every ``row_stride``
-        steps (a power of two up to 64; the boundary's sampling stride never falls below
-        it)."""
-        for name, low in (("rows_s", ROWS_S), ("heartbeat_s", HEARTBEAT_S)):
-            value = config.get(name)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                setattr(self, name, min(MAX_INTERVAL_S, max(low, float(value))))
-        stride = config.get("row_stride")
-        if isinstance(stride, int) and not isinstance(stride, bool) and 1 <= stride <= 64:
-            if stride & (stride - 1) == 0:
-                self.worker.row_stride = stride
+        """A large world: ``rows`` / heartbeats less often, a row every so many steps."""
+        intervals = {"rows_s": self.rows_s, "heartbeat_s": self.heartbeat_s}
+        stride = take_cadence(config, intervals, {"rows_s": ROWS_S, "heartbeat_s": HEARTBEAT_S})
+        self.rows_s, self.heartbeat_s = intervals["rows_s"], intervals["heartbeat_s"]
+        if stride is not None:
+            self.worker.row_stride = stride
 
     # --- what it sends -------------------------------------------------------------------
 
@@ -408,14 +393,6 @@ class Agent:
         if agreed.paused or agreed.holding:
             phase = "paused"
         else:
-            phase = "user"
-            f = self._training_frame()
-            while f is not None:
-                name = f.f_code.co_filename
-                if any(d in name for d in WAIT_DIRS):
-                    phase = "torch_wait"
-                    break
-                f = f.f_back
-            del f
+            phase = "torch_wait" if waits_in_torch(self._training_frame()) else "user"
         self.phase = phase
         self._samples[phase] += 1

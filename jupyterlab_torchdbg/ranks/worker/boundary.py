@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 from ...kernel.backward_boundary import ModelSource
 from ...kernel.grads.loop_clip import learning_rate
 from ..wire.messages import Row
+from ..wire.packed import pack
 from ..wire.transport import finite_or_special
 from . import loader_errors
 from .agent import Agent
@@ -232,11 +233,9 @@ class Worker:
         row.pop("_pending", None)
         row["norm"] = None if read.norm is None else finite_or_special(read.norm)
         if read.names is not None and read.layers is not None:
-            self._layers = {
-                "step": row["step"],
-                "names": read.names,
-                "norms": [finite_or_special(x) for x in read.layers],
-            }
+            # one string, not hundreds of numbers: the kernel reads it only when it
+            # needs the layers (wire/packed.py)
+            self._layers = {"step": row["step"], "names": read.names, "packed": pack(read.layers)}
 
     def _land(self) -> None:
         """(The agent's thread.) Rows whose norms were still on the device: wait for
