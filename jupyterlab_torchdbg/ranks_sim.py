@@ -80,6 +80,7 @@ class SimWorker:
         self.norm_scale = NORM_FACTOR if rank == HIGH_NORM % world else 1.0
         self._rng = random.Random(rank)
         self._names = layer_names(layers)
+        self._layout = packed.layout_of(self._names)
         self._rows: deque[Row] = deque()
         self._layers: Layers | None = None
         self._last = time.perf_counter()
@@ -109,6 +110,7 @@ class SimWorker:
             )
             self._layers = {
                 "step": step,
+                "layout": self._layout,
                 "names": self._names,
                 "packed": packed.pack([norm / (i + 2) for i in range(len(self._names))]),
             }

@@ -1,18 +1,26 @@
-"""A rank's per-layer norms as one string (wire version 3, ranks/wire/packed.py): exact,
-NaN and the infinities included; garbage refused; the kernel keeps what a report sent
-and reads it only when asked (the desync alarm's layer, the panel's layers with few
-ranks), so hundreds of layers in every report cost it a string, not hundreds of
-numbers (issue #25)."""
+"""A rank's per-layer norms on the wire (ranks/wire/packed.py): one string, exact, NaN and
+the infinities included; garbage refused; the kernel keeps what a report sent and reads
+it only when asked (the desync alarm's layer, the panel's layers with few ranks), so
+hundreds of layers in every report cost it a string, not hundreds of numbers; the names
+travel only when the kernel may lack them, and norms are never shown under another
+layout's names (R56, issue #25)."""
 
 from __future__ import annotations
 
 import base64
+import json
 import math
+import time
 
+import zmq
 from test_ranks_job import Harness
 
+from jupyterlab_torchdbg import ranks_sim as sim
 from jupyterlab_torchdbg.ranks.kernel.rank import MAX_LAYERS_IN
-from jupyterlab_torchdbg.ranks.wire.packed import pack, unpack
+from jupyterlab_torchdbg.ranks.wire import transport as wire
+from jupyterlab_torchdbg.ranks.wire.packed import layout_of, pack, unpack
+from jupyterlab_torchdbg.ranks.worker.agent import Agent
+from jupyterlab_torchdbg.ranks.worker.cadence import NAMES_EVERY
 
 
 def test_packed_norms_come_back_exactly() -> None:
@@ -34,9 +42,12 @@ def test_what_is_not_packed_norms_is_refused() -> None:
     assert unpack("A" * (4 * MAX_LAYERS_IN * 8), MAX_LAYERS_IN) is None  # too long to read
 
 
-def _layers(step: int, values: list[float], names: list[str] | None = None) -> dict[str, object]:
+def _layers(
+    step: int, values: list[float], names: list[str] | None = None, named: bool = True
+) -> dict[str, object]:
     names = names or [f"model.{i}" for i in range(len(values))]
-    return {"step": step, "names": names, "packed": pack(values)}
+    out = {"step": step, "layout": layout_of(names), "packed": pack(values)}
+    return {**out, "names": names} if named else out
 
 
 def test_the_kernel_reads_a_ranks_layers_only_when_asked() -> None:
@@ -89,3 +100,113 @@ def test_desync_names_the_first_differing_layer_from_packed_layers() -> None:
         7,
         "fc1.weight",
     )
+
+
+def test_the_kernel_names_a_reports_layers_with_the_names_sent_for_its_layout() -> None:
+    h = Harness()
+    h.hello(0)
+    rank = h.hub.jobs[-1].ranks[0]
+    old, new = ["fc1.weight", "fc2.weight"], ["enc.0", "enc.1"]
+    h.rows(0, range(1, 3), layers=_layers(2, [1.0, 2.0], old))
+    h.rows(0, range(3, 5), layers=_layers(4, [3.0, 4.0], old, named=False))
+    at = rank.layers_at(4)
+    assert at is not None and at["names"] == old and at["norms"] == [3.0, 4.0]
+    # the model changed and the report that named the new layout never arrived: its
+    # norms are not shown under the old names, the panel keeps the newest it can name
+    h.rows(0, range(5, 7), layers=_layers(6, [5.0, 6.0], new, named=False))
+    assert rank.layers_at(6) is None
+    assert rank.layers is not None and rank.layers["step"] == 4
+    # a report without a layout and without names names nothing either
+    h.rows(0, range(7, 9), layers={"step": 8, "packed": pack([7.0, 8.0])})
+    assert rank.layers_at(8) is None
+    # once the new names come, that layout's later reports are named with them
+    h.rows(0, range(9, 11), layers=_layers(10, [9.0, 10.0], new))
+    h.rows(0, range(11, 13), layers=_layers(12, [11.0, 12.0], new, named=False))
+    at = rank.layers_at(12)
+    assert at is not None and at["names"] == new and at["norms"] == [11.0, 12.0]
+    assert rank.layers is not None and rank.layers["names"] == ["enc.1", "enc.0"]
+
+
+class _Sock:
+    """A DEALER socket's ``send_multipart``, full while ``full`` is set."""
+
+    def __init__(self) -> None:
+        self.sent: list[list[bytes]] = []
+        self.full = False
+
+    def send_multipart(self, parts: list[bytes], flags: int = 0) -> None:
+        if self.full:
+            raise zmq.Again()
+        self.sent.append(list(parts))
+
+
+def test_a_real_agent_names_the_layers_only_when_the_kernel_may_lack_them() -> None:
+    """The agent's own ``rows`` messages for a rank of 200 layers: the names go in the
+    first report, then once in ``NAMES_EVERY``, and again at once after a hello, after a
+    send that failed, and when the layout changes; the layers between are a third the size."""
+    key = wire.new_key()
+    worker = sim.SimWorker(0, 4, 0.01, "ipc://unused", key, layers=200)
+    agent = Agent(worker)
+    sess, sock, kernel = wire.session(key), _Sock(), wire.session(key)
+    clock = [time.perf_counter()]
+
+    def report() -> tuple[dict[str, object], int]:
+        clock[0] += 1.0  # a second of steps
+        worker.advance(clock[0])
+        before = len(sock.sent)
+        assert agent._send_rows(sess, sock)  # type: ignore[arg-type]
+        if len(sock.sent) == before:
+            return {}, 0
+        parts = sock.sent[-1]
+        (_, kind, content) = wire.verify(kernel, parts)
+        assert kind == "rows"
+        return content["layers"], len(json.dumps(content["layers"]))
+
+    reports = [report() for _ in range(NAMES_EVERY + 2)]
+    named = [i for i, (layers, _) in enumerate(reports) if "names" in layers]
+    assert named == [0, NAMES_EVERY]
+    layout = layout_of(sim.layer_names(200))
+    assert all(layers["layout"] == layout for layers, _ in reports)
+    assert reports[0][0]["names"] == sim.layer_names(200)
+    assert max(size for _, size in reports[1:NAMES_EVERY]) < reports[0][1] / 3
+    agent._hello(sess, sock)  # type: ignore[arg-type]  # (a kernel that may be new)
+    assert "names" in report()[0] and "names" not in report()[0]
+    sock.full = True  # a report without names lost: the kernel still has the names
+    assert report() == ({}, 0)
+    sock.full = False
+    assert "names" not in report()[0]
+    agent._hello(sess, sock)  # type: ignore[arg-type]
+    sock.full = True  # the report with the names lost: the next names them again
+    assert report() == ({}, 0)
+    sock.full = False
+    assert "names" in report()[0] and "names" not in report()[0]
+    worker._names = sim.layer_names(3)  # another model: its names at once
+    worker._layout = layout_of(worker._names)
+    changed = report()[0]
+    assert changed["names"] == sim.layer_names(3) and changed["layout"] == worker._layout
+
+
+def test_a_reconnected_agent_names_the_layers_again() -> None:
+    """The socket connecting (again: the kernel may be a new one, without the names)
+    makes the agent's next report name its layers."""
+    key = wire.new_key()
+    agent = Agent(sim.SimWorker(0, 4, 0.01, "ipc://unused", key, layers=3))
+    agent._names.sent("0000abcd", ok=True)
+    assert agent._names.outgoing({"step": 1, "layout": "0000abcd", "names": ["a"]})[1] is None
+    ctx = zmq.Context()
+    router, dealer = ctx.socket(zmq.ROUTER), ctx.socket(zmq.DEALER)
+    monitor = dealer.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+    try:
+        port = router.bind_to_random_port("tcp://127.0.0.1")
+        dealer.connect(f"tcp://127.0.0.1:{port}")
+        assert monitor.poll(5000)
+        agent._connection_events(monitor)
+        assert agent._names.outgoing({"step": 2, "layout": "0000abcd", "names": ["a"]}) == (
+            {"step": 2, "layout": "0000abcd", "names": ["a"]},
+            "0000abcd",
+        )
+    finally:
+        dealer.disable_monitor()
+        for s in (monitor, dealer, router):
+            s.close(0)
+        ctx.term()

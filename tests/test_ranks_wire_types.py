@@ -27,3 +27,8 @@ def test_typeddict_keys_match_the_schema(name: str) -> None:
     schema = DEFS[name]
     assert set(td.__annotations__) == set(schema.get("properties", {})), name
     assert set(td.__required_keys__) == set(schema.get("required", [])), name
+
+
+def test_the_row_stride_bound_is_the_schemas() -> None:
+    config = DEFS["config"]["properties"]["row_stride"]
+    assert config["maximum"] == messages.MAX_ROW_STRIDE

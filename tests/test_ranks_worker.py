@@ -35,6 +35,7 @@ from jupyterlab_torchdbg.kernel.step_boundary import HOOKS
 from jupyterlab_torchdbg.ranks.kernel import worker_env
 from jupyterlab_torchdbg.ranks.kernel.endpoint import Endpoint
 from jupyterlab_torchdbg.ranks.wire import transport as wire
+from jupyterlab_torchdbg.ranks.wire.packed import layout_of
 
 #: A wait for something the ranks do (a spawn is a torch import per process).
 JOB_TIMEOUT_S = 180.0
@@ -281,8 +282,14 @@ def test_spawned_ranks_stream_agree_pause_hang_and_fail(
         k.wait("rows", lambda: len(_sampled(k, 0).keys() & _sampled(k, 1).keys()) >= 3)
         _equal_norms_at_common_steps(k)
         layers = [c["layers"] for _, c in k.of("rows") if c["layers"]]
-        # the kernel's names: the script's variable, DDP's "module." level dropped
-        assert layers and layers[-1]["names"] == ["model.0", "model.2"]
+        # the kernel's names: the script's variable, DDP's "module." level dropped; sent
+        # in a rank's first report of them, the next ones name only their layout
+        named = [x for x in layers if "names" in x]
+        assert named and named[-1]["names"] == ["model.0", "model.2"]
+        assert {x["layout"] for x in layers} == {layout_of(["model.0", "model.2"])}
+        for worker_id in k.workers().values():
+            first = next(c["layers"] for w, c in k.of("rows") if w == worker_id and c["layers"])
+            assert first["names"] == ["model.0", "model.2"]
 
         # prepare / cancel: acked by both, applied by none
         cancelled, _ = k.agree("scale_lr", {"factor": 0.5}, commit=False)
@@ -364,6 +371,9 @@ def test_spawned_ranks_stream_agree_pause_hang_and_fail(
     assert {t for _, t, _ in k.messages} == set(schema["x-worker-kinds"])
     for _, msg_type, content in k.messages:
         jsonschema.validate(content, {**schema, "$ref": f"#/$defs/{msg_type}"})
+    # the layer names went in some reports, not every one
+    layers = [c["layers"] for _, c in k.of("rows") if c["layers"]]
+    assert 0 < sum("names" in x for x in layers) < len(layers)
     # at most 10 messages a second per rank in the steady state (rows or heartbeat)
     for worker_id in k.workers().values():
         times = [

@@ -77,13 +77,13 @@ class Rank:
     #: The collectives it is in or finished last, per group (hang_diag.py; with the stack).
     collective: Collective | None = None
     #: The sampled steps' layers as sent (names, norms: a list or ``packed``), newest
-    #: last, read and checked only when asked (``layers_at``: the desync check; the
-    #: panel's ``layers`` with few ranks): hundreds of layers in every report would
-    #: otherwise cost the kernel more than the rest of it (issue #25).
+    #: last, read and checked only when asked (``layers_at``: the desync check, the
+    #: panel's ``layers`` with few ranks), not in every report (issue #25).
     _layers_sent: OrderedDict[int, tuple[JsonValue, JsonValue]] = field(default_factory=OrderedDict)
-    #: ``layers_at``'s reads, by step (None: what was sent did not check).
+    #: (layout, names) of its last report to name its layers (worker/cadence.py).
+    _names: tuple[JsonValue, JsonValue] = (None, None)
+    #: ``layers_at``'s reads, by step (None: they did not check); the panel's ``layers``.
     _layers_read: dict[int, w.Layers | None] = field(default_factory=dict)
-    #: The panel's view of the newest sampled step's layers (sorted once asked).
     _layers_out: m.RankLayers | None = None
     norms_by_step: OrderedDict[int, float | str] = field(default_factory=OrderedDict)
     points: deque[Point] = field(default_factory=lambda: deque(maxlen=RING))
@@ -309,10 +309,15 @@ class Rank:
         if isinstance(layers, dict):
             step = layers.get("step")
             values = layers.get("packed", layers.get("norms"))
-            if type(step) is int and step >= 1 and values is not None:
+            names, layout = layers.get("names"), layers.get("layout")
+            if names is not None:
+                self._names = (layout, names)
+            elif layout is not None and layout == self._names[0]:
+                names = self._names[1]  # (that layout's, none other's: R56)
+            if type(step) is int and step >= 1 and values is not None and names is not None:
                 # kept as sent; read when asked (``layers_at``)
                 sent = self._layers_sent
-                sent[step] = (layers.get("names"), values)
+                sent[step] = (names, values)
                 sent.move_to_end(step)
                 self._layers_read.pop(step, None)
                 while len(sent) > KEEP_STEPS // 4:

@@ -4,14 +4,16 @@ Up to ``COMPACT_ABOVE`` ranks nothing changes. Above, each worker is asked (``co
 for ``rows`` and heartbeats less often, so that all ranks together send about
 ``WORKER_RATE`` messages a second (the kernel verifies and reads each one), and for a
 step row only every ``row_stride`` steps (the rows of all ranks are read one by one);
-``ranks``
-messages to the panels are spaced by ``flush_s`` (3 s at 256 ranks: the bytes a second
-stay about those of 9 ranks) and carry each rank's newest point and no per-rank layers.
+``ranks`` messages to the panels are spaced by ``flush_s`` (3 s at 256 ranks: the bytes
+a second stay about those of 9 ranks) and carry each rank's newest point and no
+per-rank layers.
 What needs acting on does not wait for the cadence (the agent's heartbeat of a stuck
 rank, an exception, a ``bye``; the workers' answers to an all-rank action).
 """
 
 from __future__ import annotations
+
+from ..wire.messages import MAX_ROW_STRIDE
 
 #: Seconds between two ``ranks`` messages with few ranks: at most 10 a second.
 FLUSH_S = 0.1
@@ -29,8 +31,6 @@ MAX_ROWS_S = 8.0
 #: (a power of two, a multiple of the gradient-norm stride: the ranks' samples still
 #: meet, and the heartbeat still carries every step).
 ROWS_PER_S_RANKS = 32
-#: The largest ``row_stride`` asked (the wire's and the agent's bound).
-MAX_ROW_STRIDE = 64
 
 
 def flush_s(ranks: int) -> float:

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 #: The wire's version: wire.schema.json's ``x-wire-version`` (a test holds them equal).
 #: 1 was the wire before the envelope (no metadata); 2 sent a rank's layer norms as a
 #: list of numbers only (3: as ``packed`` too, wire/packed.py).
-WIRE_VERSION = 3
+WIRE_VERSION = 4
 JOB_ENV = "TORCHDBG_JOB_ID"
 #: Senders whose last ``seq`` the kernel remembers (the least recently heard forgotten).
 MAX_SENDERS = 16384

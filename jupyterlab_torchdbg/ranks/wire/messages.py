@@ -82,7 +82,9 @@ class Row(TypedDict):
 
 class Layers(TypedDict):
     step: int
-    names: list[str]
+    #: ``packed.layout_of(names)``: the names are sent only when the kernel may lack them.
+    layout: NotRequired[str]
+    names: NotRequired[list[str]]
     #: The norms as numbers (``finite_or_special``), or
     norms: NotRequired[list[Num]]
     #: ... as ``packed.pack`` writes them: what a worker sends.
@@ -150,6 +152,11 @@ class ExceptionMsg(TypedDict):
 
 class Bye(TypedDict):
     state: Literal["exited", "failed"]
+
+
+#: The largest ``row_stride`` a ``config`` asks (wire.schema.json's maximum): the kernel
+#: asks no more (kernel/scale.py), a worker takes no more (worker/cadence.py).
+MAX_ROW_STRIDE = 64
 
 
 class Config(TypedDict):

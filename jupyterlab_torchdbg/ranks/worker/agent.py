@@ -10,15 +10,15 @@ the DEALER socket (zmq sockets are not thread-safe) and, on a 20 ms tick:
   ``torch_wait`` inside torch.distributed / autograd / nn.parallel (waiting for the
   other ranks), ``paused`` while held by an agreed action, else ``user``; the share of
   samples not waiting is ``own``;
-- every 100 ms sends the new step rows as one ``rows`` message (with the explosion /
-  vanishing alerts of the kernel's detector on them: rank_signals.py), every 0.5 s
+- every 100 ms sends the new step rows as one ``rows`` message (with the detector's
+  explosion / vanishing alerts: rank_signals.py; the newest sampled step's layer norms,
+  named only when the kernel may lack the names: cadence.py ``LayerNames``), every 0.5 s
   without rows a ``heartbeat`` (with the training thread's stack once it has not stepped
-  for ``hang_s``, each frame marked as the user's or not: kernel/thread_stacks.py, and
-  the collective it is in or finished last, from torch's flight recorder: collectives.py): at
-  most 10 messages a second in the steady state. In a large world the kernel asks for
-  both less often (``config``, up to ``MAX_INTERVAL_S``); the heartbeat that first finds
-  the training thread stuck for ``hang_s`` goes at once all the same, so a hang reaches
-  the kernel at ``hang_s`` whatever the cadence;
+  for ``hang_s``, each frame marked as the user's or not: kernel/thread_stacks.py, and the
+  collective it is in or finished last, from torch's flight recorder: collectives.py): at
+  most 10 messages a second. A large world's kernel asks for both less often (``config``,
+  up to ``MAX_INTERVAL_S``); the heartbeat that first finds the training thread stuck for
+  ``hang_s`` goes at once all the same: a hang reaches the kernel at ``hang_s``;
 - identity changes (the process group came up) send ``hello`` again;
 - a rank paused by the kernel resumes by itself once the kernel has been unreachable
   for ``LOST_RELEASE_S`` (its process ended or its extension unloaded without a
@@ -46,7 +46,7 @@ from ..wire import transport as wire
 from ..wire.envelope import WIRE_VERSION
 from . import collectives, identity
 from .agreed import Agreements
-from .cadence import newly_hung, take_cadence, waits_in_torch
+from .cadence import LayerNames, newly_hung, take_cadence, waits_in_torch
 
 if TYPE_CHECKING:
     import zmq
@@ -106,6 +106,7 @@ class Agent:
         self._rows_since_beat = False
         #: The step at which the last heartbeat went at once for a hang (``_newly_hung``).
         self._hung_step: int | None = None
+        self._names = LayerNames()  # which reports carry the layer names
         #: Seconds between ``rows`` / heartbeats (the kernel's ``config`` may lengthen them).
         self.rows_s = ROWS_S
         self.heartbeat_s = HEARTBEAT_S
@@ -181,11 +182,7 @@ class Agent:
             monitor.close(0)
 
     def _ticks(
-        self,
-        sess: Session,
-        sock: zmq.Socket[bytes],
-        poller: zmq.Poller,
-        monitor: zmq.Socket[bytes],
+        self, sess: Session, sock: zmq.Socket[bytes], poller: zmq.Poller, mon: zmq.Socket[bytes]
     ) -> None:
         now = time.monotonic()
         self._next = {"rows": now + ROWS_S, "beat": now + HEARTBEAT_S, "ident": now + IDENTITY_S}
@@ -193,8 +190,8 @@ class Agent:
         while True:
             try:
                 ready = dict(poller.poll(int(TICK_S * 1000)))
-                if monitor in ready:
-                    self._connection_events(monitor)
+                if mon in ready:
+                    self._connection_events(mon)
                 if sock in ready:
                     self._receive(sess, sock)
             except Exception:
@@ -242,14 +239,17 @@ class Agent:
 
     def _send(
         self, sess: Session, sock: zmq.Socket[bytes], msg_type: str, content: Mapping[str, object]
-    ) -> None:
+    ) -> bool:
         try:
-            if wire.send(sess, sock, msg_type, content):
-                self.sent[msg_type] += 1
-            else:
-                self.errors["send:full"] += 1
+            ok = wire.send(sess, sock, msg_type, content)
         except Exception:
             self.errors["send"] += 1
+            return False
+        if ok:
+            self.sent[msg_type] += 1
+        else:
+            self.errors["send:full"] += 1
+        return ok
 
     def _hello(self, sess: Session, sock: zmq.Socket[bytes]) -> None:
         # (on this thread, not at import: without a built _version.py it reads metadata)
@@ -257,6 +257,7 @@ class Agent:
 
         ident = identity.identity()
         self._identity = ident
+        self._names.forget()  # (a new identity, or a kernel that may be new)
         torch = sys.modules.get("torch")
         content: Hello = {
             "identity": ident,
@@ -301,6 +302,7 @@ class Agent:
                 return
             if event["event"] == zmq.EVENT_CONNECTED:
                 self.lost_since = None
+                self._names.forget()  # (a kernel that may be a new one)
             elif event["event"] == zmq.EVENT_DISCONNECTED and self.lost_since is None:
                 self.lost_since = time.monotonic()
 
@@ -352,15 +354,16 @@ class Agent:
         samples, self._samples = self._samples, Counter()
         user, wait = samples["user"], samples["torch_wait"]
         own = user / (user + wait) if user + wait else None
+        layers, layout = self._names.outgoing(self.worker.take_layers())
         content: Rows = {
             "rows": rows,
-            "layers": self.worker.take_layers(),
+            "layers": layers,
             "own": own,
             "phase": self.phase,
             "signals": signals,
             "checked": checked,
         }
-        self._send(sess, sock, "rows", content)
+        self._names.sent(layout, self._send(sess, sock, "rows", content))
         return True
 
     def _heartbeat(self) -> Heartbeat:
@@ -384,9 +387,7 @@ class Agent:
 
     def _training_frame(self) -> FrameType | None:
         tid = self.worker.train_tid
-        if tid is None:
-            return None
-        return sys._current_frames().get(tid)
+        return None if tid is None else sys._current_frames().get(tid)
 
     def _sample(self) -> None:
         agreed = self.worker.agreed

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from ...kernel.backward_boundary import ModelSource
 from ...kernel.grads.loop_clip import learning_rate
 from ..wire.messages import Row
-from ..wire.packed import pack
+from ..wire.packed import layout_of, pack
 from ..wire.transport import finite_or_special
 from . import loader_errors
 from .agent import Agent
@@ -91,6 +91,7 @@ class Worker:
         self._primary: weakref.ref[Stepped] | None = None
         self._rows: deque[_Row] = deque(maxlen=MAX_PENDING_ROWS)
         self._layers: Layers | None = None
+        self._layout: tuple[list[str], str] = ([], layout_of([]))  # (names, their layout)
         #: Sampled rows whose norms are still being copied from the device.
         self._in_flight: deque[tuple[_Row, Read]] = deque(maxlen=MAX_PENDING_ROWS)
         self.mem_kind = "host"
@@ -235,7 +236,16 @@ class Worker:
         if read.names is not None and read.layers is not None:
             # one string, not hundreds of numbers: the kernel reads it only when it
             # needs the layers (wire/packed.py)
-            self._layers = {"step": row["step"], "names": read.names, "packed": pack(read.layers)}
+            names, layout = self._layout
+            if read.names != names:  # (the same strings while the model is: cheap)
+                names, layout = list(read.names), layout_of(read.names)
+                self._layout = (names, layout)
+            self._layers = {
+                "step": row["step"],
+                "layout": layout,
+                "names": names,
+                "packed": pack(read.layers),
+            }
 
     def _land(self) -> None:
         """(The agent's thread.) Rows whose norms were still on the device: wait for
