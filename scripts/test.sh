@@ -48,6 +48,8 @@ cd "$ROOT/ui-tests"
 jlpm install
 rm -rf test-results
 npx playwright test
+say "the browser benchmarks load (listed, not run: scripts/bench-browser.sh)"
+npx playwright test -c playwright.bench.config.js --list
 
 say "Galata's neighbour: the panel in Jupyter Notebook 7 (Chromium)"
 npx playwright test -c playwright.notebook7.config.js

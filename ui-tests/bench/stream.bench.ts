@@ -17,6 +17,7 @@ import * as fs from 'fs';
 import * as path from 'path';
 
 import { notebookWithPanel, PANEL, setSource } from '../tests/helpers';
+import { install, sample, window as between } from './pageMetrics';
 import {
   ICpuProfile,
   ITraceEvent,
@@ -61,41 +62,6 @@ const CELL = [
   '    step += 1',
   'print(f"BENCH steps={step} rate={step / (time.perf_counter() - t0):.1f}")'
 ].join('\n');
-
-interface IMetrics {
-  durations: Record<string, number>;
-  task: number;
-  script: number;
-  layout: number;
-  frames: number;
-  messages: Record<string, number>;
-  wall: number;
-}
-
-async function sample(page: any, cdp: CDPSession): Promise<IMetrics> {
-  const { metrics } = await cdp.send('Performance.getMetrics');
-  const get = (name: string) =>
-    metrics.find((m: { name: string }) => m.name === name)?.value ?? 0;
-  const { frames, messages } = await page.evaluate(() => ({
-    frames: (window as any).__benchFrames as number,
-    messages: { ...(window as any).__benchMessages } as Record<string, number>
-  }));
-  const durations: Record<string, number> = {};
-  for (const m of metrics as { name: string; value: number }[]) {
-    if (m.name.endsWith('Duration')) {
-      durations[m.name] = m.value;
-    }
-  }
-  return {
-    durations,
-    task: get('TaskDuration'),
-    script: get('ScriptDuration'),
-    layout: get('LayoutDuration') + get('RecalcStyleDuration'),
-    frames,
-    messages,
-    wall: Date.now() / 1000
-  };
-}
 
 const RESULTS = path.join(__dirname, '..', 'bench-results');
 
@@ -229,28 +195,10 @@ async function measure(page: any, cdp: CDPSession, label: string) {
   const wall = b.wall - a.wall;
   const result = {
     panel: label,
-    window_s: Number(wall.toFixed(2)),
-    busy_fraction: Number(((b.task - a.task) / wall).toFixed(4)),
-    script_fraction: Number(((b.script - a.script) / wall).toFixed(4)),
-    style_layout_fraction: Number(((b.layout - a.layout) / wall).toFixed(4)),
-    fps: Number(((b.frames - a.frames) / wall).toFixed(1)),
+    ...between(a, b),
     // the first card's point count, read from the model (the panel kept up?)
     points_per_s_first_series:
       pa < 0 || pb < 0 ? null : Math.round((pb - pa) / wall),
-    // every *Duration metric as a fraction of wall time (where the busy time goes)
-    fractions: Object.fromEntries(
-      Object.keys(b.durations).map(k => [
-        k,
-        Number(((b.durations[k] - (a.durations[k] ?? 0)) / wall).toFixed(4))
-      ])
-    ),
-    // kernel messages received per second, by channel:type[:method]
-    kernel_messages_per_s: Object.fromEntries(
-      Object.keys(b.messages).map(k => [
-        k,
-        Number(((b.messages[k] - (a.messages[k] ?? 0)) / wall).toFixed(1))
-      ])
-    ),
     dom,
     trace: where?.trace ?? null,
     profile: where?.profile ?? null,
@@ -266,45 +214,7 @@ test('stream 400 series at 250 steps/s: main-thread busy and fps', async ({
 }) => {
   await notebookWithPanel(page, 'bench.ipynb');
   await setSource(page, 0, CELL);
-  await page.evaluate(() => {
-    const w = window as any;
-    w.__benchFrames = 0;
-    const tick = () => {
-      w.__benchFrames++;
-      requestAnimationFrame(tick);
-    };
-    requestAnimationFrame(tick);
-    // kernel messages the page receives, by channel and type (what arrives)
-    w.__benchMessages = {};
-    const kernel =
-      w.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
-    // the kernel's websocket: frames and bytes (a private field: best effort)
-    const ws = kernel._ws as WebSocket | undefined;
-    ws?.addEventListener('message', (e: MessageEvent) => {
-      const m = w.__benchMessages;
-      m['websocket:messages'] = (m['websocket:messages'] ?? 0) + 1;
-      m['websocket:kB'] =
-        (m['websocket:kB'] ?? 0) +
-        (typeof e.data === 'string' ? e.data.length : e.data.byteLength) / 1000;
-    });
-    kernel.anyMessage.connect((_: unknown, args: any) => {
-      if (args.direction === 'recv') {
-        const h = args.msg.header;
-        const c = (args.msg.content ?? {}) as any;
-        const key = `${args.msg.channel}:${h.msg_type}${
-          h.msg_type === 'comm_msg' ? ':' + (c.data?.method ?? '') : ''
-        }`;
-        w.__benchMessages[key] = (w.__benchMessages[key] ?? 0) + 1;
-      }
-    });
-  });
-  // galata's page is a proxy: the session needs the real Page
-  const real = page
-    .context()
-    .pages()
-    .find(p => p.url() === page.url())!;
-  const cdp = await page.context().newCDPSession(real);
-  await cdp.send('Performance.enable');
+  const cdp = await install(page);
 
   // the floor: the same page, panel shown, nothing streaming
   const i0 = await sample(page, cdp);
