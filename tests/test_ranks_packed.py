@@ -2,7 +2,7 @@
 the infinities included; garbage refused; the kernel keeps what a report sent and reads
 it only when asked (the desync alarm's layer, the panel's layers with few ranks), so
 hundreds of layers in every report cost it a string, not hundreds of numbers; the names
-travel only when the kernel may lack them, and norms are never shown under another
+travel only when the kernel may lack them, and norms are never read under another
 layout's names (R56, issue #25)."""
 
 from __future__ import annotations
@@ -61,10 +61,10 @@ def test_the_kernel_reads_a_ranks_layers_only_when_asked() -> None:
     assert at is not None and at["norms"] == values and at["names"][299] == "model.299"
     assert rank.layers_at(3) is at  # read once
     assert rank.layers_at(2) is None  # no report for that step
-    # with few ranks the panel shows them: the largest first, NaN before any number
     h.rows(0, range(4, 5), layers=_layers(4, [1.0, math.nan, 2.0], ["a", "b", "c"]))
-    shown = h.hub.message()["ranks"][0]["layers"]
-    assert shown == {"step": 4, "names": ["b", "c", "a"], "norms": ["NaN", 2.0, 1.0]}
+    assert rank.layers_at(4) == {"step": 4, "names": ["a", "b", "c"], "norms": [1.0, "NaN", 2.0]}
+    # they stay in the kernel: the panel's messages carry none
+    assert "layers" not in h.hub.message()["ranks"][0]
 
 
 def test_layers_that_do_not_check_are_passed_over() -> None:
@@ -78,18 +78,23 @@ def test_layers_that_do_not_check_are_passed_over() -> None:
     worse = {"step": 5, "names": ["a"], "packed": "not base64!"}
     h.rows(0, range(5, 6), layers=worse)
     assert rank.layers_at(5) is None
-    # the panel shows the newest that checks, the desync check finds none at 4 or 5
-    assert rank.layers is not None and rank.layers["step"] == 3
+    # the desync check finds none at 4 or 5, the earlier step's still
+    assert rank.layers_at(3) is not None
 
 
 def test_desync_names_the_first_differing_layer_from_packed_layers() -> None:
+    """Packed, and named by layout: each rank's report at step 7 carries no names, the
+    kernel has them from the rank's report at step 3 (rank 2's model lists its layers in
+    another order: another layout, its own names)."""
     h = Harness()
     for n in range(4):
         h.hello(n)
-    good = _layers(7, [1.0, 0.5], ["fc1.weight", "fc2.weight"])
-    bad = _layers(7, [0.5, 1.3], ["fc2.weight", "fc1.weight"])
+    order, other = ["fc1.weight", "fc2.weight"], ["fc2.weight", "fc1.weight"]
+    good = _layers(7, [1.0, 0.5], order, named=False)
+    bad = _layers(7, [0.5, 1.3], other, named=False)
     for n in range(4):
-        h.rows(n, range(1, 7), norm=2.0)
+        h.rows(n, range(1, 4), norm=2.0, layers=_layers(3, [1.0, 1.0], other if n == 2 else order))
+        h.rows(n, range(4, 7), norm=2.0)
         h.rows(n, range(7, 8), norm=2.5 if n == 2 else 2.0, layers=bad if n == 2 else good)
     h.step_all(range(4), range(8, 12), norm=2.0)
     h.tick()
@@ -112,10 +117,9 @@ def test_the_kernel_names_a_reports_layers_with_the_names_sent_for_its_layout() 
     at = rank.layers_at(4)
     assert at is not None and at["names"] == old and at["norms"] == [3.0, 4.0]
     # the model changed and the report that named the new layout never arrived: its
-    # norms are not shown under the old names, the panel keeps the newest it can name
+    # norms are never read under the old names
     h.rows(0, range(5, 7), layers=_layers(6, [5.0, 6.0], new, named=False))
-    assert rank.layers_at(6) is None
-    assert rank.layers is not None and rank.layers["step"] == 4
+    assert rank.layers_at(6) is None and rank.layers_at(4) is not None
     # a report without a layout and without names names nothing either
     h.rows(0, range(7, 9), layers={"step": 8, "packed": pack([7.0, 8.0])})
     assert rank.layers_at(8) is None
@@ -124,7 +128,6 @@ def test_the_kernel_names_a_reports_layers_with_the_names_sent_for_its_layout() 
     h.rows(0, range(11, 13), layers=_layers(12, [11.0, 12.0], new, named=False))
     at = rank.layers_at(12)
     assert at is not None and at["names"] == new and at["norms"] == [11.0, 12.0]
-    assert rank.layers is not None and rank.layers["names"] == ["enc.1", "enc.0"]
 
 
 class _Sock:

@@ -2,7 +2,7 @@
 
 Workers are asked (``config``) to report less often so that all ranks together send about
 40 messages a second; ``ranks`` messages are spaced out with the number of ranks and
-carry each rank's newest point, no per-rank layers; a rank reporting every 2.5 s is not
+carry each rank's newest point; a rank reporting every 2.5 s is not
 "waiting" between its reports; the desync check runs once per look, not per message.
 """
 
@@ -65,13 +65,17 @@ def _job(h: Harness, world: int) -> None:
         h.rows(n, range(1, 4), norm=1.0, layers=LAYERS)
 
 
-def test_few_ranks_keep_every_point_their_layers_and_the_agents_cadence() -> None:
+def test_few_ranks_keep_every_point_and_the_agents_cadence() -> None:
     h = Harness()
     _job(h, 4)
     assert all("rows_s" not in c for _, _, c in h.ep.of("config"))
     h.tick()
     (msg,) = h.ranks_msgs()
-    assert all(r["layers"]["names"] == ["a", "b"] for r in msg["ranks"])
+    # the per-layer norms stay in the kernel (the desync check): none to the panel
+    assert all("layers" not in r for r in msg["ranks"])
+    assert [h.hub.jobs[-1].ranks[n].layers_at(3) for n in range(4)] == [
+        {"step": 3, "names": ["a", "b"], "norms": [1.0, 0.5]}
+    ] * 4
     assert [len(p["steps"]) for p in msg["points"]] == [3] * 4
 
 
@@ -83,7 +87,6 @@ def test_many_ranks_compact_messages_spaced_out() -> None:
     h.tick()
     (msg,) = h.ranks_msgs()
     assert len(msg["ranks"]) == 64
-    assert all("layers" not in r for r in msg["ranks"])
     # each rank's newest point: its step, time and norm
     assert [p["steps"] for p in msg["points"]] == [[3]] * 64
     assert msg["points"][0]["grad_norm"] == [1.0]
@@ -322,17 +325,15 @@ def test_rows_are_checked_field_by_field_as_before() -> None:
     assert (rank.step, rank.row_step, rank.norm, rank.norm_step) == (5, 5, "-Infinity", 4)
 
 
-def test_the_panels_layers_are_sorted_when_shown() -> None:
+def test_a_ranks_layers_are_read_in_model_order_when_asked() -> None:
     h = Harness()
     h.hello(0)
     rank = h.hub.jobs[-1].ranks[0]
     layers = {"step": 3, "names": ["a", "b", "c"], "norms": [0.5, "NaN", 2.0]}
     rank.add_rows({"rows": [{"step": 3, "norm": 1.0}], "layers": layers}, 1.0)
-    assert rank._layers_out is None  # not sorted until a message shows them
-    assert rank.layers == {"step": 3, "names": ["b", "c", "a"], "norms": ["NaN", 2.0, 0.5]}
+    assert rank._layers_read == {}  # not read until asked
     at = rank.layers_at(3)
-    assert at is not None and at["names"] == ["a", "b", "c"]  # model order kept
-    assert h.hub.message()["ranks"][0]["layers"] == rank.layers
+    assert at == {"step": 3, "names": ["a", "b", "c"], "norms": [0.5, "NaN", 2.0]}
 
 
 def test_sampled_norms_stay_in_step_order_for_the_desync_check() -> None:

@@ -859,12 +859,6 @@ class RankIdentity(TypedDict, closed=True):
     launcher: RankIdentityLauncher
 
 
-class RankLayers(TypedDict, closed=True):
-    step: int
-    names: list[Name]
-    norms: list[FiniteOrSpecial]
-
-
 RankStateState: TypeAlias = Literal[
     "starting", "running", "waiting", "paused", "stalled", "exited", "failed", "lost"
 ]
@@ -893,7 +887,6 @@ class RankState(TypedDict, closed=True):
     lr_scale: float
     phase: RankStatePhase
     sharded: NotRequired[Literal[True]]
-    layers: NotRequired[RankLayers]
 
 
 Step: TypeAlias = int

@@ -1631,10 +1631,9 @@ export interface IRankState {
    */
   phase: 'user' | 'torch_wait' | 'paused' | 'none';
   /**
-   * Its gradients are sharded (FSDP): grad_norm and the layers' norms are of this rank's shards, not of the whole gradients.
+   * Its gradients are sharded (FSDP): grad_norm is the norm of this rank's shards, not of the whole gradients.
    */
   sharded?: true;
-  layers?: IRankLayers;
 }
 /**
  * Always with `replay: true` and with 16 ranks or fewer. Above 16 ranks a broadcast (`replay: false`) carries it only for a rank the panels do not know yet (a new rank or job) or whose identity changed: a panel keeps each rank's identity from the messages before (since 2.8). A panel that meets a rank whose identity it does not have asks for the snapshot.
@@ -1649,20 +1648,6 @@ export interface IRankIdentity1 {
    * How the worker attached: started by torch.multiprocessing spawn from the notebook, forked from the kernel, a torchrun (or other) subprocess that inherited the endpoint, or jupyterlab_torchdbg.attach() in a script started elsewhere.
    */
   launcher: 'spawn' | 'fork' | 'torchrun' | 'attach';
-}
-/**
- * Per-layer gradient norms of one rank at one sampled step (at most 200 layers, largest first).
- */
-export interface IRankLayers {
-  step: number;
-  /**
-   * @maxItems 200
-   */
-  names: string[];
-  /**
-   * @maxItems 200
-   */
-  norms: FiniteOrSpecial[];
 }
 /**
  * New per-step points of one rank since the previous `ranks` message (all kept points when `replay`). Arrays of equal length.

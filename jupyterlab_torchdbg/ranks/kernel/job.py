@@ -173,7 +173,6 @@ class Job:
         self,
         now: float,
         hang_s: float,
-        layers: bool = True,
         known: dict[int, m.RankIdentity] | None = None,
         read: list[str] | None = None,
     ) -> list[m.RankState]:
@@ -186,14 +185,14 @@ class Job:
             read = [r.state(now, hang_s) for r in ranks]
         if known is None:
             pairs = zip(ranks, read, strict=True)
-            return [r.to_json(now, hang_s, layers, state=s) for r, s in pairs]
+            return [r.to_json(now, hang_s, state=s) for r, s in pairs]
         out = []
         for r, state in zip(ranks, read, strict=True):
             number = r.number
             same = known.get(number) == r.identity
             if not same:
                 known[number] = r.identity.copy()
-            out.append(r.to_json(now, hang_s, layers, identity=not same, state=state))
+            out.append(r.to_json(now, hang_s, identity=not same, state=state))
         return out
 
     def points(self, replay: bool, newest: bool = False) -> list[m.RankPoints]:

@@ -115,8 +115,7 @@ class Panels(ABC):
                 return msg
             self._compare_due(now)
             msg["job"] = job.to_json()
-            # many ranks: no per-rank layers (the panel does not show them; kept here) and
-            # each rank's newest point only (its chart gets a point per message)
+            # many ranks: each rank's newest point only (its chart gets a point per message)
             few = len(job.ranks) <= COMPACT_ABOVE
             known = None
             if delta and not few:
@@ -126,7 +125,7 @@ class Panels(ABC):
                 known = sent[1]
             elif delta:
                 self._sent_identities = (None, {})
-            msg["ranks"] = job.states(now, self.hang_s, layers=few, known=known, read=read)
+            msg["ranks"] = job.states(now, self.hang_s, known=known, read=read)
             msg["points"] = job.points(replay, newest=not few)
             # each a RankAlarm (alarms.py builds them; typed there as dicts)
             msg["alarms"] = cast("list[m.RankAlarm]", list(self.alarms_of(job).items))

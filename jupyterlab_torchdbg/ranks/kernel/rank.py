@@ -23,7 +23,7 @@ from ..wire import messages as w
 from ..wire.signals import finding_of, signal_of, wire_int, wire_num
 from .hang_diag import Collective, collective_of
 from .norms import wire_norm
-from .sent_layers import largest_first, read_layers
+from .sent_layers import read_layers
 
 if TYPE_CHECKING:
     from ...protocol import messages as m
@@ -37,9 +37,8 @@ RECENT = 20
 #: Sampled steps whose norms / layers are kept for the cross-rank comparison.
 KEEP_STEPS = 64
 #: Per-layer norms kept of a worker's ``layers`` (model order; a worker names layers
-#: with the kernel's naming, which merges layers past this many) / shown to the panel.
+#: with the kernel's naming, which merges layers past this many).
 MAX_LAYERS_IN = NAMING_MAX_LAYERS
-MAX_LAYERS = 200
 #: A rank not stepping for this many of its step times (and >= 1 s) is no longer running.
 LATE_FACTOR = 3.0
 
@@ -77,14 +76,13 @@ class Rank:
     #: The collectives it is in or finished last, per group (hang_diag.py; with the stack).
     collective: Collective | None = None
     #: The sampled steps' layers as sent (names, norms: a list or ``packed``), newest
-    #: last, read and checked only when asked (``layers_at``: the desync check, the
-    #: panel's ``layers`` with few ranks), not in every report (issue #25).
+    #: last, read and checked only when asked (``layers_at``: the desync check names the
+    #: first layer that differs), not in every report (issue #25).
     _layers_sent: OrderedDict[int, tuple[JsonValue, JsonValue]] = field(default_factory=OrderedDict)
     #: (layout, names) of its last report to name its layers (worker/cadence.py).
     _names: tuple[JsonValue, JsonValue] = (None, None)
-    #: ``layers_at``'s reads, by step (None: they did not check); the panel's ``layers``.
+    #: ``layers_at``'s reads, by step (None: they did not check).
     _layers_read: dict[int, w.Layers | None] = field(default_factory=dict)
-    _layers_out: m.RankLayers | None = None
     norms_by_step: OrderedDict[int, float | str] = field(default_factory=OrderedDict)
     points: deque[Point] = field(default_factory=lambda: deque(maxlen=RING))
     new_points: deque[Point] = field(default_factory=lambda: deque(maxlen=RING))
@@ -186,7 +184,6 @@ class Rank:
         self,
         now: float,
         hang_s: float,
-        layers: bool = True,
         identity: bool = True,
         state: str | None = None,
     ) -> m.RankState:
@@ -215,8 +212,6 @@ class Rank:
             out["identity"] = dict(self.identity)
         if self.replicas is not None:
             out["sharded"] = True
-        if layers and self.layers is not None:
-            out["layers"] = self.layers
         # a RankState: ``state``, ``phase`` and ``memory_kind`` come from their fixed sets
         # (``state``, ``add_rows``, ``heartbeat``), the norm from ``wire_norm``
         return cast("m.RankState", out)
@@ -322,7 +317,6 @@ class Rank:
                 self._layers_read.pop(step, None)
                 while len(sent) > KEEP_STEPS // 4:
                     self._layers_read.pop(sent.popitem(last=False)[0], None)
-                self._layers_out = None
         return sampled
 
     def layers_at(self, step: int) -> w.Layers | None:
@@ -338,18 +332,6 @@ class Rank:
             return None
         found = read[step] = read_layers(step, *sent, MAX_LAYERS_IN)
         return found
-
-    @property
-    def layers(self) -> m.RankLayers | None:
-        """The panel's layers: the newest sampled step's, the largest first, at most
-        ``MAX_LAYERS`` (non-finite ones first); sorted on first use."""
-        if self._layers_out is None:
-            # the newest that checks (a report whose layers do not is passed over)
-            newest = next(filter(None, map(self.layers_at, reversed(self._layers_sent))), None)
-            if newest is None:
-                return None
-            self._layers_out = largest_first(newest, MAX_LAYERS)
-        return self._layers_out
 
     def heartbeat(self, content: JsonObject, now: float) -> bool:
         """A heartbeat; True when it changed what the panel shows (phase, step, stack)."""

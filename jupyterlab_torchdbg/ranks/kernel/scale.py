@@ -5,8 +5,7 @@ for ``rows`` and heartbeats less often, so that all ranks together send about
 ``WORKER_RATE`` messages a second (the kernel verifies and reads each one), and for a
 step row only every ``row_stride`` steps (the rows of all ranks are read one by one);
 ``ranks`` messages to the panels are spaced by ``flush_s`` (3 s at 256 ranks: the bytes
-a second stay about those of 9 ranks) and carry each rank's newest point and no
-per-rank layers.
+a second stay about those of 9 ranks) and carry each rank's newest point.
 What needs acting on does not wait for the cadence (the agent's heartbeat of a stuck
 rank, an exception, a ``bye``; the workers' answers to an all-rank action).
 """
@@ -19,8 +18,9 @@ from ..wire.messages import MAX_ROW_STRIDE
 FLUSH_S = 0.1
 #: ... and with 256 ranks or more.
 MAX_FLUSH_S = 3.0
-#: Above this many ranks a ``ranks`` message leaves out the per-rank layers, messages
-#: are spaced out (``flush_s``) and workers report less often (``cadence``).
+#: Above this many ranks a ``ranks`` message carries each rank's newest point only and
+#: its identity only when new, messages are spaced out (``flush_s``) and workers report
+#: less often (``cadence``).
 COMPACT_ABOVE = 16
 #: Worker messages a second the kernel asks for, all ranks together, above
 #: ``COMPACT_ABOVE`` ranks (each rank's interval at most ``MAX_ROWS_S``).
