@@ -201,7 +201,7 @@ def test_desync_with_two_ranks_names_rank_1_and_counts_nan(h: Harness) -> None:
     h.rows(1, range(3, 4), norm="NaN")
     (alarm,) = h.alarms("desync")
     assert alarm["rank"] == 1 and alarm["step"] == 3 and "is nan" in alarm["message"]
-    assert "rank 0 have 1" in alarm["message"]
+    assert "rank 0 has 1" in alarm["message"]
 
 
 def test_desync_is_found_when_a_rank_ended_before_the_others_rows_came(h: Harness) -> None:

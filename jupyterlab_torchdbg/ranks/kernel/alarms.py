@@ -189,9 +189,10 @@ class Alarms:
                     if v is not None and ref is not None and math.isfinite(v) and math.isfinite(ref)
                     else math.inf
                 )
+                others = [m.number for m, _ in majority]
                 message = (
                     f"Desync: rank {r.number}'s gradient norm at step {step} is {_fmt(v)}, "
-                    f"{rank_list([m.number for m, _ in majority])} have {_fmt(ref)} "
+                    f"{rank_list(others)} {'has' if len(others) == 1 else 'have'} {_fmt(ref)} "
                     f"(relative difference {rel:.2g}). After the all-reduce every replica "
                     "holds the same gradients: this rank's replica has diverged"
                     + (f"; the first layer that differs is {layer}." if layer else ".")
