@@ -12,16 +12,15 @@
  * `bench-results/browser-ranks.json` (or `$BENCH_RANKS_OUT`) and a screenshot
  * per world. Not a pass/fail test.
  */
-import { expect, test } from '@jupyterlab/galata';
+import { test } from '@jupyterlab/galata';
 import * as fs from 'fs';
 import * as path from 'path';
 
 import {
-  notebookWithPanel,
+  endSimRanks,
+  notebookForSimRanks,
   PANEL,
-  setSectionOpen,
-  setSource,
-  sidebarWidth
+  startSimRanks
 } from '../tests/helpers';
 import { install, sample, window as between } from './pageMetrics';
 
@@ -34,23 +33,11 @@ const WINDOW_MS = 15000;
 const SECONDS = 45;
 const RESULTS = path.join(__dirname, '..', 'bench-results');
 
-const SETUP = [
-  '%load_ext jupyterlab_torchdbg',
-  'from jupyterlab_torchdbg import ranks_sim',
-  'print("ready")'
-].join('\n');
-
 test('64 and 256 simulated ranks: main-thread busy and fps', async ({
   page
 }) => {
   test.setTimeout(300000);
-  await notebookWithPanel(page, 'bench-ranks.ipynb');
-  await sidebarWidth(page, 250);
-  for (const id of ['series', 'grads', 'control', 'memory']) {
-    await setSectionOpen(page, id, false);
-  }
-  await setSource(page, 0, SETUP);
-  await page.notebook.runCell(0, true);
+  const section = await notebookForSimRanks(page, 'bench-ranks.ipynb');
   const cdp = await install(page);
 
   // the floor: the same page, nothing streaming
@@ -59,21 +46,9 @@ test('64 and 256 simulated ranks: main-thread busy and fps', async ({
   const idle = between(i0, await sample(page, cdp));
   console.log(`bench idle: ${JSON.stringify(idle)}`);
 
-  const section = page.locator(`${PANEL} [data-section="ranks"]`);
   const worlds: Record<string, unknown> = {};
   for (const world of WORLDS) {
-    await setSource(
-      page,
-      1,
-      `sim = ranks_sim.start(${world}, seconds=${SECONDS})\nprint(len(sim))`
-    );
-    await page.notebook.runCell(1, true);
-    await expect(section).toBeVisible({ timeout: 60000 });
-    await setSectionOpen(page, 'ranks', true);
-    const scale = section.locator('.jp-TorchDbg-rankScale');
-    await expect(scale).toHaveAttribute('data-ranks', String(world), {
-      timeout: 60000
-    });
+    const scale = await startSimRanks(page, world, SECONDS);
     await page.waitForTimeout(SETTLE_MS);
     const a = await sample(page, cdp);
     await page.waitForTimeout(WINDOW_MS);
@@ -99,12 +74,7 @@ test('64 and 256 simulated ranks: main-thread busy and fps', async ({
       path: path.join(RESULTS, `bench-ranks-${world}.png`)
     });
     // the job ends (every rank says bye) before the next one
-    await setSource(page, 2, 'print("sent", ranks_sim.wait(sim))');
-    await page.notebook.runCell(2, true);
-    await expect(section.locator('.jp-TorchDbg-ranksHeader')).toContainText(
-      'ended',
-      { timeout: 60000 }
-    );
+    await endSimRanks(page, section);
   }
   const results = {
     date: new Date().toISOString(),

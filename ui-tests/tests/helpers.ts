@@ -228,3 +228,67 @@ export async function notebookForRanks(
     await setSectionOpen(page, id, false);
   }
 }
+
+/**
+ * Simulated ranks (`jupyterlab_torchdbg.ranks_sim`: worker processes sending
+ * the real signed messages to this kernel) in a new notebook with the panel
+ * at the default 250 px, only the Ranks section in the way: cell 0 loads the
+ * extension. Returns the Ranks section (absent until a job attaches).
+ */
+export async function notebookForSimRanks(
+  page: IJupyterLabPageFixture,
+  name: string
+): Promise<Locator> {
+  await notebookForRanks(page, name);
+  await sidebarWidth(page, 250);
+  await setSource(
+    page,
+    0,
+    [
+      '%load_ext jupyterlab_torchdbg',
+      'from jupyterlab_torchdbg import ranks_sim',
+      'print("ready")'
+    ].join('\n')
+  );
+  await page.notebook.runCell(0, true);
+  return page.locator(`${PANEL} [data-section="ranks"]`);
+}
+
+/**
+ * Cell 1 starts `world` simulated ranks for `seconds`, one job (the cell
+ * returns at once); then opens the Ranks section and waits until every rank
+ * is in its many-ranks view. Returns that view (`.jp-TorchDbg-rankScale`).
+ */
+export async function startSimRanks(
+  page: IJupyterLabPageFixture,
+  world: number,
+  seconds: number
+): Promise<Locator> {
+  await setSource(
+    page,
+    1,
+    `sim = ranks_sim.start(${world}, seconds=${seconds})\nprint("started", len(sim))`
+  );
+  await page.notebook.runCell(1, true);
+  const section = page.locator(`${PANEL} [data-section="ranks"]`);
+  await expect(section).toBeVisible({ timeout: 60000 });
+  await setSectionOpen(page, 'ranks', true);
+  const scale = section.locator('.jp-TorchDbg-rankScale');
+  await expect(scale).toHaveAttribute('data-ranks', String(world), {
+    timeout: 60000
+  });
+  return scale;
+}
+
+/** Cell 2 waits for the simulated job's end (every rank says bye), shown as ended. */
+export async function endSimRanks(
+  page: IJupyterLabPageFixture,
+  section: Locator
+): Promise<void> {
+  await setSource(page, 2, 'print("sent", ranks_sim.wait(sim))');
+  await page.notebook.runCell(2, true);
+  await expect(section.locator('.jp-TorchDbg-ranksHeader')).toContainText(
+    'ended',
+    { timeout: 60000 }
+  );
+}

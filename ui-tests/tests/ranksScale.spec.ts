@@ -13,30 +13,14 @@
 import { expect, test } from '@jupyterlab/galata';
 
 import {
-  notebookWithPanel,
+  endSimRanks,
+  notebookForSimRanks,
   PANEL,
-  setSectionOpen,
-  setSource,
-  sidebarWidth,
-  sidewaysScroll
+  sidewaysScroll,
+  startSimRanks
 } from './helpers';
 
 test.use({ autoGoto: true, kernels: null });
-
-const SETUP = [
-  '%load_ext jupyterlab_torchdbg',
-  'from jupyterlab_torchdbg import ranks_sim',
-  'print("ready")'
-].join('\n');
-
-/** A cell that starts `world` simulated ranks for `seconds` and returns at once. */
-const start = (world: number, seconds: number) =>
-  [
-    `sim = ranks_sim.start(${world}, seconds=${seconds})`,
-    'print("started", len(sim))'
-  ].join('\n');
-
-const WAIT = 'print("sent", ranks_sim.wait(sim))';
 
 /** The scroll areas that must never scroll sideways. */
 const NO_SIDEWAYS = [
@@ -53,29 +37,15 @@ test('64 then 256 simulated ranks: outliers first and a heatmap cell per rank', 
   page
 }, testInfo) => {
   test.setTimeout(300000);
-  await notebookWithPanel(page, 'ranks-scale.ipynb');
-  await sidebarWidth(page, 250);
-  for (const id of ['series', 'grads', 'control', 'memory']) {
-    await setSectionOpen(page, id, false);
-  }
-  await setSource(page, 0, SETUP);
-  await page.notebook.runCell(0, true);
-  const section = page.locator(`${PANEL} [data-section="ranks"]`);
+  const section = await notebookForSimRanks(page, 'ranks-scale.ipynb');
   await expect(section).toHaveCount(0);
 
   for (const [world, slow, high, seconds] of [
     [64, 137 % 64, 200 % 64, 30],
     [256, 137, 200, 45]
   ]) {
-    await setSource(page, 1, start(world, seconds));
-    await page.notebook.runCell(1, true);
-    await expect(section).toBeVisible({ timeout: 60000 });
-    await setSectionOpen(page, 'ranks', true);
-    const scale = section.locator('.jp-TorchDbg-rankScale');
-    // every rank attached and shown as a heatmap cell, in both heatmaps
-    await expect(scale).toHaveAttribute('data-ranks', String(world), {
-      timeout: 60000
-    });
+    // every rank attached (startSimRanks waits for it), a heatmap cell each, in both
+    const scale = await startSimRanks(page, world, seconds);
     for (const metric of ['time', 'norm']) {
       await expect(
         scale.locator(`.jp-TorchDbg-rankHeat[data-metric="${metric}"] rect`)
@@ -134,11 +104,6 @@ test('64 then 256 simulated ranks: outliers first and a heatmap cell per rank', 
     await page.theme.setLightTheme();
 
     // the simulated job ends (every rank says bye) before the next one
-    await setSource(page, 2, WAIT);
-    await page.notebook.runCell(2, true);
-    await expect(section.locator('.jp-TorchDbg-ranksHeader')).toContainText(
-      'ended',
-      { timeout: 60000 }
-    );
+    await endSimRanks(page, section);
   }
 });

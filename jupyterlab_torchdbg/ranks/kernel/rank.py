@@ -302,14 +302,14 @@ class Rank:
             self.checked = max(self.checked, checked)
         layers = content.get("layers")
         if isinstance(layers, dict):
-            step = layers.get("step")
+            step = wire_int(layers.get("step"), 1)
             values = layers.get("packed", layers.get("norms"))
             names, layout = layers.get("names"), layers.get("layout")
             if names is not None:
                 self._names = (layout, names)
             elif layout is not None and layout == self._names[0]:
                 names = self._names[1]  # (that layout's, none other's: R56)
-            if type(step) is int and step >= 1 and values is not None and names is not None:
+            if step is not None and values is not None and names is not None:
                 # kept as sent; read when asked (``layers_at``)
                 sent = self._layers_sent
                 sent[step] = (names, values)

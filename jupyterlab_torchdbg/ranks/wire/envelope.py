@@ -3,7 +3,7 @@
 The envelope is the signed Jupyter message's ``metadata`` (inside the HMAC, with the
 header and the content)::
 
-    {"wire": 3, "job": "<16 hex>", "sender": "<16 hex>", "seq": 1}
+    {"wire": 4, "job": "<16 hex>", "sender": "<16 hex>", "seq": 1}
 
 - ``wire``: the wire version (``WIRE_VERSION``, the ``x-wire-version`` of
   wire.schema.json beside this file). The kernel refuses every message of another
@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 #: The wire's version: wire.schema.json's ``x-wire-version`` (a test holds them equal).
 #: 1 was the wire before the envelope (no metadata); 2 sent a rank's layer norms as a
-#: list of numbers only (3: as ``packed`` too, wire/packed.py).
+#: list of numbers only (3: as ``packed`` too, wire/packed.py); 3 sent the layer names
+#: in every report (4: by ``layout``, the names only now and then).
 WIRE_VERSION = 4
 JOB_ENV = "TORCHDBG_JOB_ID"
 #: Senders whose last ``seq`` the kernel remembers (the least recently heard forgotten).

@@ -4,8 +4,8 @@ version 3), the names by their ``layout`` (since wire version 4).
 A ``rows`` message carries the newest sampled step's per-layer norms. As a JSON list of
 numbers, hundreds of layers cost the kernel more to read than the rest of the message
 (each float parsed, then checked: ~40 µs and ~140 µs for 200 layers, issue #25), and
-the kernel needs them only now and then (the desync alarm's first differing layer, the
-panel's layers with few ranks). Packed, they are the norms as little-endian IEEE-754
+the kernel needs them only now and then (the desync alarm's first differing layer).
+Packed, they are the norms as little-endian IEEE-754
 doubles, base64: one JSON string, read in ~2 µs, turned into numbers only when used.
 Exact, NaN and the infinities included (no ``finite_or_special`` round trip).
 
