@@ -48,12 +48,14 @@ JOB_ENV = "TORCHDBG_SIM_JOB"
 SLOW_FACTOR = 6.0
 NORM_FACTOR = 8.0
 LAYERS = ("embed.weight", "block.0.attn", "block.0.mlp", "block.1.attn", "block.1.mlp", "head")
+#: Layers a simulated rank reports unless told (``layers``).
+N_LAYERS = len(LAYERS)
 
 
 def layer_names(count: int) -> list[str]:
     """``count`` layer names: ``LAYERS`` for 6, else a transformer's blocks of 6 (a real
     model at scale has hundreds: what each report carries grows with them)."""
-    if count == len(LAYERS):
+    if count == N_LAYERS:
         return list(LAYERS)
     parts = ("attn.qkv", "attn.proj", "mlp.fc", "mlp.proj", "ln_1", "ln_2")
     return [f"model.blocks.{i // 6}.{parts[i % 6]}" for i in range(count)]
@@ -63,7 +65,7 @@ class SimWorker:
     """What an agent reads of its worker (agent.WorkerState), for one simulated rank."""
 
     def __init__(
-        self, rank: int, world: int, step_s: float, address: str, key: str, layers: int = 6
+        self, rank: int, world: int, step_s: float, address: str, key: str, layers: int = N_LAYERS
     ) -> None:
         from .ranks.worker.agreed import Agreements
 
@@ -141,7 +143,7 @@ def _as_rank(rank: int, world: int) -> None:
 
 
 def run(
-    first: int, count: int, world: int, seconds: float, step_s: float = 0.1, layers: int = 6
+    first: int, count: int, world: int, seconds: float, step_s: float = 0.1, layers: int = N_LAYERS
 ) -> int:
     """Ranks ``first`` .. ``first + count - 1`` of ``world`` for ``seconds``; returns the
     messages sent. One thread drives them all on the agent's 20 ms tick."""
@@ -202,7 +204,11 @@ def _receive(agent: Agent, sess: Session, sock: zmq.Socket[bytes]) -> None:
 
 
 def start(
-    world: int, seconds: float = 30.0, step_s: float = 0.1, procs: int = PROCS, layers: int = 6
+    world: int,
+    seconds: float = 30.0,
+    step_s: float = 0.1,
+    procs: int = PROCS,
+    layers: int = N_LAYERS,
 ) -> list[subprocess.Popen[str]]:
     """From a kernel with the extension loaded (its endpoint in this environment): start
     ``world`` simulated ranks, one job, for ``seconds``, in ``procs`` processes; returns
@@ -230,7 +236,7 @@ def main(argv: list[str]) -> int:
     first, count, world = int(argv[0]), int(argv[1]), int(argv[2])
     seconds = float(argv[3])
     step_s = float(argv[4]) if len(argv) > 4 else 0.1
-    layers = int(argv[5]) if len(argv) > 5 else len(LAYERS)
+    layers = int(argv[5]) if len(argv) > 5 else N_LAYERS
     sent = run(first, count, world, seconds, step_s, layers)
     print(sent)
     return 0

@@ -74,8 +74,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--ranks-sim-layers",
         type=int,
-        default=6,
-        help="layers each simulated rank reports (a real model's: hundreds)",
+        default=None,
+        help="layers each simulated rank reports (default 6; a real model's: hundreds)",
     )
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--seed", type=int, default=0)
@@ -260,10 +260,11 @@ def _ranks(args: argparse.Namespace) -> int:
 
 
 def _ranks_sim(args: argparse.Namespace) -> int:
-    from .ranks_sim import run_ranks_sim, table, targets
+    from .ranks_sim import LAYERS, run_ranks_sim, table, targets
 
     worlds = [int(w) for w in str(args.ranks_sim).split(",") if w.strip()]
-    result = run_ranks_sim(worlds, args.ranks_sim_seconds, args.ranks_sim_layers)
+    layers = LAYERS if args.ranks_sim_layers is None else args.ranks_sim_layers
+    result = run_ranks_sim(worlds, args.ranks_sim_seconds, layers)
     print(table(result))
     if args.json:
         out = {"ranks_sim": result, "targets": targets(result)}

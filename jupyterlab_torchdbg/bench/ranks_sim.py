@@ -120,7 +120,7 @@ class _Panel:
 #: Each simulated rank's step time (s): 10 steps a second, a norm read at every one.
 STEP_S = 0.1
 #: Layers each simulated rank reports (``--ranks-sim-layers``).
-LAYERS = 6
+LAYERS = sim.N_LAYERS
 
 
 def run_one(
